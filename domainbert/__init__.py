@@ -1,0 +1,10 @@
+"""domainbert: adapt BERT-family encoders to a specialist domain.
+
+Stages: continued masked-LM pretraining (DAPT/TAPT), fine-tuning, distillation and
+deployment, all driven by LightningCLI configs (``domainbert fit --config ...``).
+"""
+
+from domainbert.errors import DomainBertError
+
+__all__ = ["DomainBertError"]
+__version__ = "0.1.0"

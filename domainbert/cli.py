@@ -1,0 +1,146 @@
+"""The ``domainbert`` command: LightningCLI for fit/validate/test/predict, plus the tool subcommands.
+
+``domainbert fit --config configs/<stage>/<model>_<data>.yaml`` trains any LightningModule with any
+LightningDataModule given by ``class_path``. The other subcommands (``vocab``, ``sweep``, ``export``,
+``pipeline``, ``datamodules``) live in their own modules and are dispatched from :func:`main`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as L
+from jsonargparse import set_docstring_parse_options
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+
+from domainbert.callbacks import HFExport
+from domainbert.errors import DomainBertError
+
+#: Subcommands outside LightningCLI, and the module whose ``main(argv)`` runs each.
+TOOLS = {
+    "vocab": "domainbert.vocab",
+    "sweep": "domainbert.sweep",
+    "export": "domainbert.deploy",
+    "pipeline": "domainbert.pipeline",
+    "datamodules": "domainbert.data.registry",
+}
+
+TRAINER_DEFAULTS: dict[str, Any] = {
+    "default_root_dir": "runs",
+    "gradient_clip_val": 1.0,
+    "log_every_n_steps": 10,
+}
+
+
+class DomainBertCLI(LightningCLI):
+    """LightningCLI with subclass mode for model and data, the HF export, and per-run folders.
+
+    - ``data.num_labels`` and ``data.label_names`` flow into the model (``link_arguments``).
+    - After instantiation the model's tokenizer is handed to the datamodule through ``connect``.
+    - Each run logs to ``<trainer.default_root_dir>/<run_name>/version_<n>``, a fresh folder, where the
+      config, the checkpoints and the ``hf/`` export are written.
+    """
+
+    def __init__(self, args: list[str] | dict | None = None, run: bool = True, **kwargs: Any) -> None:
+        """Build the CLI; ``args`` as on the command line (for calls from Python, such as sweep trials)."""
+        set_docstring_parse_options(attribute_docstrings=True)
+        kwargs.setdefault("trainer_defaults", TRAINER_DEFAULTS)
+        kwargs.setdefault("save_config_kwargs", {"overwrite": False})
+        kwargs.setdefault("parser_kwargs", {"parser_mode": "omegaconf"} if _has_omegaconf() else {})
+        super().__init__(
+            L.LightningModule,
+            L.LightningDataModule,
+            subclass_mode_model=True,
+            subclass_mode_data=True,
+            auto_configure_optimizers=False,
+            args=args,
+            run=run,
+            **kwargs,
+        )
+
+    def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:  # noqa: D102
+        parser.add_lightning_class_args(HFExport, "export")
+        parser.add_argument(
+            "--run_name",
+            type=str | None,
+            default=None,
+            help="Name of the run family under trainer.default_root_dir (default: the config file's stem).",
+        )
+        parser.link_arguments("data.num_labels", "model.init_args.num_labels", apply_on="instantiate")
+        parser.link_arguments("data.label_names", "model.init_args.label_names", apply_on="instantiate")
+
+    def before_instantiate_classes(self) -> None:  # noqa: D102
+        cfg = self.config[self.subcommand] if self.subcommand else self.config
+        trainer = cfg.get("trainer")
+        if trainer is not None and trainer.get("logger") in (None, True):
+            name = cfg.get("run_name") or _config_stem(cfg) or "run"
+            trainer["logger"] = {
+                "class_path": "lightning.pytorch.loggers.CSVLogger",
+                "init_args": {"save_dir": trainer.get("default_root_dir") or "runs", "name": name},
+            }
+
+    def after_instantiate_classes(self) -> None:  # noqa: D102
+        connect = getattr(self.datamodule, "connect", None)
+        tokenizer = getattr(self.model, "tokenizer", None)
+        if callable(connect) and tokenizer is not None:
+            connect(tokenizer=tokenizer)
+
+
+def _has_omegaconf() -> bool:
+    try:
+        import omegaconf  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _config_stem(cfg) -> str | None:
+    paths = cfg.get("config") or []
+    for p in reversed(paths):
+        rel = getattr(p, "relative", None) or str(p)
+        if rel:
+            return Path(str(rel)).stem
+    return None
+
+
+def _user_error(err: BaseException) -> DomainBertError | None:
+    """Find a DomainBertError in an exception's chain (jsonargparse and Lightning may wrap it)."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        if isinstance(err, DomainBertError):
+            return err
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+    return None
+
+
+def cli_main(args: list[str] | None = None, run: bool = True) -> DomainBertCLI:
+    """Run the LightningCLI part (fit/validate/test/predict) with ``args``."""
+    from domainbert.data.registry import expand_short_names, load_plugins
+
+    load_plugins()
+    return DomainBertCLI(args=expand_short_names(args if args is not None else sys.argv[1:]), run=run)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the ``domainbert`` console script."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(level=os.environ.get("DOMAINBERT_LOG", "INFO"), format="%(levelname)s %(name)s: %(message)s")
+    for noisy in ("httpx", "urllib3", "filelock", "torchao"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    try:
+        if argv and argv[0] in TOOLS:
+            importlib.import_module(TOOLS[argv[0]]).main(argv[1:])
+        else:
+            cli_main(argv)
+    except Exception as err:  # noqa: BLE001 - user errors are printed cleanly, the rest re-raised
+        user = _user_error(err)
+        if user is None:
+            raise
+        print(f"domainbert: error: {user}", file=sys.stderr)
+        sys.exit(2)

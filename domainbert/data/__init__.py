@@ -1,0 +1,1 @@
+"""LightningDataModules and the readers they share."""

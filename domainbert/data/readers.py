@@ -1,0 +1,184 @@
+"""Read user data files into ``datasets.Dataset`` objects, with errors that name the file and column.
+
+Accepted: ``.txt`` (one record a line, or blank-line separated paragraphs), ``.jsonl``/``.json``,
+``.csv``/``.tsv``, ``.parquet``, globs and folders of those, and folders written by
+``Dataset.save_to_disk``. Arrow files are memory-mapped, so data larger than RAM works.
+"""
+
+from __future__ import annotations
+
+import glob
+import logging
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import datasets
+
+from domainbert.errors import DomainBertError
+
+log = logging.getLogger(__name__)
+
+FORMATS = {
+    ".txt": "text",
+    ".text": "text",
+    ".jsonl": "json",
+    ".json": "json",
+    ".csv": "csv",
+    ".tsv": "csv",
+    ".parquet": "parquet",
+}
+
+PathSpec = str | Sequence[str]
+
+
+def suffix(p: Path) -> str:
+    """The data suffix of ``p``, looking through a trailing ``.gz``/``.bz2``/``.xz``/``.zst``."""
+    sfx = [x.lower() for x in p.suffixes]
+    if sfx and sfx[-1] in (".gz", ".bz2", ".xz", ".zst"):
+        sfx = sfx[:-1]
+    return sfx[-1] if sfx else ""
+
+
+def _open_binary(path: Path):
+    s = path.suffix.lower()
+    if s == ".gz":
+        import gzip
+
+        return gzip.open(path, "rb")
+    if s == ".bz2":
+        import bz2
+
+        return bz2.open(path, "rb")
+    if s == ".xz":
+        import lzma
+
+        return lzma.open(path, "rb")
+    return open(path, "rb")
+
+
+def _is_saved_dataset(p: Path) -> bool:
+    return p.is_dir() and (
+        (p / "dataset_info.json").exists() or (p / "dataset_dict.json").exists() or (p / "state.json").exists()
+    )
+
+
+def expand(spec: PathSpec) -> list[Path]:
+    """Expand files, globs and folders into a sorted list of data files (or one saved-dataset folder).
+
+    Raises:
+        DomainBertError: a path that matches nothing, or a folder with no known data files.
+    """
+    items = [spec] if isinstance(spec, (str, os.PathLike)) else list(spec)
+    if not items:
+        raise DomainBertError("no data path given")
+    out: list[Path] = []
+    for item in items:
+        item = os.path.expanduser(str(item))
+        if any(c in item for c in "*?["):
+            hits = sorted(Path(p) for p in glob.glob(item, recursive=True) if Path(p).is_file())
+            if not hits:
+                raise DomainBertError(f"{item}: the pattern matches no file")
+            out += hits
+            continue
+        p = Path(item)
+        if not p.exists():
+            raise DomainBertError(f"{item}: no such file or folder")
+        if _is_saved_dataset(p):
+            out.append(p)
+        elif p.is_dir():
+            hits = sorted(f for f in p.rglob("*") if f.is_file() and suffix(f) in FORMATS)
+            if not hits:
+                raise DomainBertError(f"{item}: the folder holds no {', '.join(sorted(FORMATS))} file")
+            out += hits
+        else:
+            out.append(p)
+    return out
+
+
+def check_utf8(path: Path, chunk: int = 1 << 20) -> None:
+    """Raise naming the line and byte offset of the first byte sequence that is not UTF-8."""
+    import codecs
+
+    dec = codecs.getincrementaldecoder("utf-8")()
+    offset = 0
+    with _open_binary(path) as fh:
+        while block := fh.read(chunk):
+            try:
+                dec.decode(block)
+            except UnicodeDecodeError as err:
+                bad = offset + err.start
+                with _open_binary(path) as again:
+                    head = again.read(bad)
+                lineno = head.count(b"\n") + 1
+                raise DomainBertError(
+                    f"{path}: line {lineno}: bytes at offset {bad} are not valid UTF-8 "
+                    f"({block[err.start : err.start + 4]!r}); re-encode the file as UTF-8 "
+                    "(e.g. `iconv -f latin1 -t utf-8`)"
+                ) from None
+            offset += len(block)
+    try:
+        dec.decode(b"", final=True)
+    except UnicodeDecodeError:
+        raise DomainBertError(f"{path}: ends in the middle of a UTF-8 character") from None
+
+
+def read(
+    spec: PathSpec,
+    columns: Sequence[str] = (),
+    text_mode: str = "line",
+    split: str = "train",
+    cache_dir: str | None = None,
+) -> datasets.Dataset:
+    """Read ``spec`` into one ``Dataset``.
+
+    Args:
+        spec: a file, glob, folder, list of those, or a saved ``datasets`` folder.
+        columns: columns that must exist; plain text files have the single column ``text``.
+        text_mode: for ``.txt``: ``line`` (one record a line) or ``paragraph`` (blank-line separated).
+        split: the split to take from a saved ``DatasetDict``.
+        cache_dir: where ``datasets`` keeps its arrow cache.
+    """
+    files = expand(spec)
+    if len(files) == 1 and _is_saved_dataset(files[0]):
+        ds = datasets.load_from_disk(str(files[0]))
+        if isinstance(ds, datasets.DatasetDict):
+            if split not in ds:
+                raise DomainBertError(f"{files[0]}: no split {split!r}; it has {sorted(ds)}")
+            ds = ds[split]
+        _check_columns(ds, columns, files[0])
+        return ds
+    kinds = {FORMATS.get(suffix(f)) for f in files}
+    if None in kinds:
+        bad = next(f for f in files if suffix(f) not in FORMATS)
+        raise DomainBertError(f"{bad}: unknown file type {suffix(bad)!r}; expected one of {sorted(FORMATS)}")
+    if len(kinds) > 1:
+        raise DomainBertError(f"{spec}: mixes file types {sorted(kinds)}; give one type per split")
+    kind = kinds.pop()
+    for f in files:
+        if f.stat().st_size == 0:
+            raise DomainBertError(f"{f}: the file is empty")
+        if kind in ("text", "json", "csv"):
+            check_utf8(f)
+    kwargs = {}
+    if kind == "text":
+        kwargs["sample_by"] = {"line": "line", "paragraph": "paragraph"}[text_mode]
+    if kind == "csv" and any(suffix(f) == ".tsv" for f in files):
+        kwargs["sep"] = "\t"
+    try:
+        ds = datasets.load_dataset(
+            kind, data_files=[str(f) for f in files], split="train", cache_dir=cache_dir, **kwargs
+        )
+    except Exception as err:  # noqa: BLE001 - datasets raises many types; name the files
+        msg = str(err).splitlines()[0] if str(err) else type(err).__name__
+        cause = err.__cause__
+        detail = f" ({cause})" if cause else ""
+        raise DomainBertError(f"could not read {', '.join(map(str, files))} as {kind}: {msg}{detail}") from err
+    _check_columns(ds, columns, files[0] if len(files) == 1 else spec)
+    return ds
+
+
+def _check_columns(ds: datasets.Dataset, columns: Sequence[str], where) -> None:
+    for col in columns:
+        if col and col not in ds.column_names:
+            raise DomainBertError(f"{where}: no column {col!r}; the columns are {ds.column_names}")

@@ -1,0 +1,71 @@
+"""Datamodule plugins: short names registered through the ``domainbert.datamodules`` entry-point group.
+
+A package registers ``name = "pkg.module:ClassName"`` under ``[project.entry-points."domainbert.datamodules"]``;
+then ``--data name`` (or ``data: {class_path: name}``) selects that class. ``domainbert datamodules`` lists them.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import logging
+import warnings
+from collections.abc import Sequence
+
+GROUP = "domainbert.datamodules"
+log = logging.getLogger(__name__)
+
+_loaded: dict[str, type] | None = None
+_failed: dict[str, str] = {}
+
+
+def load_plugins(refresh: bool = False) -> dict[str, type]:
+    """Import every registered datamodule; a plugin that fails to import is warned about and skipped."""
+    global _loaded
+    if _loaded is not None and not refresh:
+        return _loaded
+    found: dict[str, type] = {}
+    _failed.clear()
+    for ep in importlib.metadata.entry_points(group=GROUP):
+        try:
+            found[ep.name] = ep.load()
+        except Exception as err:  # noqa: BLE001 - a broken plugin must not stop the CLI
+            _failed[ep.name] = f"{type(err).__name__}: {err}"
+            warnings.warn(
+                f"domainbert: the datamodule plugin {ep.name!r} ({ep.value}) failed to import and is skipped: "
+                f"{type(err).__name__}: {err}",
+                stacklevel=2,
+            )
+    _loaded = found
+    return found
+
+
+def class_path(name: str) -> str | None:
+    """The import path of the datamodule registered as ``name``, if any."""
+    cls = load_plugins().get(name)
+    return f"{cls.__module__}.{cls.__qualname__}" if cls is not None else None
+
+
+def expand_short_names(args: Sequence[str]) -> list[str]:
+    """Replace ``--data NAME`` / ``--data=NAME`` / ``--data.class_path NAME`` by the registered class path."""
+    out = list(args)
+    for i, a in enumerate(out):
+        for flag in ("--data", "--data.class_path"):
+            if a == flag and i + 1 < len(out) and (cp := class_path(out[i + 1])):
+                out[i + 1] = cp
+            elif a.startswith(flag + "=") and (cp := class_path(a.split("=", 1)[1])):
+                out[i] = f"{flag}={cp}"
+    return out
+
+
+def main(argv: Sequence[str] = ()) -> None:
+    """``domainbert datamodules``: list the registered datamodules and any that failed to load."""
+    if argv and argv[0] in ("-h", "--help"):
+        print("usage: domainbert datamodules\n\nList the datamodules registered under the entry-point group " + GROUP)
+        return
+    plugins = load_plugins(refresh=True)
+    width = max([len(n) for n in plugins] + [4])
+    print(f"{'name':<{width}}  class_path")
+    for name, cls in sorted(plugins.items()):
+        print(f"{name:<{width}}  {cls.__module__}.{cls.__qualname__}")
+    for name, err in sorted(_failed.items()):
+        print(f"{name:<{width}}  FAILED TO IMPORT: {err}")

@@ -1,0 +1,192 @@
+"""Loading and saving Hugging Face checkpoints: local folders first, hub names where there is a network."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+from transformers import AutoConfig, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+from domainbert.errors import DomainBertError
+from domainbert.io import atomic_dir, atomic_write_text
+
+log = logging.getLogger(__name__)
+
+#: Config attribute names, per role, across BERT, RoBERTa, ALBERT, DistilBERT and ELECTRA.
+DROPOUT_ATTRS = {
+    "hidden": ("hidden_dropout_prob", "dropout"),
+    "attention": ("attention_probs_dropout_prob", "attention_dropout"),
+    "classifier": ("classifier_dropout", "classifier_dropout_prob", "seq_classif_dropout", "qa_dropout"),
+}
+
+
+def check_source(name: str) -> str:
+    """Return ``name`` unchanged if it is a local folder or could be a hub name; raise otherwise."""
+    p = Path(os.path.expanduser(name))
+    if p.exists():
+        if not p.is_dir():
+            raise DomainBertError(f"{name}: expected a Hugging Face model folder, found a file")
+        if not (p / "config.json").exists():
+            raise DomainBertError(f"{name}: no config.json in this folder; expected a save_pretrained() folder")
+        return str(p)
+    if name.startswith((".", "/", "~")) or name.count("/") > 1:
+        raise DomainBertError(f"{name}: no such folder (and not a hub name of the form 'org/model')")
+    return name
+
+
+def load_config(name: str, dropout: dict[str, float | None] | None = None, trust_remote_code: bool = False, **kw: Any):
+    """Load a model config, applying dropout overrides under each family's own attribute names."""
+    name = check_source(name)
+    try:
+        config = AutoConfig.from_pretrained(name, trust_remote_code=trust_remote_code, **kw)
+    except OSError as err:
+        raise DomainBertError(
+            f"could not load the model config from {name!r}: it is not a local folder and the hub could not be "
+            f"reached ({err.__class__.__name__}). Pass a local folder."
+        ) from err
+    for role, value in (dropout or {}).items():
+        if value is None:
+            continue
+        if not 0.0 <= value < 1.0:
+            raise DomainBertError(f"{role}_dropout={value}: expected a probability in [0, 1)")
+        for attr in DROPOUT_ATTRS[role]:
+            if hasattr(config, attr):
+                setattr(config, attr, float(value))
+    return config
+
+
+def load_model(auto_cls, name: str, config=None, trust_remote_code: bool = False, **kw: Any):
+    """Load ``auto_cls.from_pretrained(name)``, returning ``(model, missing_keys)``.
+
+    ``missing_keys`` lists the weights the checkpoint lacked, which the model initialised at random
+    (for example an MLM head on a sentence-embedding checkpoint).
+    """
+    name = check_source(name)
+    if config is None:
+        config = load_config(name, trust_remote_code=trust_remote_code)
+    try:
+        model, info = auto_cls.from_pretrained(
+            name, config=config, trust_remote_code=trust_remote_code, output_loading_info=True, **kw
+        )
+    except OSError as err:
+        raise DomainBertError(f"could not load model weights from {name!r}: {err}") from err
+    except ValueError as err:
+        raise DomainBertError(f"{name!r} cannot be loaded as {auto_cls.__name__}: {err}") from err
+    return model, sorted(info.get("missing_keys", []))
+
+
+def load_tokenizer(name: str, trust_remote_code: bool = False) -> PreTrainedTokenizerBase:
+    """Load the fast tokenizer saved with a checkpoint."""
+    name = check_source(name)
+    try:
+        tok = AutoTokenizer.from_pretrained(name, use_fast=True, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError) as err:
+        raise DomainBertError(f"could not load a tokenizer from {name!r}: {err}") from err
+    if not tok.is_fast:
+        raise DomainBertError(f"{name!r}: a fast (Rust) tokenizer is required; found {type(tok).__name__}")
+    return tok
+
+
+def check_tokenizer_fits(tokenizer: PreTrainedTokenizerBase, model: PreTrainedModel, where: str = "") -> None:
+    """Raise if the tokenizer can produce ids the model's embedding has no row for."""
+    rows = model.get_input_embeddings().num_embeddings
+    if len(tokenizer) > rows:
+        raise DomainBertError(
+            f"{where or 'tokenizer'}: the tokenizer has {len(tokenizer)} tokens but the model's embedding has "
+            f"{rows} rows; use the tokenizer saved with this model (or resize it with `domainbert vocab extend`)"
+        )
+
+
+def check_max_length(max_length: int, model_or_config, where: str = "max_length") -> None:
+    """Raise if ``max_length`` exceeds the model's position embeddings."""
+    config = getattr(model_or_config, "config", model_or_config)
+    limit = getattr(config, "max_position_embeddings", None)
+    if limit is not None and config.model_type in ("roberta", "xlm-roberta", "camembert"):
+        limit -= 2  # RoBERTa offsets positions by padding_idx + 1
+    if limit is not None and max_length > limit:
+        raise DomainBertError(f"{where}={max_length} is beyond the model's {limit} positions; use at most {limit}")
+
+
+def _state_dict_of(name: str) -> dict[str, torch.Tensor]:
+    """The tensors of a checkpoint's safetensors file(s); empty when not found locally."""
+    folder = Path(name)
+    if not folder.is_dir():
+        try:
+            from huggingface_hub import snapshot_download
+
+            folder = Path(snapshot_download(name, allow_patterns=["*.safetensors", "*.json"], local_files_only=True))
+        except Exception:  # noqa: BLE001 - best effort; absent from the local cache
+            return {}
+    tensors: dict[str, torch.Tensor] = {}
+    for f in sorted(folder.glob("*.safetensors")):
+        tensors.update(load_file(str(f)))
+    return tensors
+
+
+def carried_weights(source: str, model: PreTrainedModel) -> dict[str, torch.Tensor]:
+    """Weights of ``source`` that ``model`` has no place for (BERT's pooler under an MLM head, say).
+
+    Keys are returned in ``model``'s naming, so that a later ``from_pretrained`` of another head finds them.
+    """
+    src = _state_dict_of(source)
+    if not src:
+        return {}
+    prefix = model.base_model_prefix
+    own = set(model.state_dict().keys())
+    headless = not any(k.startswith(prefix + ".") for k in src)
+    out = {}
+    for key, tensor in src.items():
+        if key.endswith("position_ids"):
+            continue
+        full = f"{prefix}.{key}" if headless else key
+        if full not in own and key not in own:
+            out[full] = tensor
+    return out
+
+
+def export_hf(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase | None,
+    out_dir: str | os.PathLike,
+    source: str | None = None,
+    card: str | None = None,
+    extra_files: dict[str, str] | None = None,
+) -> Path:
+    """Write ``model`` and ``tokenizer`` with ``save_pretrained``, atomically.
+
+    Args:
+        model: the model to save.
+        tokenizer: its tokenizer, saved beside it.
+        out_dir: the destination folder; an earlier folder there is replaced only once the new one is complete.
+        source: the starting checkpoint; weights it had that ``model`` lacks (BERT's pooler, say) are kept.
+        card: a Markdown model card, written as ``README.md``.
+        extra_files: further text files to write, by name.
+    """
+    out_dir = Path(out_dir)
+    with atomic_dir(out_dir) as tmp:
+        model.save_pretrained(tmp, safe_serialization=True)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(tmp)
+        if source is not None:
+            extra = carried_weights(source, model)
+            weights = tmp / "model.safetensors"
+            if extra and weights.exists():
+                merged = load_file(str(weights))
+                merged.update({k: v.contiguous() for k, v in extra.items()})
+                save_file(merged, str(weights), metadata={"format": "pt"})
+                log.info("kept %d weights of %s that training did not touch: %s", len(extra), source, sorted(extra))
+        if card is not None:
+            (tmp / "README.md").write_text(card, encoding="utf-8")
+        for fname, text in (extra_files or {}).items():
+            (tmp / fname).write_text(text, encoding="utf-8")
+    return out_dir
+
+
+def write_json(path: str | os.PathLike, obj: Any) -> None:
+    """Write JSON atomically."""
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")

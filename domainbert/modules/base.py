@@ -1,0 +1,77 @@
+"""What every domainbert LightningModule shares: the optimiser set-up and the HF export.
+
+This is deliberately one thin layer: each task module owns its constructor (so LightningCLI shows
+exactly its options), its model and its steps; it inherits only ``configure_optimizers`` and
+``export_hf``.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import lightning.pytorch as L
+import torch
+
+from domainbert.hf import export_hf
+from domainbert.optim import build_optimizer, param_groups, warmup_linear
+
+log = logging.getLogger(__name__)
+
+
+class HFModule(L.LightningModule):
+    """Base for modules wrapping one Hugging Face model in ``self.model`` with ``self.tokenizer``.
+
+    Subclasses set ``self.model``, ``self.tokenizer`` and call ``save_hyperparameters`` with at least
+    ``learning_rate``, ``weight_decay`` and ``warmup_ratio``; ``self.optimizer`` may hold an injected
+    ``OptimizerCallable``.
+    """
+
+    model: torch.nn.Module
+    optimizer = None
+    #: weights of the starting checkpoint to carry into exports (see ``domainbert.hf.carried_weights``)
+    export_source: str | None = None
+
+    # -- optimisation -----------------------------------------------------------------------------
+    def trainable_groups(self) -> list[dict]:
+        """Parameter groups for the optimiser; override to add task-specific groups."""
+        hp = self.hparams
+        layer_decay = hp.get("layer_decay")
+        n_layers = getattr(getattr(self.model, "config", None), "num_hidden_layers", 0) or 0
+        return param_groups(self.named_parameters(), hp.learning_rate, hp.weight_decay, layer_decay, n_layers)
+
+    def lr_lambdas(self, groups: list[dict], total_steps: int) -> list:
+        """One LR multiplier function per group: linear warm-up over ``warmup_ratio``, then linear decay."""
+        warmup = int(round(self.hparams.warmup_ratio * total_steps))
+        return [warmup_linear(total_steps, warmup)] * len(groups)
+
+    def total_steps(self) -> int:
+        """Optimizer steps in this fit, from ``trainer.estimated_stepping_batches``."""
+        total = self.trainer.estimated_stepping_batches
+        if total in (float("inf"), None):
+            raise ValueError("set trainer.max_steps or trainer.max_epochs: the LR schedule needs a length")
+        return int(total)
+
+    def configure_optimizers(self):
+        """AdamW (or the injected optimizer) with a per-step linear warm-up/decay schedule."""
+        groups = self.trainable_groups()
+        opt = build_optimizer(self.optimizer, groups)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, self.lr_lambdas(groups, self.total_steps()))
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step", "frequency": 1}}
+
+    # -- export -----------------------------------------------------------------------------------
+    def hf_model(self):
+        """The plain ``PreTrainedModel`` to export (subclasses unwrap adapters here)."""
+        return self.model
+
+    def model_card(self) -> str | None:
+        """A Markdown model card for the export; None for none."""
+        from domainbert.card import model_card
+
+        return model_card(self)
+
+    def export_hf(self, out_dir: str | Path) -> Path:
+        """Write the model and tokenizer in Hugging Face format to ``out_dir``, atomically."""
+        path = export_hf(self.hf_model(), self.tokenizer, out_dir, source=self.export_source, card=self.model_card())
+        log.info("exported Hugging Face model to %s", path)
+        return path
