@@ -49,6 +49,7 @@ def check_source(name: str) -> str:
     Raises:
         DomainBertError: a path that does not exist, a file, or a folder without ``config.json``.
     """
+    name = str(name)
     if name.startswith("pkg:"):
         name = resolve_package(name)
     p = Path(os.path.expanduser(name))
@@ -138,6 +139,7 @@ def check_max_length(max_length: int, model_or_config, where: str = "max_length"
 
 def _state_dict_of(name: str) -> dict[str, torch.Tensor]:
     """The tensors of a checkpoint's safetensors file(s); empty when not found locally."""
+    name = str(name)
     folder = Path(resolve_package(name) if name.startswith("pkg:") else name)
     if not folder.is_dir():
         try:

@@ -26,6 +26,9 @@ def atomic_dir(target: str | os.PathLike) -> Iterator[Path]:
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes 0700; exports get the usual permissions
     except OSError as err:
         raise DomainBertError(f"cannot write to {target.parent}: {err.strerror or err}") from err
     try:

@@ -49,6 +49,9 @@ def continuation_table(tokenizer: PreTrainedTokenizerBase) -> torch.Tensor:
             if scheme == "bpe" and all(c in _PUNCT for c in tok):
                 cont = False
         table[idx] = cont
+    for idx, added in tokenizer.added_tokens_decoder.items():  # whole words added by `domainbert vocab extend`
+        if getattr(added, "single_word", False) and not added.special and idx < size:
+            table[idx] = False
     return table
 
 

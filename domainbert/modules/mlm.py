@@ -63,6 +63,7 @@ class MaskedLMModule(HFModule):
         hidden_dropout: float | None = None,
         attention_dropout: float | None = None,
         sparse_logits: bool = True,
+        compile: bool = False,
         seed: int = 0,
         trust_remote_code: bool = False,
         optimizer: OptimizerCallable | None = None,
@@ -84,6 +85,7 @@ class MaskedLMModule(HFModule):
             hidden_dropout: override the checkpoint's hidden dropout (None keeps it).
             attention_dropout: override the checkpoint's attention dropout (None keeps it).
             sparse_logits: compute vocabulary logits only at masked positions (same loss, much faster).
+            compile: ``torch.compile`` the encoder (pays a compile time up front; helps long runs).
             seed: seed of the mask draws; masks depend on (seed, global step) only, so resumes are exact.
             trust_remote_code: allow custom modelling code shipped with the checkpoint. Off by default.
             optimizer: the optimizer class (default AdamW); its per-group learning rates come from this module.
@@ -122,6 +124,7 @@ class MaskedLMModule(HFModule):
             )
         self._head_fn = MLM_HEADS.get(self.model.config.model_type) if sparse_logits else None
         self._encoder_frozen = False
+        self._encoder = None
         self.val_loss, self.val_acc = MeanMetric(), MeanMetric()
         self.val_nsp_acc = MeanMetric()
 
@@ -168,6 +171,11 @@ class MaskedLMModule(HFModule):
     def on_train_end(self) -> None:  # noqa: D102
         self.set_encoder_frozen(False)
 
+    def configure_model(self) -> None:  # noqa: D102
+        if self.hparams.compile and self._encoder is None:
+            # kept out of the module tree, so checkpoints hold each weight once
+            object.__setattr__(self, "_encoder", torch.compile(self.model.base_model, dynamic=True))
+
     # -- forward ------------------------------------------------------------------------------------
     def _generator(self, salt: int) -> torch.Generator:
         g = torch.Generator(device=self.device)
@@ -193,7 +201,7 @@ class MaskedLMModule(HFModule):
         target = labels[sel]
         out: dict = {}
         if self._head_fn is not None:
-            enc = self.model.base_model(**inputs, return_dict=True)
+            enc = (self._encoder or self.model.base_model)(**inputs, return_dict=True)
             hidden = enc.last_hidden_state[sel]
             logits = self._head_fn(self.model, hidden)
             pooled = getattr(enc, "pooler_output", None)
