@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 import lightning.pytorch as L
@@ -61,3 +62,68 @@ class HFExport(L.Callback):
         if hasattr(pl_module, "export_hf"):
             pl_module.export_hf(self.path)
             print(f"Exported Hugging Face model to {self.path}")
+
+
+class TrainingGuard(L.Callback):
+    """Stop (or skip) on a non-finite loss, and make every step's randomness a function of the step.
+
+    - A NaN or inf in the gradients (which a non-finite loss always produces) stops training with an error naming
+      the step and the last good checkpoint; with ``nonfinite: skip`` the step's update is dropped instead and
+      the number of skipped steps is logged as ``train/skipped_steps``.
+    - With ``reseed_every_step`` the global RNG is seeded from ``(seed, batch index)`` before each training batch,
+      so dropout draws after a resume from a mid-epoch checkpoint equal those of an uninterrupted run.
+    """
+
+    def __init__(self, nonfinite: str = "stop", reseed_every_step: bool = True) -> None:
+        """Configure the guard.
+
+        Args:
+            nonfinite: ``stop`` (raise, naming the step and the last checkpoint), ``skip`` (drop that update and
+                count it) or ``ignore``.
+            reseed_every_step: seed the global RNG from (seed, batch index) before every training batch.
+        """
+        super().__init__()
+        if nonfinite not in ("stop", "skip", "ignore"):
+            raise ValueError(f"guard.nonfinite={nonfinite!r}: expected stop, skip or ignore")
+        self.nonfinite, self.reseed_every_step = nonfinite, reseed_every_step
+        self.skipped = 0
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:  # noqa: D102
+        if self.reseed_every_step:
+            base = int(os.environ.get("PL_GLOBAL_SEED", "0"))
+            torch.manual_seed((base * 1_000_003 + trainer.fit_loop.total_batch_idx) % (2**63))
+
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:  # noqa: D102
+        if self.nonfinite == "ignore":
+            return
+        grads = [p.grad for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
+        if not grads:
+            return
+        finite = torch.stack([torch.isfinite(g).all() for g in grads]).all()
+        if bool(finite):
+            return
+        if self.nonfinite == "skip":
+            for g in optimizer.param_groups:
+                for p in g["params"]:
+                    p.grad = None
+            self.skipped += 1
+            log.warning("step %d: non-finite gradients; update skipped (%d so far)", trainer.global_step, self.skipped)
+            pl_module.log("train/skipped_steps", float(self.skipped))
+            return
+        from domainbert.errors import DomainBertError
+
+        last = _last_checkpoint(trainer)
+        raise DomainBertError(
+            f"non-finite loss or gradients at step {trainer.global_step}; last good checkpoint: "
+            f"{last or 'none saved yet'}. Lower the learning rate, check the data, or set guard.nonfinite=skip"
+        )
+
+
+def _last_checkpoint(trainer) -> str | None:
+    paths = []
+    for cb in trainer.checkpoint_callbacks:
+        for attr in ("last_model_path", "best_model_path"):
+            p = getattr(cb, attr, "")
+            if p and Path(p).exists():
+                paths.append(p)
+    return max(paths, key=lambda p: Path(p).stat().st_mtime) if paths else None

@@ -18,7 +18,7 @@ import lightning.pytorch as L
 from jsonargparse import set_docstring_parse_options
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
-from domainbert.callbacks import HFExport
+from domainbert.callbacks import HFExport, TrainingGuard
 from domainbert.errors import DomainBertError
 from domainbert.hf import check_max_length
 
@@ -66,6 +66,7 @@ class DomainBertCLI(LightningCLI):
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:  # noqa: D102
         parser.add_lightning_class_args(HFExport, "export")
+        parser.add_lightning_class_args(TrainingGuard, "guard")
         parser.add_argument(
             "--run_name",
             type=str | None,

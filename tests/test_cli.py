@@ -12,9 +12,24 @@ TINY = str(ROOT / "configs/pretrain/tiny_debug.yaml")
 
 
 def _fit(tiny_bert, corpus_file, root, *extra):
-    main(["fit", "--config", TINY, "--model.init_from", str(tiny_bert), "--data.train", str(corpus_file),
-          "--trainer.default_root_dir", str(root), "--trainer.max_steps", "4", "--trainer.val_check_interval", "2",
-          *extra])
+    main(
+        [
+            "fit",
+            "--config",
+            TINY,
+            "--model.init_from",
+            str(tiny_bert),
+            "--data.train",
+            str(corpus_file),
+            "--trainer.default_root_dir",
+            str(root),
+            "--trainer.max_steps",
+            "4",
+            "--trainer.val_check_interval",
+            "2",
+            *extra,
+        ]
+    )
 
 
 def test_fit_twice_gives_two_runs_each_with_config_and_export(tiny_bert, corpus_file, tmp_path):
@@ -53,8 +68,17 @@ def test_bad_input_is_one_clear_line(tiny_bert, corpus_file, tmp_path, capsys, a
     jsonl = tmp_path / "c.jsonl"
     jsonl.write_text('{"text": "a b c"}\n')
     args = [str(jsonl) if a == "JSONL" else a for a in args]
-    base = ["fit", "--config", TINY, "--model.init_from", str(tiny_bert), "--data.train", str(corpus_file),
-            "--trainer.default_root_dir", str(tmp_path)]
+    base = [
+        "fit",
+        "--config",
+        TINY,
+        "--model.init_from",
+        str(tiny_bert),
+        "--data.train",
+        str(corpus_file),
+        "--trainer.default_root_dir",
+        str(tmp_path),
+    ]
     with pytest.raises(SystemExit) as exc:
         main(base + args)
     assert exc.value.code == 2

@@ -10,6 +10,7 @@ import lightning.pytorch as L
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 from domainbert.data import readers
 from domainbert.errors import DomainBertError
@@ -254,7 +255,7 @@ class CorpusDataModule(L.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:  # noqa: D102
         g = torch.Generator().manual_seed(self.hparams.seed)
-        return DataLoader(
+        return StatefulDataLoader(
             self.train_ds,
             batch_size=self.batch_size,
             shuffle=True,

@@ -224,7 +224,7 @@ class MaskedLMModule(HFModule):
 
     # -- steps --------------------------------------------------------------------------------------
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:  # noqa: D102
-        out = self(batch, salt=self.global_step * 7919 + batch_idx)
+        out = self(batch, salt=self.trainer.fit_loop.total_batch_idx if self._trainer else batch_idx)
         self.log("train/loss", out["loss"], prog_bar=True)
         if "nsp_loss" in out:
             self.log("train/nsp_loss", out["nsp_loss"])
