@@ -20,6 +20,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from domainbert.callbacks import HFExport, TrainingGuard
 from domainbert.errors import DomainBertError
+from domainbert.hardware import auto_precision
 from domainbert.hf import check_max_length
 
 #: Subcommands outside LightningCLI, and the module whose ``main(argv)`` runs each.
@@ -43,6 +44,8 @@ class DomainBertCLI(LightningCLI):
 
     - ``data.num_labels`` and ``data.label_names`` flow into the model (``link_arguments``).
     - After instantiation the model's tokenizer is handed to the datamodule through ``connect``.
+    - ``trainer.precision`` left unset (null) becomes ``bf16-mixed`` where bf16 is native (CUDA, or a CPU with
+      AMX/AVX512-BF16) and ``32-true`` elsewhere.
     - Each run logs to ``<trainer.default_root_dir>/<run_name>/version_<n>``, a fresh folder, where the
       config, the checkpoints and the ``hf/`` export are written.
     """
@@ -79,6 +82,11 @@ class DomainBertCLI(LightningCLI):
     def before_instantiate_classes(self) -> None:  # noqa: D102
         cfg = self.config[self.subcommand] if self.subcommand else self.config
         trainer = cfg.get("trainer")
+        if trainer is not None and trainer.get("precision") is None:
+            trainer["precision"] = auto_precision(trainer.get("accelerator"))
+            logging.getLogger(__name__).info(
+                "trainer.precision not set: using %s on this machine", trainer["precision"]
+            )
         if trainer is not None and trainer.get("logger") in (None, True):
             name = cfg.get("run_name") or _config_stem(cfg) or "run"
             trainer["logger"] = {
