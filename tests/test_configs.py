@@ -16,7 +16,6 @@ FIT_CONFIGS = sorted(
 @pytest.fixture(scope="module")
 def tiny_teacher(tmp_path_factory):
     from distill_tiny import make_teacher
-
     from transformers import AutoConfig
 
     path = make_teacher("bert", tmp_path_factory.mktemp("teacher"), layers=4)

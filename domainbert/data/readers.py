@@ -170,6 +170,10 @@ def read(
             kind, data_files=[str(f) for f in files], split="train", cache_dir=cache_dir, **kwargs
         )
     except Exception as err:  # noqa: BLE001 - datasets raises many types; name the files
+        if "corresponds to no data" in str(err):  # e.g. a CSV with a header only, a JSONL of blank lines
+            raise DomainBertError(
+                f"{', '.join(map(str, files))}: no rows (the file holds only a header or blank lines)"
+            ) from err
         msg = str(err).splitlines()[0] if str(err) else type(err).__name__
         cause = err.__cause__
         detail = f" ({cause})" if cause else ""
