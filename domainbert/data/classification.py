@@ -1,0 +1,197 @@
+"""Sequence classification data: single texts or text pairs, one label or several per row."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import datasets
+
+from domainbert.augment import Augmenter, AugmentSettings, as_settings
+from domainbert.data.labelled import EncodedRows, LabelledDataModule
+from domainbert.errors import DomainBertError
+
+
+def split_labels(value, separator: str | None) -> list[str]:
+    """The labels of one multi-label cell: a list, or a string split on ``separator``."""
+    if isinstance(value, (list, tuple)):
+        return [str(v) for v in value]
+    if separator is not None and isinstance(value, str):
+        return [v.strip() for v in value.split(separator) if v.strip()]
+    return [str(value)]
+
+
+class ClassificationEncoder:
+    """Tokenize text (and text pairs) and turn labels into ids or multi-hot vectors; used with ``Dataset.map``."""
+
+    def __init__(
+        self,
+        tokenizer,
+        text_column: str,
+        text_pair_column: str | None,
+        label_column: str,
+        label2id: dict[str, int] | None,
+        multi_label: bool,
+        max_length: int,
+        separator: str | None,
+    ) -> None:
+        self.tokenizer = tokenizer
+        self.text_column = text_column
+        self.text_pair_column = text_pair_column
+        self.label_column = label_column
+        self.label2id = label2id
+        self.multi_label = multi_label
+        self.max_length = max_length
+        self.separator = separator
+
+    def __call__(self, batch: dict[str, list]) -> dict[str, list]:  # noqa: D102
+        texts = batch[self.text_column]
+        pairs = batch[self.text_pair_column] if self.text_pair_column else None
+        enc = dict(self.tokenizer(texts, pairs, truncation=True, max_length=self.max_length))
+        if self.label2id is not None and self.label_column in batch:
+            values = batch[self.label_column]
+            if self.multi_label:
+                n = len(self.label2id)
+                hot = []
+                for v in values:
+                    row = [0.0] * n
+                    for label in split_labels(v, self.separator):
+                        row[self.label2id[label]] = 1.0
+                    hot.append(row)
+                enc["labels"] = hot
+            else:
+                enc["labels"] = [self.label2id[str(v)] for v in values]
+        return enc
+
+
+class ClassificationDataModule(LabelledDataModule):
+    """Labelled text (or text pairs) from CSV/TSV, JSONL, Parquet or ``datasets`` folders.
+
+    The label set comes from the training split (sorted) unless ``labels`` gives it; the CLI links
+    ``num_labels`` and ``label_names`` into the model. A validation or test label outside the set is
+    an error naming the file, the row and the value.
+    """
+
+    def __init__(
+        self,
+        train: str | None = None,
+        val: str | None = None,
+        test: str | None = None,
+        predict: str | None = None,
+        text_column: str = "text",
+        text_pair_column: str | None = None,
+        label_column: str = "label",
+        labels: list[str] | None = None,
+        multi_label: bool = False,
+        label_separator: str | None = None,
+        batch_size: int = 32,
+        eval_batch_size: int | None = None,
+        max_length: int = 128,
+        group_by_length: bool = False,
+        num_workers: int = 0,
+        num_proc: int | None = None,
+        cache_dir: str | None = None,
+        seed: int = 0,
+        augment: AugmentSettings | None = None,
+    ) -> None:
+        """Configure the splits, columns and batching.
+
+        Args:
+            train: training file(s): a path, glob, folder or saved ``datasets`` folder.
+            val: validation file(s).
+            test: test file(s).
+            predict: unlabelled file(s) for ``domainbert predict`` (a label column, if present, is kept as ``gold``).
+            text_column: the column with the text.
+            text_pair_column: the column with the second text of a pair (sentence-pair tasks); None for single texts.
+            label_column: the column with the label (multi-label: a list of labels, or a string split on
+                ``label_separator``).
+            labels: the label set, in id order; by default every label of the training split, sorted.
+            multi_label: rows may carry several labels (sigmoid outputs, multi-hot targets).
+            label_separator: for multi-label string cells, the separator between labels (e.g. ``|``).
+            batch_size: training batch size.
+            eval_batch_size: batch size for validation, test and predict (default: ``batch_size``).
+            max_length: longest tokenized input; longer ones are truncated.
+            group_by_length: batch rows of similar length together (less padding, faster).
+            num_workers: dataloader worker processes.
+            num_proc: processes for tokenizing with ``Dataset.map``.
+            cache_dir: ``datasets`` cache folder for the read files.
+            seed: seed of the training order (and of augmentation, unless ``augment.seed`` is set).
+            augment: augmentation of training text, applied on the fly (see ``domainbert.augment``).
+        """
+        super().__init__(
+            train=train,
+            val=val,
+            test=test,
+            predict=predict,
+            labels=labels,
+            batch_size=batch_size,
+            eval_batch_size=eval_batch_size,
+            max_length=max_length,
+            group_by_length=group_by_length,
+            num_workers=num_workers,
+            num_proc=num_proc,
+            cache_dir=cache_dir,
+            seed=seed,
+        )
+        self.text_column = text_column
+        self.text_pair_column = text_pair_column
+        self.label_column = label_column
+        self.multi_label = multi_label
+        self.label_separator = label_separator
+        self.augment = as_settings(augment)
+        self.tensor_keys = ("labels",)
+
+    def columns(self, split: str) -> list[str]:  # noqa: D102
+        cols = [self.text_column] + ([self.text_pair_column] if self.text_pair_column else [])
+        return cols if split == "predict" else cols + [self.label_column]
+
+    def row_labels(self, value) -> list[str]:  # noqa: D102
+        if value is None:
+            return []
+        if self.multi_label:
+            return split_labels(value, self.label_separator)
+        if isinstance(value, (list, tuple)):
+            raise DomainBertError(
+                f"column {self.label_column!r} holds lists of labels ({value!r}); set data.multi_label: true"
+            )
+        return [str(value)]
+
+    def check_rows(self, split: str, ds: datasets.Dataset) -> None:  # noqa: D102
+        for col in self.columns(split)[: 2 if self.text_pair_column else 1]:
+            for row, value in enumerate(ds[col], 1):
+                if not isinstance(value, str):
+                    raise DomainBertError(
+                        f"{self.path(split)}: row {row}: column {col!r} should hold text, found {value!r}"
+                    )
+
+    def encoder(self, split: str) -> Callable[[dict], dict]:  # noqa: D102
+        return ClassificationEncoder(
+            self.tokenizer,
+            self.text_column,
+            self.text_pair_column,
+            self.label_column,
+            None if split == "predict" else self.label2id,
+            self.multi_label,
+            self.max_length,
+            self.label_separator,
+        )
+
+    def encode(self, split: str, ds: datasets.Dataset):  # noqa: D102
+        if split == "train" and self.augment is not None:
+            augmenter = Augmenter(self.augment)
+            if augmenter.active:
+                fields = [c for c in (self.text_column, self.text_pair_column) if c]
+                return EncodedRows(ds, self.encoder(split), AugmentRow(augmenter, fields))
+        return super().encode(split, ds)
+
+
+class AugmentRow:
+    """Augment the text fields of a row, seeded by the row and the epoch."""
+
+    def __init__(self, augmenter: Augmenter, fields: list[str]) -> None:
+        self.augmenter = augmenter
+        self.fields = fields
+
+    def __call__(self, row: dict, index: int, epoch: int) -> dict:  # noqa: D102
+        for field in self.fields:
+            row[field] = self.augmenter(row[field], self.augmenter.rng(epoch, index, field))
+        return row

@@ -1,0 +1,181 @@
+"""Token tagging data (BIO tags): each row a list of words and a list of tags of the same length.
+
+Each word's tag goes on its first sub-token; the other sub-tokens (and special tokens) get -100 and
+are ignored by the loss and the metric. Words cut off by ``max_length`` are dropped from training and
+evaluation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import datasets
+
+from domainbert.data.labelled import LabelledDataModule
+from domainbert.errors import DomainBertError
+from domainbert.metrics import split_tag
+
+
+def bio_order(found: set[str]) -> list[str]:
+    """``O`` first, then per entity type ``B-TYPE``, ``I-TYPE`` (both, even if only one was seen)."""
+    types = sorted({split_tag(t)[1] for t in found if t != "O"})
+    return ["O"] + [f"{p}-{t}" for t in types for p in ("B", "I")]
+
+
+class TaggingEncoder:
+    """Tokenize pre-split words and put each word's tag id on its first sub-token (-100 elsewhere)."""
+
+    def __init__(
+        self,
+        tokenizer,
+        tokens_column: str,
+        tags_column: str,
+        label2id: dict[str, int] | None,
+        max_length: int,
+        keep_word_starts: bool = False,
+    ) -> None:
+        self.tokenizer = tokenizer
+        self.tokens_column = tokens_column
+        self.tags_column = tags_column
+        self.label2id = label2id
+        self.max_length = max_length
+        self.keep_word_starts = keep_word_starts
+
+    def __call__(self, batch: dict[str, list]) -> dict[str, list]:  # noqa: D102
+        words = batch[self.tokens_column]
+        enc = self.tokenizer(words, is_split_into_words=True, truncation=True, max_length=self.max_length)
+        tags = batch.get(self.tags_column) if self.label2id is not None else None
+        labels, starts = [], []
+        for i in range(len(words)):
+            row, first, prev = [], [], None
+            for w in enc.word_ids(i):
+                if w is None or w == prev:
+                    row.append(-100)
+                else:
+                    row.append(self.label2id[tags[i][w]] if tags is not None else 0)
+                    first.append(w)
+                prev = w
+            labels.append(row)
+            starts.append(first)
+        out = dict(enc)
+        out["labels"] = labels
+        if self.keep_word_starts:
+            out["word_starts"] = starts
+            out["num_words"] = [len(w) for w in words]
+        return out
+
+
+class TaggingDataModule(LabelledDataModule):
+    """BIO-tagged words from JSONL, Parquet or ``datasets`` folders (columns of lists).
+
+    The tag set comes from the training split (``O``, then ``B-``/``I-`` per type) unless ``labels``
+    gives it; a validation or test tag outside it is an error naming the file, row and tag.
+    """
+
+    token_keys = ("labels",)
+    tensor_keys = ()
+
+    def __init__(
+        self,
+        train: str | None = None,
+        val: str | None = None,
+        test: str | None = None,
+        predict: str | None = None,
+        tokens_column: str = "tokens",
+        tags_column: str = "tags",
+        labels: list[str] | None = None,
+        batch_size: int = 32,
+        eval_batch_size: int | None = None,
+        max_length: int = 128,
+        group_by_length: bool = False,
+        num_workers: int = 0,
+        num_proc: int | None = None,
+        cache_dir: str | None = None,
+        seed: int = 0,
+    ) -> None:
+        """Configure the splits, columns and batching.
+
+        Args:
+            train: training file(s): a path, glob, folder or saved ``datasets`` folder.
+            val: validation file(s).
+            test: test file(s).
+            predict: file(s) of words to tag with ``domainbert predict``.
+            tokens_column: the column with each row's list of words.
+            tags_column: the column with each row's list of BIO tags (``O``, ``B-TYPE``, ``I-TYPE``).
+            labels: the tag set, in id order; by default taken from the training split.
+            batch_size: training batch size.
+            eval_batch_size: batch size for validation, test and predict (default: ``batch_size``).
+            max_length: longest tokenized input; words beyond it are dropped.
+            group_by_length: batch rows of similar length together.
+            num_workers: dataloader worker processes.
+            num_proc: processes for tokenizing with ``Dataset.map``.
+            cache_dir: ``datasets`` cache folder for the read files.
+            seed: seed of the training order.
+        """
+        if labels is not None:
+            for tag in labels:
+                try:
+                    split_tag(str(tag))
+                except ValueError as err:
+                    raise DomainBertError(f"data.labels: {err}") from None
+        super().__init__(
+            train=train,
+            val=val,
+            test=test,
+            predict=predict,
+            labels=labels,
+            batch_size=batch_size,
+            eval_batch_size=eval_batch_size,
+            max_length=max_length,
+            group_by_length=group_by_length,
+            num_workers=num_workers,
+            num_proc=num_proc,
+            cache_dir=cache_dir,
+            seed=seed,
+        )
+        self.tokens_column = tokens_column
+        self.tags_column = tags_column
+        self.label_column = tags_column
+
+    def columns(self, split: str) -> list[str]:  # noqa: D102
+        return [self.tokens_column] if split == "predict" else [self.tokens_column, self.tags_column]
+
+    def row_labels(self, value) -> list[str]:  # noqa: D102
+        return [str(v) for v in value or []]
+
+    def order_labels(self, found: set[str]) -> list[str]:  # noqa: D102
+        return bio_order(found)
+
+    def check_rows(self, split: str, ds: datasets.Dataset) -> None:  # noqa: D102
+        path = self.path(split)
+        words_col = ds[self.tokens_column]
+        tags_col = ds[self.tags_column] if self.tags_column in ds.column_names else None
+        for row, words in enumerate(words_col, 1):
+            if not isinstance(words, list) or not all(isinstance(w, str) for w in words):
+                raise DomainBertError(
+                    f"{path}: row {row}: column {self.tokens_column!r} should hold a list of words, found {words!r}"
+                )
+            if tags_col is None:
+                continue
+            tags = tags_col[row - 1]
+            if not isinstance(tags, list) or len(tags) != len(words):
+                n = len(tags) if isinstance(tags, list) else "no list of"
+                raise DomainBertError(
+                    f"{path}: row {row}: {len(words)} words but {n} tags (column {self.tags_column!r})"
+                )
+            for tag in tags:
+                try:
+                    split_tag(str(tag))
+                except ValueError as err:
+                    raise DomainBertError(f"{path}: row {row}: {err}") from None
+
+    def encoder(self, split: str) -> Callable[[dict], dict]:  # noqa: D102
+        predict = split == "predict"
+        return TaggingEncoder(
+            self.tokenizer,
+            self.tokens_column,
+            self.tags_column,
+            None if predict else self.label2id,
+            self.max_length,
+            keep_word_starts=predict,
+        )

@@ -1,0 +1,141 @@
+"""LoRA through ``peft``: per-family target modules, a trained task head, and merged exports.
+
+Fine-tuning modules take ``lora: LoraSettings | None``; ``None`` means full fine-tuning, and a value
+(even ``{}``, all defaults) switches to LoRA. The encoder is frozen, low-rank adapters are added to the
+attention projections named in :data:`TARGET_MODULES`, and the task head (``classifier``,
+``qa_outputs``...) is trained in full and saved with the adapter (peft's ``modules_to_save``).
+:func:`merged` folds the adapters into a plain ``transformers`` model for export.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from dataclasses import dataclass
+
+from torch import nn
+
+from domainbert.errors import DomainBertError
+
+#: Attention projections that receive adapters, per ``config.model_type``.
+TARGET_MODULES: dict[str, list[str]] = {
+    "bert": ["query", "value"],
+    "roberta": ["query", "value"],
+    "xlm-roberta": ["query", "value"],
+    "camembert": ["query", "value"],
+    "electra": ["query", "value"],
+    "albert": ["query", "value"],
+    "distilbert": ["q_lin", "v_lin"],
+    "deberta-v2": ["query_proj", "value_proj"],
+    "mpnet": ["q", "v"],
+}
+
+#: peft task types per kind of head.
+TASK_TYPES = {"seq_cls": "SEQ_CLS", "token_cls": "TOKEN_CLS", "qa": "QUESTION_ANS"}
+
+
+@dataclass
+class LoraSettings:
+    """LoRA hyperparameters.
+
+    Attributes:
+        r: rank of the adapters.
+        alpha: scaling numerator (``lora_alpha``); the update is scaled by ``alpha / r``.
+        dropout: dropout on the adapter input.
+        target_modules: module names to adapt; None picks the family's attention query and value.
+        bias: which biases to train: ``none``, ``all`` or ``lora_only``.
+    """
+
+    r: int = 8
+    alpha: int = 16
+    dropout: float = 0.1
+    target_modules: list[str] | None = None
+    bias: str = "none"
+
+
+def as_settings(value: LoraSettings | dict | None) -> LoraSettings | None:
+    """Accept a :class:`LoraSettings`, a plain dict of its fields (as stored in hparams), or None."""
+    if value is None or isinstance(value, LoraSettings):
+        return value
+    if isinstance(value, dict):
+        fields = {f.name for f in dataclasses.fields(LoraSettings)}
+        unknown = sorted(set(value) - fields)
+        if unknown:
+            raise DomainBertError(f"lora: unknown setting(s) {unknown}; expected some of {sorted(fields)}")
+        return LoraSettings(**value)
+    raise DomainBertError(f"lora: expected a mapping of settings or null, got {type(value).__name__}")
+
+
+def target_modules(model_type: str) -> list[str]:
+    """The attention projections to adapt for a model family.
+
+    Raises:
+        DomainBertError: for a family without a known default (name them in ``lora.target_modules``).
+    """
+    try:
+        return list(TARGET_MODULES[model_type])
+    except KeyError:
+        raise DomainBertError(
+            f"lora: no default target modules for model_type {model_type!r}; set model.lora.target_modules "
+            f"(known families: {sorted(TARGET_MODULES)})"
+        ) from None
+
+
+def head_modules(model: nn.Module) -> list[str]:
+    """Names of the task-head children of a ``transformers`` model: everything but the encoder that has weights."""
+    base = getattr(model, "base_model_prefix", "")
+    return [name for name, child in model.named_children() if name != base and any(True for _ in child.parameters())]
+
+
+def apply_lora(
+    model: nn.Module, settings: LoraSettings, task: str = "seq_cls", new_keys: list[str] | tuple = ()
+) -> nn.Module:
+    """Wrap ``model`` in a peft model: adapters on the targets, the task head trained and saved in full.
+
+    Args:
+        model: a ``transformers`` model with a task head.
+        settings: the LoRA hyperparameters.
+        task: ``seq_cls``, ``token_cls`` or ``qa``.
+        new_keys: weights the checkpoint lacked (initialised at random, such as BERT's pooler on an MLM
+            checkpoint); their modules are trained in full too, since a frozen random layer would stay random.
+    """
+    from peft import LoraConfig, get_peft_model
+
+    heads = head_modules(model)
+    extra = sorted({k.rsplit(".", 1)[0] for k in new_keys if "." in k})
+    extra = [m for m in extra if m.split(".", 1)[0] not in heads]
+    targets = settings.target_modules or target_modules(model.config.model_type)
+    config = LoraConfig(
+        task_type=TASK_TYPES[task],
+        r=settings.r,
+        lora_alpha=settings.alpha,
+        lora_dropout=settings.dropout,
+        target_modules=list(targets),
+        bias=settings.bias,
+        modules_to_save=heads + extra,
+    )
+    try:
+        return get_peft_model(model, config)
+    except ValueError as err:
+        raise DomainBertError(f"lora: {err}") from err
+
+
+def is_peft(model: nn.Module) -> bool:
+    """True for a peft-wrapped model."""
+    try:
+        from peft import PeftModel
+    except ImportError:  # pragma: no cover - peft is a dependency
+        return False
+    return isinstance(model, PeftModel)
+
+
+def merged(model: nn.Module) -> nn.Module:
+    """A plain ``transformers`` model with the adapters merged in (``merge_and_unload`` on a copy).
+
+    The model being trained is left as it is; a model without adapters is returned unchanged.
+    """
+    if not is_peft(model):
+        return model
+    plain = copy.deepcopy(model).merge_and_unload()
+    plain.train(model.training)
+    return plain

@@ -1,0 +1,207 @@
+"""Fine-tuning for extractive question answering, SQuAD style (``AutoModelForQuestionAnswering``).
+
+A long context is split into windows by the datamodule; each window scores its best span
+(start + end logit, start <= end, at most ``max_answer_length`` tokens, context tokens only); the
+answer of a question is the best span over all its windows, cut from the context by character offsets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from lightning.pytorch.cli import OptimizerCallable
+from transformers import AutoModelForQuestionAnswering
+
+from domainbert.lora import LoraSettings
+from domainbert.metrics import SquadExactMatch, SquadF1
+from domainbert.modules.classification import FineTuneModule, _lora_hparam
+
+
+def best_span(
+    start_logits: Sequence[float],
+    end_logits: Sequence[float],
+    offsets: Sequence,
+    max_answer_length: int = 30,
+    n_best: int = 20,
+) -> tuple[float, int, int] | None:
+    """The best ``(score, start_char, end_char)`` of one window, or None when no context span is valid.
+
+    Args:
+        start_logits: per-token start scores of the window.
+        end_logits: per-token end scores.
+        offsets: per-token ``(start_char, end_char)`` in the context, None for tokens outside it.
+        max_answer_length: longest answer, in tokens.
+        n_best: candidates considered for each of start and end.
+    """
+    n = len(offsets)
+    start_logits = torch.as_tensor(start_logits, dtype=torch.float32)[:n]
+    end_logits = torch.as_tensor(end_logits, dtype=torch.float32)[:n]
+    k = min(n_best, n)
+    starts = start_logits.topk(k).indices.tolist()
+    ends = end_logits.topk(k).indices.tolist()
+    best = None
+    for s in starts:
+        if offsets[s] is None:
+            continue
+        for e in ends:
+            if offsets[e] is None or e < s or e - s + 1 > max_answer_length:
+                continue
+            score = float(start_logits[s] + end_logits[e])
+            if best is None or score > best[0]:
+                best = (score, int(offsets[s][0]), int(offsets[e][1]))
+    return best
+
+
+class QuestionAnsweringModule(FineTuneModule):
+    """Extractive QA: predict the answer's start and end tokens in the context.
+
+    Logs ``train/loss``, ``val/loss``, ``val/em`` and ``val/f1`` (SQuAD exact match and token F1, as
+    fractions), and the same under ``test/``. ``predict_step`` returns each question's fields plus
+    ``answer`` and ``score``.
+    """
+
+    auto_cls = AutoModelForQuestionAnswering
+    lora_task = "qa"
+
+    def __init__(
+        self,
+        init_from: str,
+        learning_rate: float = 3e-5,
+        weight_decay: float = 0.01,
+        warmup_ratio: float = 0.1,
+        hidden_dropout: float | None = 0.1,
+        attention_dropout: float | None = 0.1,
+        classifier_dropout: float | None = 0.1,
+        layer_decay: float | None = None,
+        freeze_layers: int = 0,
+        max_answer_length: int = 30,
+        n_best: int = 20,
+        lora: LoraSettings | None = None,
+        optimizer: OptimizerCallable | None = None,
+    ) -> None:
+        """Load the checkpoint and put a span (start/end) head on it.
+
+        Args:
+            init_from: a Hugging Face model folder (e.g. a pretraining run's ``hf/`` export), a hub name,
+                or an installed model package's name.
+            learning_rate: peak learning rate.
+            weight_decay: AdamW weight decay (not on biases and LayerNorm).
+            warmup_ratio: fraction of the steps with linear warm-up; then linear decay to 0.
+            hidden_dropout: dropout on hidden states (None: keep the checkpoint's).
+            attention_dropout: dropout on attention probabilities (None: keep).
+            classifier_dropout: dropout before the span head where the family has one (None: keep).
+            layer_decay: layer-wise learning-rate decay factor; None for none.
+            freeze_layers: freeze the embeddings and this many bottom encoder layers.
+            max_answer_length: longest answer considered, in tokens.
+            n_best: start and end candidates considered per window.
+            lora: LoRA settings; None trains the whole model.
+            optimizer: an optimizer class path and its arguments; AdamW by default.
+        """
+        super().__init__()
+        lora = _lora_hparam(lora)
+        self.save_hyperparameters(ignore=["optimizer"])
+        self.optimizer = optimizer
+        self.build_model(
+            init_from, {}, hidden_dropout, attention_dropout, classifier_dropout, freeze_layers, lora
+        )
+        self.em = SquadExactMatch()
+        self.f1 = SquadF1()
+        self._answers: dict[int, dict] = {}
+
+    def forward(self, batch: dict):
+        """The model output (with ``loss`` when the batch has start/end positions)."""
+        kwargs = self.model_inputs(batch)
+        if "start_positions" in batch:
+            kwargs["start_positions"] = batch["start_positions"]
+            kwargs["end_positions"] = batch["end_positions"]
+        return self.model(**kwargs)
+
+    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:  # noqa: D102
+        loss = self(batch).loss
+        self.log("train/loss", loss, prog_bar=True, batch_size=batch["input_ids"].shape[0])
+        return loss
+
+    def collect(self, out, batch: dict) -> None:
+        """Keep, per question, the best span over its windows seen so far."""
+        starts = out.start_logits.float().cpu()
+        ends = out.end_logits.float().cpu()
+        for i, meta in enumerate(batch["meta"]):
+            span = best_span(starts[i], ends[i], meta["offsets"], self.hparams.max_answer_length, self.hparams.n_best)
+            ex = int(meta["example"])
+            prev = self._answers.get(ex)
+            if prev is None:
+                prev = self._answers[ex] = {
+                    "score": float("-inf"),
+                    "answer": "",
+                    "gold": list(meta.get("gold") or []),
+                    "id": meta.get("id"),
+                    "question": meta.get("question"),
+                    "context": meta.get("context"),
+                }
+            if span is not None and span[0] > prev["score"]:
+                prev["score"], prev["answer"] = span[0], meta["context"][span[1] : span[2]]
+
+    def _evaluate(self, batch: dict, stage: str) -> None:
+        out = self(batch)
+        self.log(f"{stage}/loss", out.loss, batch_size=batch["input_ids"].shape[0], prog_bar=stage == "val")
+        self.collect(out, batch)
+
+    def _log_answers(self, stage: str) -> None:
+        answers = list(self._answers.values())
+        self._answers = {}
+        if not answers:
+            return
+        self.em.update([a["answer"] for a in answers], [a["gold"] for a in answers])
+        self.f1.update([a["answer"] for a in answers], [a["gold"] for a in answers])
+        self.log(f"{stage}/em", self.em.compute(), prog_bar=stage == "val")
+        self.log(f"{stage}/f1", self.f1.compute(), prog_bar=stage == "val")
+        self.em.reset()
+        self.f1.reset()
+
+    def on_validation_epoch_start(self) -> None:  # noqa: D102
+        self._answers = {}
+
+    def validation_step(self, batch: dict, batch_idx: int) -> None:  # noqa: D102
+        self._evaluate(batch, "val")
+
+    def on_validation_epoch_end(self) -> None:  # noqa: D102
+        self._log_answers("val")
+
+    def on_test_epoch_start(self) -> None:  # noqa: D102
+        self._answers = {}
+
+    def test_step(self, batch: dict, batch_idx: int) -> None:  # noqa: D102
+        self._evaluate(batch, "test")
+
+    def on_test_epoch_end(self) -> None:  # noqa: D102
+        self._log_answers("test")
+
+    def on_predict_epoch_start(self) -> None:  # noqa: D102
+        self._answers = {}
+
+    def predict_step(self, batch: dict, batch_idx: int, dataloader_idx: int = 0) -> list[dict]:
+        """Answers of the questions whose last window is in this batch: id, question, ``answer``, ``score``.
+
+        Windows of one question are consecutive, so a question is complete once a later question appears
+        (or at the last batch).
+        """
+        self.collect(self(batch), batch)
+        last = int(batch["meta"][-1]["example"])
+        final = batch_idx + 1 >= self._predict_batches()
+        done = sorted(ex for ex in self._answers if final or ex < last)
+        rows = []
+        for ex in done:
+            a = self._answers.pop(ex)
+            row = {"id": a["id"], "question": a["question"], "answer": a["answer"], "score": round(a["score"], 4)}
+            if a["gold"]:
+                row["gold"] = a["gold"]
+            rows.append(row)
+        return rows
+
+    def _predict_batches(self) -> int:
+        trainer = self._trainer
+        if trainer is None:
+            return 1 << 62
+        n = trainer.num_predict_batches
+        return int(n[0] if isinstance(n, (list, tuple)) else n)

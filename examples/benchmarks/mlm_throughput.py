@@ -1,0 +1,275 @@
+"""MLM training throughput: domainbert against the Hugging Face Trainer (``run_mlm.py`` style), side by side.
+
+domainbert's way: ``lightning.pytorch.Trainer`` with ``MaskedLMModule`` (logits only at the masked
+positions, masks drawn in the step) and ``CorpusDataModule`` (cached tokenization, packed blocks),
+at ``--precision`` (``auto``: ``bf16-mixed`` where the CPU multiplies bf16 in hardware, else ``32-true``).
+The Hugging Face way: tokenize + ``group_texts`` + ``DataCollatorForLanguageModeling`` + ``Trainer``,
+with its defaults (fp32) and with ``bf16=True``.
+
+Every side runs in this one process on the same model, the same documents, batch size, sequence length and
+thread count. Data set-up is excluded; after ``--warmup`` steps, ``--steps`` optimizer steps are timed.
+
+    python examples/benchmarks/mlm_throughput.py                  # all-MiniLM-L6-v2, seq 128, batch 32
+    python examples/benchmarks/mlm_throughput.py --quick          # tiny model, seconds (what the tests run)
+    python examples/benchmarks/mlm_throughput.py --sides domainbert,domainbert_dense,hf   # what sparse logits give
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+import tempfile
+from itertools import chain
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import common  # noqa: E402
+
+#: side name -> (implementation, precision kind or None for ``--precision``, sparse logits, fused AdamW)
+SIDES = {
+    "domainbert": ("domainbert", None, True, False),
+    "domainbert_fp32": ("domainbert", "fp32", True, False),
+    "domainbert_bf16": ("domainbert", "bf16", True, False),
+    "domainbert_dense": ("domainbert", None, False, False),
+    "domainbert_fused": ("domainbert", None, True, True),
+    "hf": ("hf", "fp32", None, None),
+    "hf_bf16": ("hf", "bf16", None, None),
+}
+LIGHTNING_PRECISION = {"bf16": "bf16-mixed", "fp32": "32-true"}
+
+
+def run_domainbert(args, model_path: str, corpus: Path, kind: str, sparse: bool, fused: bool = False) -> dict:
+    """Train with Lightning + MaskedLMModule + CorpusDataModule; return the clock and the model.
+
+    ``fused`` injects ``torch.optim.AdamW(fused=True)`` (what the HF Trainer uses by default) through the
+    module's ``optimizer`` argument, instead of the default AdamW (a per-tensor loop on CPU).
+    """
+    import functools
+
+    import lightning.pytorch as L
+    import torch
+
+    from domainbert.data.corpus import CorpusDataModule
+    from domainbert.modules.mlm import MaskedLMModule
+
+    L.seed_everything(args.seed, verbose=False)
+    module = MaskedLMModule(
+        init_from=model_path,
+        learning_rate=5e-5,
+        mlm_probability=0.15,
+        head_warmup_steps=0,  # the encoder trains from the first step, as in the HF Trainer
+        sparse_logits=sparse,
+        seed=args.seed,
+        optimizer=functools.partial(torch.optim.AdamW, fused=True) if fused else None,
+    )
+    dm = CorpusDataModule(train=str(corpus), val_ratio=0, max_length=args.seq, batch_size=args.batch, seed=args.seed)
+    dm.connect(module.tokenizer)
+    dm.setup("fit")  # not timed: the data set-up (see data_cache.py)
+    clock = common.StepClock(args.warmup)
+
+    class Clock(L.Callback):
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):  # noqa: D102
+            clock.tick(batch["input_ids"].numel())
+
+    trainer = L.Trainer(
+        accelerator="cpu",
+        devices=1,
+        precision=LIGHTNING_PRECISION[kind],
+        max_steps=args.warmup + args.steps,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        num_sanity_val_steps=0,
+        callbacks=[Clock()],
+    )
+    common.reset_peak_rss()
+    trainer.fit(module, datamodule=dm)
+    return {"clock": clock, "model": module.model, "peak_rss_mb": common.peak_rss_mb()}
+
+
+def run_hf(args, model_path: str, corpus: Path, kind: str) -> dict:
+    """Train the ``run_mlm.py`` way: tokenize, group_texts, DataCollatorForLanguageModeling, Trainer."""
+    import datasets
+    from transformers import (
+        AutoModelForMaskedLM,
+        AutoTokenizer,
+        DataCollatorForLanguageModeling,
+        PrinterCallback,
+        Trainer,
+        TrainerCallback,
+        TrainingArguments,
+        set_seed,
+    )
+
+    set_seed(args.seed)
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    model = AutoModelForMaskedLM.from_pretrained(model_path)
+    raw = datasets.load_dataset("text", data_files=str(corpus), split="train")
+    tokenized = raw.map(
+        lambda b: tokenizer(b["text"], return_special_tokens_mask=True), batched=True, remove_columns=["text"]
+    )
+    block = args.seq
+
+    def group_texts(examples):
+        joined = {k: list(chain(*examples[k])) for k in examples}
+        total = len(joined["input_ids"]) // block * block
+        return {k: [t[i : i + block] for i in range(0, total, block)] for k, t in joined.items()}
+
+    lm = tokenized.map(group_texts, batched=True)
+    mlm = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15)
+    sizes: list[int] = []
+
+    def collate(rows):
+        batch = mlm(rows)
+        sizes.append(batch["input_ids"].numel())
+        return batch
+
+    clock = common.StepClock(args.warmup)
+
+    class Clock(TrainerCallback):
+        def on_step_end(self, targs, state, control, **kw):  # noqa: D102
+            clock.tick(sizes[-1] if sizes else 0)
+
+    with tempfile.TemporaryDirectory(prefix="domainbert-bench-hf-") as out:
+        targs = TrainingArguments(
+            output_dir=out,
+            per_device_train_batch_size=args.batch,
+            max_steps=args.warmup + args.steps,
+            learning_rate=5e-5,
+            weight_decay=0.01,
+            bf16=kind == "bf16",
+            use_cpu=True,
+            report_to=[],
+            logging_strategy="no",
+            save_strategy="no",
+            eval_strategy="no",
+            disable_tqdm=True,
+            seed=args.seed,
+            dataloader_num_workers=0,
+        )
+        trainer = Trainer(model=model, args=targs, train_dataset=lm, data_collator=collate, callbacks=[Clock()])
+        trainer.remove_callback(PrinterCallback)  # no metrics dict printed over the table
+        common.reset_peak_rss()
+        trainer.train()
+    return {"clock": clock, "model": model, "peak_rss_mb": common.peak_rss_mb()}
+
+
+def default_sides(precision: str) -> list[str]:
+    """Every side that is practical on this CPU: the bf16 HF run only where bf16 is native."""
+    if precision == "auto" and not common.native_bf16():
+        return ["domainbert", "hf"]
+    return ["domainbert", "hf", "hf_bf16"]
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """Run the benchmark; print the table and the key=value line; return the figures."""
+    p = common.base_parser(__doc__.splitlines()[0], steps=5, warmup=2)
+    p.add_argument("--seq", type=int, default=128, help="tokens per block")
+    p.add_argument("--batch", type=int, default=32, help="blocks per batch")
+    p.add_argument("--documents", type=int, default=2000, help="documents of the Debian corpus to use")
+    p.add_argument(
+        "--precision",
+        choices=["auto", "bf16", "fp32"],
+        default="auto",
+        help="domainbert's precision; auto: bf16-mixed where the CPU has AMX/AVX512-BF16, else fp32",
+    )
+    p.add_argument("--sides", default=None, help=f"comma-separated sides from {sorted(SIDES)}; default: all practical")
+    p.add_argument("--repeats", type=int, default=1, help="run every side this many times (interleaved); median")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.seq, args.batch, args.documents = 64, 8, 200
+        args.steps, args.warmup = min(args.steps, 2), min(args.warmup, 1)
+    common.quiet()
+    threads = common.set_threads(args.threads)
+    kind = args.precision if args.precision != "auto" else ("bf16" if common.native_bf16() else "fp32")
+    sides = args.sides.split(",") if args.sides else default_sides(args.precision)
+    unknown = [s for s in sides if s not in SIDES]
+    if unknown:
+        p.error(f"unknown sides {unknown}; choose from {sorted(SIDES)}")
+    model_path = common.resolve_model(args.model, args.quick)
+    print(f"# machine: {common.describe_machine(threads)}")
+    print(
+        f"# model: {model_path}; seq {args.seq}, batch {args.batch}, {args.warmup} warm-up + {args.steps} timed steps"
+    )
+    if kind == "bf16" and not common.native_bf16():
+        print("# warning: this CPU has no native bf16 (AMX/AVX512-BF16): bf16 matmuls are emulated and far slower")
+
+    results: dict[str, list[dict]] = {s: [] for s in sides}
+    fpt = None
+    with tempfile.TemporaryDirectory(prefix="domainbert-bench-mlm-") as tmp:
+        corpus = common.corpus_subset(args.documents, tmp)
+        for _ in range(args.repeats):
+            for side in sides:
+                impl, side_kind, sparse, fused = SIDES[side]
+                side_kind = side_kind or kind
+                gc.collect()
+                if impl == "domainbert":
+                    res = run_domainbert(args, model_path, corpus, side_kind, sparse, fused)
+                else:
+                    res = run_hf(args, model_path, corpus, side_kind)
+                if fpt is None:
+                    fpt = common.flops_per_token(res["model"], args.seq, training=True, mlm_probability=0.15)
+                clock = res.pop("clock")
+                res.pop("model")
+                res.update(
+                    kind=side_kind,
+                    rate=clock.rate(),
+                    cpu_rate=clock.cpu_rate(),
+                    step_s=common.median(clock.step_seconds()),
+                )
+                results[side].append(res)
+                print(f"# {side}: {res['rate']:.1f} tokens/s ({res['step_s']:.3g} s/step)", flush=True)
+                gc.collect()
+
+    rate = {s: common.median([r["rate"] for r in rs]) for s, rs in results.items()}
+    cpu_rate = {s: common.median([r["cpu_rate"] for r in rs]) for s, rs in results.items()}
+    hf = rate.get("hf", float("nan"))
+    rows = []
+    for side, rs in results.items():
+        k = rs[0]["kind"]
+        flops = rate[side] * fpt
+        rows.append(
+            {
+                "side": side,
+                "precision": k,
+                "tokens/s": rate[side],
+                "vs hf fp32": rate[side] / hf,
+                "tokens/CPU-s": cpu_rate[side],
+                "CPU-s vs hf": cpu_rate[side] / cpu_rate.get("hf", float("nan")),
+                "s/step": common.median([r["step_s"] for r in rs]),
+                "peak RSS MB": max(r["peak_rss_mb"] for r in rs),
+                "MFU (bf16 peak)": common.mfu(flops, "bf16"),
+                "MFU (own peak)": common.mfu(flops, k),
+            }
+        )
+    print(common.table(rows, list(rows[0])))
+    nan = float("nan")
+    bf16_side = "domainbert" if kind == "bf16" else "domainbert_bf16"
+    ours = rate.get("domainbert", nan)
+    peaks = {s: max(r["peak_rss_mb"] for r in rs) for s, rs in results.items()}
+    figures = {
+        "tokens_per_s": ours,
+        "hf_tokens_per_s": hf,
+        "hf_bf16_tokens_per_s": rate.get("hf_bf16", nan),
+        "ratio": ours / hf,
+        "ratio_fp32": ours / hf,
+        "ratio_bf16": rate.get(bf16_side, nan) / rate.get("hf_bf16", nan),
+        "cpu_ratio_fp32": cpu_rate.get("domainbert", nan) / cpu_rate.get("hf", nan),
+        "cpu_ratio_bf16": cpu_rate.get(bf16_side, nan) / cpu_rate.get("hf_bf16", nan),
+        "peak_rss_mb": peaks.get("domainbert", nan),
+        "hf_peak_rss_mb": peaks.get("hf", nan),
+        "mfu": common.mfu(ours * fpt, "bf16"),
+        "hf_mfu": common.mfu(hf * fpt, "bf16"),
+        "precision": kind,
+        "native_bf16": common.native_bf16(),
+        "threads": threads,
+    }
+    print(common.kv_line(figures))
+    return figures
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,197 @@
+"""Deployment: int8 close to float, pruning keeps the shape contract, ONNX matches, reports are written."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from distill_tiny import LABELS, batches, make_teacher, write_jsonl
+from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+from domainbert import deploy
+from domainbert.errors import DomainBertError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    root = tmp_path_factory.mktemp("deploy")
+    path = make_teacher("bert", root / "model", layers=2)
+    return {
+        "root": root,
+        "model": path,
+        "train": write_jsonl(root / "train.jsonl", "train"),
+        "test": write_jsonl(root / "test.jsonl", "test"),
+    }
+
+
+def _load(path):
+    return AutoModelForSequenceClassification.from_pretrained(path).eval(), AutoTokenizer.from_pretrained(path)
+
+
+def test_int8_logits_stay_close_to_float(tiny):
+    model, tok = _load(tiny["model"])
+    batch = batches(tok, "test", 15)[0]
+    ref = deploy.TorchRunner(model)(batch)
+    q, info = deploy.quantize_int8(model, "torch")
+    assert info["backend"] == "torch"
+    assert isinstance(q.bert.encoder.layer[0].attention.self.query, torch.ao.nn.quantized.dynamic.Linear)
+    got = deploy.TorchRunner(q)(batch)
+    assert (got - ref).abs().max() < 0.05 * ref.abs().max() + 0.02
+    assert torch.equal(got.argmax(-1), ref.argmax(-1)) or (got.argmax(-1) != ref.argmax(-1)).float().mean() < 0.2
+    # the float model is untouched
+    assert isinstance(model.bert.encoder.layer[0].attention.self.query, torch.nn.Linear)
+
+
+def test_torchao_int8_when_installed(tiny):
+    pytest.importorskip("torchao")
+    model, tok = _load(tiny["model"])
+    batch = batches(tok, "test", 15)[0]
+    q, info = deploy.quantize_int8(model, "torchao")
+    ref = deploy.TorchRunner(model)(batch)
+    assert info["backend"] == "torchao"
+    assert (deploy.TorchRunner(q)(batch) - ref).abs().max() < 0.05 * ref.abs().max() + 0.02
+
+
+@pytest.mark.parametrize("family", ["bert", "distilbert", "albert"])
+def test_pruned_model_keeps_its_shape_contract(tmp_path, family):
+    path = make_teacher(family, tmp_path / family, layers=2)
+    model, tok = _load(path)
+    batch = batches(tok, "test", 8)[0]
+    before = deploy.TorchRunner(model)(batch)
+    n_before = deploy.count_heads(model)
+    importance = deploy.head_importance(
+        model, [batch], lambda o, b: torch.nn.functional.cross_entropy(o.logits, b["labels"])
+    )
+    chosen = deploy.choose_heads(importance, 0.5)
+    assert sum(len(v) for v in chosen.values()) >= 1
+    params_before = deploy.num_params(model)
+    record = deploy.prune_heads(model, chosen)
+    assert deploy.count_heads(model) == n_before - sum(len(v) for v in chosen.values())
+    assert deploy.num_params(model) < params_before
+    after = deploy.TorchRunner(model)(batch)
+    assert after.shape == before.shape
+    # other batch shapes still work
+    other = batches(tok, "train", 3)[2]
+    assert deploy.TorchRunner(model)(other).shape == (3, len(LABELS))
+    # saved and loaded back: same structure and logits
+    model.save_pretrained(tmp_path / "pruned")
+    tok.save_pretrained(tmp_path / "pruned")
+    loaded, _, _ = deploy.load_variant(tmp_path / "pruned")
+    assert getattr(loaded.config, deploy.PRUNED_KEY) == record
+    torch.testing.assert_close(deploy.TorchRunner(loaded)(batch), after)
+
+
+def test_head_importance_is_the_mask_gradient(tiny):
+    model, tok = _load(tiny["model"])
+    batch = batches(tok, "test", 15)[0]
+    loss = lambda o, b: torch.nn.functional.cross_entropy(o.logits, b["labels"])  # noqa: E731
+    ref = deploy.TorchRunner(model)(batch)
+    with deploy.head_masks(model):  # all-ones masks change nothing
+        torch.testing.assert_close(deploy.TorchRunner(model)(batch), ref)
+    # a head whose output the next projection ignores has no importance and is pruned first
+    out = model.bert.encoder.layer[0].attention.output.dense
+    d = model.config.hidden_size // model.config.num_attention_heads
+    with torch.no_grad():
+        out.weight[:, d : 2 * d] = 0
+    imp = deploy.head_importance(model, [batch], loss, normalize=False)
+    assert imp["bert.encoder.layer.0.attention.self"][1] == 0
+    assert imp["bert.encoder.layer.0.attention.self"][0] > 0
+    assert deploy.choose_heads(imp, 0.25) == {"bert.encoder.layer.0.attention.self": [1]}
+    with pytest.raises(DomainBertError, match="fraction"):
+        deploy.choose_heads(imp, 1.0)
+
+
+def test_export_writes_every_variant_with_reports(tiny):
+    out = tiny["root"] / "out"
+    result = deploy.export(
+        model=str(tiny["model"]),
+        out=str(out),
+        teacher=str(tiny["model"]),
+        data=str(tiny["test"]),
+        train=str(tiny["train"]),
+        int8=True,
+        int8_backend="torch",
+        bf16=True,
+        onnx=True,
+        prune_heads=0.25,
+        refit_steps=3,
+        latency_examples=4,
+        repeats=1,
+        threads=1,
+    )
+    names = [r["variant"] for r in result["variants"]]
+    assert names == ["teacher", "student", "pruned", "bf16", "int8", "onnx"]
+    for name in names:
+        for f in ("report.json", "report.md"):
+            assert (out / name / f).exists(), (name, f)
+        rep = json.loads((out / name / "report.json").read_text())
+        assert rep["latency_ms_b1"] > 0 and rep["latency_ms_b32"] > 0 and rep["params"] > 0
+        assert 0 <= rep["f1_macro"] <= 1 and rep["size_mb"] > 0
+    assert (out / "report.md").read_text().startswith("# Deployment variants")
+    assert result["faster_at_b32"] in ("int8", "bf16")
+    pruned = json.loads((out / "pruned" / "report.json").read_text())
+    assert pruned["heads_after"] == pruned["heads_before"] - 1
+    # the ONNX model matches PyTorch on a batch shape it was not exported with
+    onnx_rep = json.loads((out / "onnx" / "report.json").read_text())
+    assert onnx_rep["check"] in ("ok",) or onnx_rep["check"].startswith("skipped")
+    model, tok, _ = deploy.load_variant(out / "pruned")
+    batch = {k: v for k, v in batches(tok, "train", 5)[3].items() if k != "labels"}
+    try:
+        runner = deploy.OnnxRunner(out / "onnx" / "model.onnx")
+    except ImportError:
+        pytest.skip("neither onnxruntime nor onnx installed")
+    torch.testing.assert_close(runner(batch), deploy.TorchRunner(model)(batch), atol=1e-4, rtol=1e-4)
+    # the int8 and bf16 folders load back and agree with what was measured
+    q, _, info = deploy.load_variant(out / "int8")
+    assert info["variant"] == "int8" and info["backend"] == "torch"
+    ref = deploy.TorchRunner(model)(batch)
+    assert (deploy.TorchRunner(q)(batch) - ref).abs().max() < 0.05 * ref.abs().max() + 0.02
+    b16, _, info = deploy.load_variant(out / "bf16")
+    assert info["variant"] == "bf16" and next(b16.parameters()).dtype == torch.bfloat16
+    assert (deploy.TorchRunner(b16, bf16=True)(batch) - ref).abs().max() < 0.1 * ref.abs().max() + 0.05
+
+
+def test_cli_help_and_flags(capsys):
+    with pytest.raises(SystemExit):
+        deploy.main(["--help"])
+    text = capsys.readouterr().out
+    for option in ("--model", "--out", "--teacher", "--int8", "--bf16", "--onnx", "--prune_heads", "--refit_steps"):
+        assert option in text
+    assert "fraction of attention heads to prune" in text
+    assert deploy._flag_values(["--int8", "--bf16", "false", "--onnx"], ["int8", "bf16", "onnx"]) == [
+        "--int8",
+        "true",
+        "--bf16",
+        "false",
+        "--onnx",
+        "true",
+    ]
+
+
+def test_prune_needs_training_data(tiny):
+    with pytest.raises(DomainBertError, match="--train"):
+        deploy.export(model=str(tiny["model"]), out=str(tiny["root"] / "x"), prune_heads=0.5, latency_examples=2)
+
+
+def test_benchmark_quick_runs(tiny_bert, tmp_path):
+    script = str(ROOT / "examples" / "benchmarks" / "distill_benchmark.py")
+    proc = subprocess.run(
+        [sys.executable, script, "--quick", "--model", str(tiny_bert), "--threads", "1"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.strip().splitlines()
+    assert any(line.startswith("----") for line in lines)
+    figures = dict(item.split("=", 1) for item in lines[-1].split())
+    for key in ("student_f1_ratio", "student_speedup_b32", "int8_speedup_b32", "bf16_speedup_b32"):
+        assert float(figures[key]) > 0, key
+    assert figures["faster_b32"] in ("int8", "bf16")

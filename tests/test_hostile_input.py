@@ -1,0 +1,284 @@
+"""Hostile input: each case of issue 8 gets a clear error naming what is wrong, or a documented handling.
+
+Cases still answered poorly by the framework are strict ``xfail`` tests whose reason names the fix needed;
+once the fix lands they XPASS, which fails the suite until the marker is removed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoTokenizer
+
+from domainbert.checks import check_checkpoint_config, check_checkpoint_model, checkpoint_family
+from domainbert.cli import main
+from domainbert.data.classification import ClassificationDataModule
+from domainbert.data.corpus import CorpusDataModule
+from domainbert.errors import DomainBertError
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY_MLM = str(ROOT / "configs/pretrain/tiny_debug.yaml")
+TINY_CLS = str(ROOT / "configs/finetune/tiny_classification.yaml")
+MLM = "domainbert.modules.mlm.MaskedLMModule"
+CLS = "domainbert.modules.classification.SequenceClassificationModule"
+
+#: size of the single-line corpus. The issue asks for 10 MB: tokenizing it takes ~46 s on 2 shared cores with the
+#: tiny tokenizer (~3 s per MB, linear), so the suite uses 1 MB; DOMAINBERT_HOSTILE_MB=10 runs the full size.
+HUGE_MB = float(os.environ.get("DOMAINBERT_HOSTILE_MB", "1"))
+
+bad_input = pytest.mark.faults(bad_inputs=1)
+
+
+@pytest.fixture(scope="module")
+def tok(tiny_bert):
+    return AutoTokenizer.from_pretrained(tiny_bert)
+
+
+def corpus(tok, train, **kw) -> CorpusDataModule:
+    dm = CorpusDataModule(train=str(train), **kw)
+    dm.connect(tok)
+    dm.setup("fit")
+    return dm
+
+
+def classification(tok, train, **kw) -> ClassificationDataModule:
+    dm = ClassificationDataModule(train=str(train), **kw)
+    dm.connect(tok)
+    dm.setup("fit")
+    return dm
+
+
+def jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def cli_error(capsys, argv: list[str]) -> str:
+    """Run the CLI, expect a user error (exit 2), return stderr."""
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    return capsys.readouterr().err
+
+
+# -- text corpora ------------------------------------------------------------------------------------
+
+
+@bad_input
+def test_random_bytes_name_the_file_and_the_line(tok, tmp_path):
+    rng = random.Random(0)
+    data = b"clean first line\n" + bytes(rng.randrange(256) for _ in range(4096))
+    path = tmp_path / "random.txt"
+    path.write_bytes(data)
+    try:
+        data.decode("utf-8")
+        raise AssertionError("the random bytes happen to be valid UTF-8")
+    except UnicodeDecodeError as err:
+        line = data[: err.start].count(b"\n") + 1
+    assert line >= 2
+    with pytest.raises(DomainBertError, match=rf"{path}: line {line}: .*not valid UTF-8"):
+        corpus(tok, path)
+
+
+@bad_input
+def test_mixed_encodings_name_the_line(tok, tmp_path):
+    path = tmp_path / "mixed.txt"
+    path.write_bytes("héllo wörld in utf-8\nplain ascii\n".encode() + "café in latin-1\n".encode("latin-1"))
+    with pytest.raises(DomainBertError, match=rf"{path}: line 3: bytes at offset \d+ are not valid UTF-8"):
+        corpus(tok, path)
+
+
+@bad_input
+def test_a_file_of_empty_lines_is_an_error(tok, tmp_path):
+    path = tmp_path / "empty_lines.txt"
+    path.write_text("\n\n   \n\t\n\n", encoding="utf-8")
+    with pytest.raises(DomainBertError, match=rf"{path}: the corpus has no non-empty text"):
+        corpus(tok, path)
+
+
+@bad_input
+def test_one_huge_line_is_packed_without_losing_a_token(tok, tmp_path):
+    """Documented handling: a document of any length is cut into full blocks; every token is kept, in order."""
+    words = (ROOT / "tests/fixtures/corpus.txt").read_text(encoding="utf-8").split()
+    n = int(HUGE_MB * 1e6)
+    reps = n // len(" ".join(words)) + 1
+    line = " ".join(words * reps)[:n].rsplit(" ", 1)[0]
+    path = tmp_path / "huge.txt"
+    path.write_text(line + "\n", encoding="utf-8")
+    dm = corpus(tok, path, val_ratio=0.0, max_length=64, batch_size=4)
+    want = tok(line, add_special_tokens=False, return_attention_mask=False, return_token_type_ids=False)["input_ids"]
+    want = [*want, tok.sep_token_id]  # the document separator
+    block = 64 - 2
+    assert len(dm.train_ds) == -(-len(want) // block)
+    got = []
+    for j in range(len(dm.train_ds)):
+        ids = dm.train_ds[j]["input_ids"]
+        assert ids[0] == tok.cls_token_id and ids[-1] == tok.sep_token_id
+        assert len(ids) == 64 or j == len(dm.train_ds) - 1
+        got.append(ids[1:-1])
+    np.testing.assert_array_equal(np.concatenate(got), np.asarray(want))
+    batch = next(iter(dm.train_dataloader()))
+    assert batch["input_ids"].shape == (4, 64)
+
+
+@bad_input
+def test_a_split_left_empty_by_filtering_is_an_error(tok, tmp_path):
+    """The corpus drops blank documents; a validation file with nothing else is named, not used empty."""
+    val = tmp_path / "val.txt"
+    val.write_text("   \n\n\t\n", encoding="utf-8")
+    with pytest.raises(DomainBertError, match=rf"{val}: the corpus has no non-empty text"):
+        corpus(tok, ROOT / "tests/fixtures/corpus.txt", val=str(val))
+
+
+@bad_input
+def test_a_csv_split_with_a_header_only_is_an_error(tok, tmp_path):
+    train = jsonl(tmp_path / "train.jsonl", [{"text": "a b", "label": "x"}, {"text": "c d", "label": "y"}])
+    val = tmp_path / "val.csv"
+    val.write_text("text,label\n", encoding="utf-8")
+    with pytest.raises(DomainBertError, match=rf"{val}: no rows"):
+        classification(tok, train, val=str(val))
+
+
+# -- labelled data -----------------------------------------------------------------------------------
+
+
+@bad_input
+def test_csv_with_quotes_and_newlines_inside_fields_is_read_exactly(tok, tmp_path):
+    path = tmp_path / "quoted.csv"
+    path.write_text(
+        'text,label\n"He said ""hi"", then\nleft, twice",a\nplain,b\n"multi\n\nline, with comma",a\n', encoding="utf-8"
+    )
+    dm = classification(tok, path)
+    want = ['He said "hi", then\nleft, twice', "plain", "multi\n\nline, with comma"]
+    assert list(dm.raw("train")["text"]) == want
+    assert dm.label_names == ["a", "b"]
+    encoded = dm.datasets["train"]
+    assert encoded["labels"] == [0, 1, 0]
+    assert encoded["input_ids"] == [tok(t, truncation=True, max_length=128)["input_ids"] for t in want]
+
+
+@bad_input
+def test_a_list_label_in_single_label_data_is_an_error(tok, tmp_path):
+    path = jsonl(tmp_path / "l.jsonl", [{"text": "a b", "label": "x"}, {"text": "c", "label": ["x", "y"]}])
+    with pytest.raises(DomainBertError, match=r"holds lists of labels .*multi_label"):
+        classification(tok, path)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="needs classification.py: check_rows must reject float/bool/dict/list label cells naming the row "
+    "(today 0, 1, 1.5 silently become the labels '0.0', '1.0', '1.5')",
+)
+@bad_input
+@pytest.mark.parametrize("bad", [1.5, {"id": 1}, True], ids=["float", "dict", "bool"])
+def test_a_label_of_the_wrong_type_names_the_row(tok, tmp_path, bad):
+    path = jsonl(
+        tmp_path / "w.jsonl", [{"text": "a b", "label": 0}, {"text": "c", "label": 1}, {"text": "d", "label": bad}]
+    )
+    try:
+        classification(tok, path)
+    except DomainBertError as err:
+        assert f"{path}: row 3" in str(err)
+    else:
+        raise AssertionError(f"a label {bad!r} was accepted")
+
+
+# -- configs and checkpoints -------------------------------------------------------------------------
+
+
+@bad_input
+@pytest.mark.parametrize(
+    ("yaml", "key"),
+    [("trainer:\n  max_stepz: 3\n", "max_stepz"), ("model:\n  init_args:\n    learning_rat: 0.1\n", "learning_rat")],
+)
+def test_an_unknown_config_key_is_named(tiny_bert, tmp_path, capsys, yaml, key):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml, encoding="utf-8")
+    err = cli_error(capsys, ["fit", "--config", TINY_MLM, "--model.init_from", str(tiny_bert), "--config", str(bad)])
+    assert key in err
+
+
+def fake_checkpoint(path: Path, module, class_path: str) -> Path:
+    """What the CLI saves (weights and hyper-parameters), without a training run."""
+    hp = {**dict(module.hparams), "_class_path": class_path}
+    torch.save({"state_dict": module.state_dict(), "hyper_parameters": hp, "pytorch-lightning_version": "2.6"}, path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def roberta_ckpt(tiny_models, tmp_path_factory):
+    from domainbert.modules.mlm import MaskedLMModule
+
+    module = MaskedLMModule(init_from=str(tiny_models["roberta"]), head_warmup_steps=0)
+    return fake_checkpoint(tmp_path_factory.mktemp("ck") / "roberta.ckpt", module, MLM)
+
+
+@bad_input
+def test_a_checkpoint_of_another_model_family_is_refused(roberta_ckpt, tiny_bert, tiny_models):
+    assert checkpoint_family(torch.load(roberta_ckpt, weights_only=True)["state_dict"]) == "roberta"
+    cfg = {"class_path": MLM, "init_args": {"init_from": str(tiny_bert)}}
+    with pytest.raises(DomainBertError, match=rf"{roberta_ckpt} holds a roberta model, but .*{tiny_bert} is a bert"):
+        check_checkpoint_config(roberta_ckpt, cfg)
+    with pytest.raises(DomainBertError, match=rf"written by {MLM}, but the config's model is {CLS}"):
+        check_checkpoint_config(roberta_ckpt, {"class_path": CLS, "init_args": {"init_from": str(tiny_bert)}})
+    same = {"class_path": MLM, "init_args": {"init_from": str(tiny_models["roberta"])}}
+    check_checkpoint_config(roberta_ckpt, same)  # the run's own config passes
+
+
+@pytest.fixture(scope="module")
+def cls_ckpt(tiny_bert, tmp_path_factory):
+    from domainbert.modules.classification import SequenceClassificationModule
+
+    module = SequenceClassificationModule(init_from=str(tiny_bert), label_names=["api", "graphics", "network"])
+    return fake_checkpoint(tmp_path_factory.mktemp("ck") / "cls3.ckpt", module, CLS)
+
+
+@bad_input
+@pytest.mark.parametrize("labels", [["a", "b"], ["x", "y", "z"]], ids=["other-count", "same-count-other-names"])
+def test_a_checkpoint_of_another_label_set_is_refused(cls_ckpt, tiny_bert, labels):
+    from domainbert.modules.classification import SequenceClassificationModule
+
+    module = SequenceClassificationModule(init_from=str(tiny_bert), label_names=labels)
+    with pytest.raises(DomainBertError, match=r"trained on the labels \['api', 'graphics', 'network'\]"):
+        check_checkpoint_model(cls_ckpt, module)
+    same = SequenceClassificationModule(init_from=str(tiny_bert), label_names=["api", "graphics", "network"])
+    check_checkpoint_model(cls_ckpt, same)  # its own label set passes
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=RuntimeError,
+    reason="needs cli.py: call domainbert.checks.check_checkpoint_config before LightningCLI._parse_ckpt_path "
+    "and check_checkpoint_model in after_instantiate_classes (today: a raw load_state_dict size-mismatch traceback)",
+)
+@bad_input
+def test_the_cli_refuses_a_checkpoint_of_another_label_set(cls_ckpt, tiny_bert, tmp_path, capsys):
+    two = jsonl(tmp_path / "two.jsonl", [{"text": f"text {i}", "label": "ab"[i % 2]} for i in range(8)])
+    argv = ["fit", "--config", TINY_CLS, "--model.init_from", str(tiny_bert), "--data.train", str(two)]
+    argv += ["--data.val", str(two), "--data.test", "null", "--data.predict", "null", "--trainer.max_steps", "1"]
+    argv += ["--trainer.logger", "false", "--trainer.default_root_dir", str(tmp_path), "--ckpt_path", str(cls_ckpt)]
+    err = cli_error(capsys, argv)
+    assert "trained on the labels ['api', 'graphics', 'network']" in err
+
+
+@bad_input
+def test_a_tokenizer_that_does_not_fit_the_model_is_refused(tiny_models, tmp_path, capsys):
+    folder = tmp_path / "bert_with_roberta_tokenizer"
+    shutil.copytree(tiny_models["bert"], folder)
+    for f in folder.iterdir():
+        if "token" in f.name or f.name in ("vocab.txt", "special_tokens_map.json"):
+            f.unlink()
+    AutoTokenizer.from_pretrained(tiny_models["roberta"]).save_pretrained(folder)
+    rows = json.loads((folder / "config.json").read_text())["vocab_size"]
+    n = len(AutoTokenizer.from_pretrained(folder))
+    assert n > rows
+    err = cli_error(capsys, ["fit", "--config", TINY_MLM, "--model.init_from", str(folder)])
+    assert f"the tokenizer has {n} tokens but the model's embedding has {rows} rows" in err

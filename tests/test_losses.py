@@ -1,0 +1,144 @@
+"""Each distillation loss term against a value computed by hand."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace as NS
+
+import pytest
+import torch
+
+from domainbert.errors import DomainBertError
+from domainbert.losses import (
+    AttentionLoss,
+    HardLabelLoss,
+    HiddenStateLoss,
+    KLDivergenceLoss,
+    build_loss,
+    uniform_layer_map,
+)
+
+
+def _softmax(xs):
+    e = [math.exp(x) for x in xs]
+    return [v / sum(e) for v in e]
+
+
+def _kl(p, q):
+    return sum(a * math.log(a / b) for a, b in zip(p, q))
+
+
+def test_kl_matches_hand_computation_with_temperature():
+    s = [[1.0, 2.0, 0.5], [0.0, 0.0, 3.0]]
+    t = [[2.0, 1.0, 0.0], [1.0, -1.0, 2.0]]
+    temp = 2.0
+    expected = 0.0
+    for a, b in zip(s, t):
+        expected += _kl(_softmax([x / temp for x in b]), _softmax([x / temp for x in a]))
+    expected = expected / 2 * temp**2
+    loss = KLDivergenceLoss(temperature=temp)(NS(logits=torch.tensor(s)), NS(logits=torch.tensor(t)), {})
+    assert loss.item() == pytest.approx(expected, rel=1e-5)
+    # identical distributions cost nothing
+    same = KLDivergenceLoss(2.0)(NS(logits=torch.tensor(t)), NS(logits=torch.tensor(t)), {})
+    assert same.item() == pytest.approx(0.0, abs=1e-6)
+
+
+def test_kl_counts_only_masked_positions_for_mlm():
+    # (B=1, S=3, V=2): only position 1 has a label; the others must not contribute
+    s = torch.tensor([[[5.0, -5.0], [0.0, 1.0], [-9.0, 9.0]]])
+    t = torch.tensor([[[-5.0, 5.0], [1.0, 0.0], [9.0, -9.0]]])
+    labels = torch.tensor([[-100, 1, -100]])
+    loss = KLDivergenceLoss(temperature=1.0)(NS(logits=s), NS(logits=t), {"labels": labels})
+    expected = _kl(_softmax([1.0, 0.0]), _softmax([0.0, 1.0]))
+    assert loss.item() == pytest.approx(expected, rel=1e-5)
+
+
+def test_kl_multi_label_is_bernoulli_kl():
+    s, t = torch.tensor([[0.0, 1.0]]), torch.tensor([[2.0, -1.0]])
+    sig = lambda x: 1 / (1 + math.exp(-x))  # noqa: E731
+    expected = 0.0
+    for a, b in zip([0.0, 1.0], [2.0, -1.0]):
+        p, q = sig(b), sig(a)
+        expected += p * math.log(p / q) + (1 - p) * math.log((1 - p) / (1 - q))
+    loss = KLDivergenceLoss(temperature=1.0, multi_label=True)(NS(logits=s), NS(logits=t), {})
+    assert loss.item() == pytest.approx(expected, rel=1e-5)
+
+
+def test_kl_rejects_shape_mismatch_and_bad_temperature():
+    with pytest.raises(DomainBertError, match="same label set"):
+        KLDivergenceLoss()(NS(logits=torch.zeros(2, 3)), NS(logits=torch.zeros(2, 4)), {})
+    with pytest.raises(DomainBertError, match="temperature"):
+        KLDivergenceLoss(temperature=0)
+
+
+def test_hard_label_ce_and_bce():
+    logits = torch.tensor([[2.0, 0.0], [0.0, 1.0]])
+    ce = HardLabelLoss()(NS(logits=logits), None, {"labels": torch.tensor([0, 0])})
+    expected = (-math.log(_softmax([2.0, 0.0])[0]) - math.log(_softmax([0.0, 1.0])[0])) / 2
+    assert ce.item() == pytest.approx(expected, rel=1e-5)
+    # per-token labels with -100 are ignored
+    tok = HardLabelLoss()(NS(logits=logits[None]), None, {"labels": torch.tensor([[0, -100]])})
+    assert tok.item() == pytest.approx(-math.log(_softmax([2.0, 0.0])[0]), rel=1e-5)
+    bce = HardLabelLoss()(NS(logits=torch.tensor([[0.0]])), None, {"labels": torch.tensor([[1.0]])})
+    assert bce.item() == pytest.approx(math.log(2), rel=1e-5)
+
+
+def test_hidden_state_mse_and_cosine_over_real_tokens():
+    hs = (torch.zeros(1, 2, 2), torch.tensor([[[1.0, 0.0], [7.0, 7.0]]]))
+    ht = (torch.zeros(1, 2, 2), torch.zeros(1, 2, 2), torch.tensor([[[0.0, 1.0], [0.0, 0.0]]]))
+    batch = {"attention_mask": torch.tensor([[1, 0]])}  # the second token is padding
+    mse = HiddenStateLoss("mse", layer_map={1: 2})(NS(hidden_states=hs), NS(hidden_states=ht), batch)
+    assert mse.item() == pytest.approx(1.0)  # ((1-0)^2 + (0-1)^2) / 2
+    cos = HiddenStateLoss("cosine", layer_map={1: 2})(NS(hidden_states=hs), NS(hidden_states=ht), batch)
+    assert cos.item() == pytest.approx(1.0)  # orthogonal: 1 - 0
+    both = HiddenStateLoss("mse", layer_map={0: 0, 1: 2})(NS(hidden_states=hs), NS(hidden_states=ht), batch)
+    assert both.item() == pytest.approx(0.5)  # mean over the two pairs
+
+
+def test_hidden_state_projection_when_widths_differ():
+    loss = HiddenStateLoss("mse", layer_map={1: 1}, student_width=2, teacher_width=3)
+    assert loss.projection is not None and loss.projection.weight.shape == (3, 2)
+    with torch.no_grad():
+        loss.projection.weight.copy_(torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]))
+    hs = (None, torch.tensor([[[1.0, 2.0]]]))
+    ht = (None, torch.tensor([[[1.0, 2.0, 0.0]]]))
+    value = loss(NS(hidden_states=hs), NS(hidden_states=ht), {"attention_mask": torch.ones(1, 1)})
+    assert value.item() == pytest.approx(9.0 / 3)  # projected [1, 2, 3] vs [1, 2, 0]
+    value.backward()
+    assert loss.projection.weight.grad is not None
+
+
+def test_uniform_layer_map_is_tinybert():
+    assert uniform_layer_map(3, 6) == {0: 0, 1: 2, 2: 4, 3: 6}
+    assert uniform_layer_map(4, 12) == {0: 0, 1: 3, 2: 6, 3: 9, 4: 12}
+    with pytest.raises(DomainBertError, match="at most as many"):
+        uniform_layer_map(4, 2)
+    with pytest.raises(DomainBertError, match="out of range"):
+        HiddenStateLoss(layer_map={1: 9}, student_layers=2, teacher_layers=4)
+
+
+def test_attention_loss_masked_mse():
+    a = torch.tensor([[[[0.5, 0.5], [1.0, 0.0]]]])  # (B=1, H=1, 2, 2)
+    b = torch.tensor([[[[1.0, 0.0], [0.0, 1.0]]]])
+    full = AttentionLoss(layer_map={1: 1})(NS(attentions=(a,)), NS(attentions=(b,)), {})
+    assert full.item() == pytest.approx((0.25 + 0.25 + 1 + 1) / 4)
+    masked = AttentionLoss(layer_map={1: 1})(
+        NS(attentions=(a,)), NS(attentions=(b,)), {"attention_mask": torch.tensor([[1, 0]])}
+    )
+    assert masked.item() == pytest.approx(0.25)  # only query 0 / key 0 is a real pair
+    # different head counts: compare head means
+    b2 = torch.cat([b, a], dim=1)  # 2 heads
+    value = AttentionLoss(layer_map={1: 1})(NS(attentions=(a,)), NS(attentions=(b2,)), {})
+    expected = ((a - (a + b) / 2) ** 2).mean().item()
+    assert value.item() == pytest.approx(expected)
+
+
+def test_build_loss_from_spec():
+    name, loss, w = build_loss({"class_path": "HiddenStateLoss", "init_args": {"layer_map": {1: 1}}, "weight": 0.3})
+    assert name == "hiddenstateloss" and isinstance(loss, HiddenStateLoss) and w == 0.3
+    name, loss, _ = build_loss({"class_path": "domainbert.losses.KLDivergenceLoss", "name": "kl2"})
+    assert name == "kl2" and isinstance(loss, KLDivergenceLoss)
+    with pytest.raises(DomainBertError, match="cannot import"):
+        build_loss({"class_path": "domainbert.losses.NoSuchLoss"})
+    with pytest.raises(DomainBertError, match="unknown keys"):
+        build_loss({"class_path": "HardLabelLoss", "wieght": 1})
