@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-all lint bench clean
+.PHONY: setup demo test test-fast lint bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -21,13 +21,15 @@ setup: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/domainbert pipeline --config configs/pipeline/minilm_debian.yaml
 
-## The default test suite (under 10 minutes on 2 cores).
+## The tests: the default suite (under 10 minutes on 2 cores), then the multi-process ones
+## (DDP on gloo, multi-worker sweeps on PostgreSQL; they skip with a reason when no server can be started).
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -m slow
 
-## Everything, slow end-to-end tests included.
-test-all: $(STAMP)
-	$(BIN)/python -m pytest -q -m ""
+## The default suite alone.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)
 	$(BIN)/ruff check domainbert tests examples

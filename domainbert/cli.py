@@ -79,6 +79,15 @@ class DomainBertCLI(LightningCLI):
         parser.link_arguments("data.num_labels", "model.init_args.num_labels", apply_on="instantiate")
         parser.link_arguments("data.label_names", "model.init_args.label_names", apply_on="instantiate")
 
+    def _parse_ckpt_path(self) -> None:
+        sub = self.config.get("subcommand")
+        ckpt = sub and self.config[sub].get("ckpt_path")
+        if ckpt and Path(str(ckpt)).is_file():
+            from domainbert.checks import check_checkpoint_config
+
+            check_checkpoint_config(ckpt, self.config[sub].get("model"))
+        super()._parse_ckpt_path()
+
     def before_instantiate_classes(self) -> None:  # noqa: D102
         cfg = self.config[self.subcommand] if self.subcommand else self.config
         trainer = cfg.get("trainer")
@@ -99,6 +108,12 @@ class DomainBertCLI(LightningCLI):
         config = getattr(getattr(self.model, "model", None), "config", None)
         if isinstance(max_length, int) and config is not None:
             check_max_length(max_length, config, where="data.max_length")
+        cfg = self.config[self.subcommand] if self.subcommand else self.config
+        ckpt = cfg.get("ckpt_path")
+        if ckpt and Path(str(ckpt)).is_file():
+            from domainbert.checks import check_checkpoint_model
+
+            check_checkpoint_model(ckpt, self.model)
         connect = getattr(self.datamodule, "connect", None)
         tokenizer = getattr(self.model, "tokenizer", None)
         if callable(connect) and tokenizer is not None:

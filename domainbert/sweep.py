@@ -17,6 +17,8 @@ rerunning the same command after Ctrl-C or a crash runs only the remainder. Fail
 
 from __future__ import annotations
 
+import importlib.util
+
 import argparse
 import logging
 import os
@@ -112,6 +114,8 @@ def storage_url(storage: str | None, out: Path) -> str:
 def open_storage(url: str, heartbeat: int, grace: int | None, max_retry: int) -> optuna.storages.RDBStorage:
     """An ``RDBStorage`` with heartbeats; a trial whose worker died goes back in the queue."""
     engine = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
+    if url.startswith("postgresql://") and importlib.util.find_spec("psycopg") is None:
+        url = "postgresql+psycopg2://" + url[len("postgresql://") :]  # SQLAlchemy 2.1 defaults to psycopg 3
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         try:

@@ -20,6 +20,8 @@ from tiny import CORPUS, FAMILIES, make_tiny  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
+pytest_plugins = ["faults_summary"]
+
 
 @pytest.fixture(autouse=True, scope="session")
 def _datasets_cache(tmp_path_factory):

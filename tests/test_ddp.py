@@ -37,7 +37,10 @@ TINY_MLM = str(ROOT / "configs/pretrain/tiny_debug.yaml")
 TINY_CLS = str(ROOT / "configs/finetune/tiny_classification.yaml")
 FIX = ROOT / "tests/fixtures"
 
-pytestmark = pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not available")
+pytestmark = [
+    pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not available"),
+    pytest.mark.slow,  # multi-process: run by `make test` after the default suite
+]
 
 
 def ddp(args: list[str], cwd: Path = ROOT) -> str:

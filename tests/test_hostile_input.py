@@ -253,12 +253,6 @@ def test_a_checkpoint_of_another_label_set_is_refused(cls_ckpt, tiny_bert, label
     check_checkpoint_model(cls_ckpt, same)  # its own label set passes
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=RuntimeError,
-    reason="needs cli.py: call domainbert.checks.check_checkpoint_config before LightningCLI._parse_ckpt_path "
-    "and check_checkpoint_model in after_instantiate_classes (today: a raw load_state_dict size-mismatch traceback)",
-)
 @bad_input
 def test_the_cli_refuses_a_checkpoint_of_another_label_set(cls_ckpt, tiny_bert, tmp_path, capsys):
     two = jsonl(tmp_path / "two.jsonl", [{"text": f"text {i}", "label": "ab"[i % 2]} for i in range(8)])

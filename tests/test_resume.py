@@ -62,7 +62,7 @@ def test_resume_mid_epoch_matches_uninterrupted(tiny_bert, corpus_file, tmp_path
         torch.testing.assert_close(a[k], b[k], rtol=0, atol=1e-5, msg=k)
 
 
-@pytest.mark.faults
+@pytest.mark.faults(kills=1)
 def test_sigkill_then_resume_reaches_the_same_step(tiny_bert, corpus_file, tmp_path):
     root = tmp_path / "killed"
     args = _args(tiny_bert, corpus_file, root, 12)

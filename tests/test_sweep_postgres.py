@@ -31,7 +31,7 @@ FIT = TESTS / "fixtures" / "sweep_fit.yaml"
 SPACE = TESTS / "fixtures" / "sweep_toy_space.yaml"
 WORKERS, TRIALS = 3, 6
 
-pytestmark = [pytest.mark.postgres, pytest.mark.faults]
+pytestmark = [pytest.mark.postgres, pytest.mark.faults, pytest.mark.slow]
 
 
 def _pg_bin() -> Path | None:
