@@ -17,9 +17,8 @@ rerunning the same command after Ctrl-C or a crash runs only the remainder. Fail
 
 from __future__ import annotations
 
-import importlib.util
-
 import argparse
+import importlib.util
 import logging
 import os
 import re
