@@ -430,8 +430,8 @@ def export_onnx(model: nn.Module, path: Path, example: dict, opset: int | None =
     kw["dynamic_shapes"] = {k: {0: batch_dim, 1: seq_dim} for k in names}
     if opset is not None:
         kw["opset_version"] = opset
-    for name in ("onnx_ir", "onnxscript", "torch.onnx"):  # their INFO lines list every graph rewrite
-        logging.getLogger(name).setLevel(logging.WARNING)
+    for name in ("onnx_ir", "onnxscript", "torch.onnx"):  # every graph rewrite, and torchvision ops it skips
+        logging.getLogger(name).setLevel(logging.ERROR)
     with _quiet(), _silence_stdout():
         torch.onnx.export(wrapper, args, str(path), **kw)
 
