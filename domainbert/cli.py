@@ -22,6 +22,7 @@ from domainbert.callbacks import HFExport, TrainingGuard
 from domainbert.errors import DomainBertError
 from domainbert.hardware import auto_precision
 from domainbert.hf import check_max_length
+from domainbert.runs import ALIASES, resolve_alias
 
 #: Subcommands outside LightningCLI, and the module whose ``main(argv)`` runs each.
 TOOLS = {
@@ -82,6 +83,9 @@ class DomainBertCLI(LightningCLI):
     def _parse_ckpt_path(self) -> None:
         sub = self.config.get("subcommand")
         ckpt = sub and self.config[sub].get("ckpt_path")
+        if sub in ("validate", "test", "predict") and ckpt in ALIASES:
+            ckpt = self.config[sub]["ckpt_path"] = str(resolve_alias(ckpt, _run_family(self.config[sub])))
+            logging.getLogger(__name__).info("ckpt_path resolved to %s", ckpt)
         if ckpt and Path(str(ckpt)).is_file():
             from domainbert.checks import check_checkpoint_config
 
@@ -97,10 +101,10 @@ class DomainBertCLI(LightningCLI):
                 "trainer.precision not set: using %s on this machine", trainer["precision"]
             )
         if trainer is not None and trainer.get("logger") in (None, True):
-            name = cfg.get("run_name") or _config_stem(cfg) or "run"
+            family = _run_family(cfg)
             trainer["logger"] = {
                 "class_path": "lightning.pytorch.loggers.CSVLogger",
-                "init_args": {"save_dir": trainer.get("default_root_dir") or "runs", "name": name},
+                "init_args": {"save_dir": str(family.parent), "name": family.name},
             }
 
     def after_instantiate_classes(self) -> None:  # noqa: D102
@@ -135,6 +139,12 @@ def _config_stem(cfg) -> str | None:
         if rel:
             return Path(str(rel)).stem
     return None
+
+
+def _run_family(cfg) -> Path:
+    """``<trainer.default_root_dir>/<run_name or config stem>``: where this config's runs go."""
+    trainer = cfg.get("trainer") or {}
+    return Path(trainer.get("default_root_dir") or "runs") / (cfg.get("run_name") or _config_stem(cfg) or "run")
 
 
 def _user_error(err: BaseException) -> DomainBertError | None:

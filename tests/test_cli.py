@@ -6,6 +6,7 @@ import pytest
 from transformers import AutoModelForMaskedLM, AutoTokenizer
 
 from domainbert.cli import main
+from domainbert.errors import DomainBertError
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = str(ROOT / "configs/pretrain/tiny_debug.yaml")
@@ -105,3 +106,11 @@ def test_unknown_config_key_is_named(tiny_bert, tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["fit", "--config", TINY, "--model.init_args.learnin_rate", "0.1"])
     assert "learnin_rate" in capsys.readouterr().err
+
+
+def test_ckpt_alias_without_an_earlier_fit_names_the_folder_it_searched(tmp_path):
+    from domainbert.runs import resolve_alias
+
+    with pytest.raises(DomainBertError) as err:
+        resolve_alias("best", tmp_path / "runs" / "tiny")
+    assert "runs/tiny/version_*/checkpoints" in str(err.value) and "run `fit`" in str(err.value)

@@ -221,10 +221,12 @@ def test_killed_sweep_resumes_with_two_workers_without_losing_trials(tmp_path, t
         while time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.1)
             try:
-                states = [t.state for t in load(out).get_trials()]
+                trials = load(out).get_trials()
             except Exception:  # noqa: BLE001 - the study is not created yet
                 continue
-            if TrialState.COMPLETE in states and states[-1] == TrialState.RUNNING:
+            done = [t for t in trials if t.state == TrialState.COMPLETE]
+            # kill while the newest trial trains: it has all its parameters (it is not still sampling them)
+            if done and trials[-1].state == TrialState.RUNNING and len(trials[-1].params) == len(done[0].params):
                 break
         proc.send_signal(signal.SIGKILL)
         proc.wait()
@@ -281,7 +283,9 @@ def test_postgres_storage_shared_study(tmp_path):
     if not url:
         pytest.skip("set DOMAINBERT_TEST_POSTGRES=postgresql://user:pass@host/db to run")
     name = f"test-{os.getpid()}-{time.time_ns()}"
-    run_sweep(tmp_path / "s", "--storage", url, "--study-name", name, "--no-plots", n=2)
+    args = ["--config", str(FIT), "--sweep", str(SPACE), "--n-trials", "2", "--out", str(tmp_path / "s")]
+    sweep.main([*args, "--storage", url, "--study-name", name, "--no-plots"])
+    assert not (tmp_path / "s" / "study.db").exists()  # the study lives in PostgreSQL, not in a SQLite file
     study = optuna.load_study(study_name=name, storage=url)
     assert len(by_state(study, TrialState.COMPLETE)) == 2
     optuna.delete_study(study_name=name, storage=url)

@@ -173,8 +173,10 @@ class QADataModule(LabelledDataModule):
                     f'{{"text": [...], "answer_start": [...]}}, found {ans!r}'
                 )
             if len(ans["text"]) != len(ans["answer_start"]):
-                raise DomainBertError(f"{path}: row {row}: answers have {len(ans['text'])} texts but "
-                                      f"{len(ans['answer_start'])} answer_start values")
+                raise DomainBertError(
+                    f"{path}: row {row}: answers have {len(ans['text'])} texts but "
+                    f"{len(ans['answer_start'])} answer_start values"
+                )
             for text, start in zip(ans["text"], ans["answer_start"]):
                 start = int(start)
                 if context[start : start + len(text)] != text:
@@ -187,13 +189,19 @@ class QADataModule(LabelledDataModule):
         for col in (self.question_column, self.context_column):
             for row, value in enumerate(ds[col], 1):
                 if not isinstance(value, str) or not value.strip():
-                    raise DomainBertError(f"{self.path(split)}: row {row}: column {col!r} should hold text, "
-                                          f"found {value!r}")
+                    raise DomainBertError(
+                        f"{self.path(split)}: row {row}: column {col!r} should hold text, found {value!r}"
+                    )
 
     @property
     def label_names(self) -> list[str]:
-        """QA has no label set."""
-        return []
+        """QA has no label set (raises AttributeError, so the CLI links no labels into the model)."""
+        raise AttributeError("QADataModule has no label set")
+
+    @property
+    def num_labels(self) -> int:
+        """QA has no label set (raises AttributeError, so the CLI links no ``num_labels``)."""
+        raise AttributeError("QADataModule has no label set")
 
     def encoder(self, split: str) -> Callable[[dict], dict]:  # noqa: D102
         return QAEncoder(

@@ -102,9 +102,7 @@ class QuestionAnsweringModule(FineTuneModule):
         lora = _lora_hparam(lora)
         self.save_hyperparameters(ignore=["optimizer"])
         self.optimizer = optimizer
-        self.build_model(
-            init_from, {}, hidden_dropout, attention_dropout, classifier_dropout, freeze_layers, lora
-        )
+        self.build_model(init_from, {}, hidden_dropout, attention_dropout, classifier_dropout, freeze_layers, lora)
         self.em = SquadExactMatch()
         self.f1 = SquadF1()
         self._answers: dict[int, dict] = {}

@@ -59,6 +59,22 @@ def classification_parts(args, model_path: str, tmp: str):
     return module, dm
 
 
+def _malloc_trim_callback():
+    import ctypes
+
+    import lightning.pytorch as L
+
+    libc = ctypes.CDLL("libc.so.6")
+
+    class MallocTrim(L.Callback):
+        """Give the heap's free memory back to the system after every validation batch (glibc)."""
+
+        def on_validation_batch_end(self, *args, **kwargs) -> None:  # noqa: D102
+            libc.malloc_trim(0)
+
+    return MallocTrim
+
+
 def child(args) -> None:
     """One measurement: set up, then validate with a fresh peak; print a key=value line."""
     import lightning.pytorch as L
@@ -66,6 +82,7 @@ def child(args) -> None:
     common.quiet()
     common.set_threads(args.threads)
     L.seed_everything(0, verbose=False)
+    MallocTrim = _malloc_trim_callback() if args.malloc_trim else None  # noqa: N806
     with tempfile.TemporaryDirectory(prefix="domainbert-bench-eval-") as tmp:
         build = mlm_parts if args.task == "mlm" else classification_parts
         module, dm = build(args, args.model, tmp)
@@ -80,6 +97,7 @@ def child(args) -> None:
             enable_checkpointing=False,
             enable_progress_bar=False,
             enable_model_summary=False,
+            callbacks=[MallocTrim()] if args.malloc_trim else [],
         )
         gc.collect()
         before = common.rss_mb()
@@ -124,6 +142,8 @@ def measure(args, task: str, scale: int, model_path: str, kind: str) -> dict:
     ]
     if args.threads:
         cmd += ["--threads", str(args.threads)]
+    if args.malloc_trim:
+        cmd += ["--malloc-trim"]
     env = os.environ.copy()
     if args.steady_malloc:
         env["MALLOC_MMAP_THRESHOLD_"] = str(1 << 20)
@@ -153,6 +173,11 @@ def main(argv: list[str] | None = None) -> dict:
         help="fix glibc's mmap threshold at 1 MiB (MALLOC_MMAP_THRESHOLD_) so that freed activations go back to "
         "the system at once: the peak then shows live memory, without the allocator's heap drift",
     )
+    p.add_argument(
+        "--malloc-trim",
+        action="store_true",
+        help="call glibc's malloc_trim(0) after every validation batch (returns freed heap memory to the system)",
+    )
     p.add_argument("--child", action="store_true", help=__import__("argparse").SUPPRESS)
     p.add_argument("--kind", default="fp32", help=__import__("argparse").SUPPRESS)
     args = p.parse_args(argv)
@@ -170,6 +195,7 @@ def main(argv: list[str] | None = None) -> dict:
     tasks = ["mlm", "classification"] if args.task == "both" else [args.task]
     print(f"# machine: {common.describe_machine(threads)}")
     malloc = "MALLOC_MMAP_THRESHOLD_=1MiB" if args.steady_malloc else "default malloc"
+    malloc += ", malloc_trim after each batch" if args.malloc_trim else ""
     print(f"# model: {model_path}; batch {args.batch}, max length {args.max_length}, precision {kind}; {malloc}")
     rows, figures, flat = [], {}, True
     for task in tasks:
@@ -208,6 +234,7 @@ def main(argv: list[str] | None = None) -> dict:
         "flat": flat,
         "precision": kind,
         "steady_malloc": args.steady_malloc,
+        "malloc_trim": args.malloc_trim,
     }
     print(common.kv_line(figures))
     return figures

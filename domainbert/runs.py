@@ -1,0 +1,74 @@
+"""Find the checkpoints of earlier runs, so ``test --ckpt_path best`` works in a new process.
+
+Lightning resolves ``ckpt_path="best"`` from the ``ModelCheckpoint`` of the *same* ``Trainer``; a
+``domainbert test`` run in a fresh process has none. Here ``best`` and ``last`` are looked up on disk in
+the newest run of the same run family (``<trainer.default_root_dir>/<run_name>/version_<n>``) that
+holds checkpoints.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import torch
+
+from domainbert.errors import DomainBertError
+
+ALIASES = ("best", "last")
+
+
+def _version(path: Path) -> int:
+    m = re.fullmatch(r"version_(\d+)", path.name)
+    return int(m.group(1)) if m else -1
+
+
+def latest_checkpoint_dir(family: Path) -> Path | None:
+    """The ``checkpoints/`` folder of the highest ``version_<n>`` under ``family`` that has any ``.ckpt``."""
+    runs = sorted((p for p in family.glob("version_*") if _version(p) >= 0), key=_version, reverse=True)
+    for run in runs:
+        ckpts = run / "checkpoints"
+        if any(ckpts.glob("*.ckpt")):
+            return ckpts
+    return None
+
+
+def _best_path(ckpt: Path) -> str | None:
+    """The ``best_model_path`` that the ``ModelCheckpoint`` state saved in ``ckpt`` recorded."""
+    state = torch.load(ckpt, map_location="cpu", weights_only=False, mmap=True)
+    for key, value in (state.get("callbacks") or {}).items():
+        if str(key).startswith("ModelCheckpoint") and value.get("best_model_path"):
+            return value["best_model_path"]
+    return None
+
+
+def resolve_alias(alias: str, family: Path) -> Path:
+    """Turn ``best`` or ``last`` into the checkpoint file of the newest run in ``family``.
+
+    ``best`` is the path the run's ``ModelCheckpoint`` recorded as best (moved with the run folder if it
+    was renamed); ``last`` is ``last.ckpt`` where saved, else the newest checkpoint file.
+
+    Raises:
+        DomainBertError: when no run of the family has a checkpoint, or none recorded a best one.
+    """
+    ckpts = latest_checkpoint_dir(family)
+    if ckpts is None:
+        raise DomainBertError(
+            f"ckpt_path={alias!r}: no checkpoint under {family}/version_*/checkpoints; run `fit` with the same "
+            "config (and trainer.default_root_dir / run_name) first, or give the checkpoint's path"
+        )
+    files = sorted(ckpts.glob("*.ckpt"), key=lambda p: p.stat().st_mtime)
+    if alias == "last":
+        return ckpts / "last.ckpt" if (ckpts / "last.ckpt").is_file() else files[-1]
+    for candidate in reversed(files):
+        best = _best_path(candidate)
+        if best:
+            local = ckpts / Path(best).name
+            if local.is_file():
+                return local
+            if Path(best).is_file():
+                return Path(best)
+    raise DomainBertError(
+        f"ckpt_path='best': the checkpoints in {ckpts} record no best model (ModelCheckpoint needs a `monitor`); "
+        "give a checkpoint path or use ckpt_path=last"
+    )
