@@ -51,7 +51,7 @@ def model_card(module, extra: dict[str, Any] | None = None) -> str:
         json.dumps(keys, indent=2, sort_keys=True, default=str),
         "```",
         "",
-        "## Metrics (last logged)",
+        "## Metrics (last logged: validation at the end of training; test where it was run)",
         "",
     ]
     lines += [f"| {k} | {v} |" for k, v in sorted(metrics.items())] or ["(none logged)"]

@@ -255,6 +255,7 @@ def worker(result_path: str, args: list[str], test: bool) -> None:
     from domainbert.callbacks import HFExport
     from domainbert.cli import cli_main
 
+    sys.argv = ["domainbert", "fit", *args]  # what the model card's "Reproduce" line shows
     cli = cli_main(args, run=False)
     trainer = cli.trainer
     trainer.fit(cli.model, datamodule=cli.datamodule)
@@ -263,6 +264,8 @@ def worker(result_path: str, args: list[str], test: bool) -> None:
         trainer.test(cli.model, datamodule=cli.datamodule, ckpt_path=None)  # HFExport restored the best weights
         metrics.update(_floats(trainer.callback_metrics))
     export = next((cb for cb in trainer.callbacks if isinstance(cb, HFExport)), None)
+    if test and export and export.path:  # the export's model card now carries the test metrics too
+        atomic_write_text(Path(export.path) / "README.md", cli.model.model_card())
     record = {
         "run": str(trainer.log_dir),
         "hf": str(export.path) if export and export.path else None,

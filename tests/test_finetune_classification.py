@@ -101,6 +101,20 @@ def test_length_grouped_sampler_groups_and_reshuffles():
     assert list(sampler) != order0
 
 
+def test_sampler_shards_one_global_order_across_ranks_and_reshuffles_per_epoch():
+    lengths = [i % 13 for i in range(101)]
+    one = EpochSampler(101, seed=3, lengths=lengths, batch_size=8)
+    ranks = [EpochSampler(101, seed=3, lengths=lengths, batch_size=4, num_replicas=2, rank=r) for r in (0, 1)]
+    assert isinstance(ranks[0], torch.utils.data.DistributedSampler)  # so Lightning neither wraps nor reshuffles it
+    parts = [list(r) for r in ranks]
+    assert len(parts[0]) == len(parts[1]) == 51 == len(ranks[0])
+    merged = [i for pair in zip(*parts) for i in pair]
+    assert merged[:101] == one.order() and merged[101] == merged[0]  # rank r holds r, r+2, ... of the order
+    for r in ranks:
+        r.set_epoch(1)
+    assert [list(r) for r in ranks] != parts
+
+
 # -- learning -----------------------------------------------------------------------------------------
 
 

@@ -13,6 +13,7 @@ The tokenizer comes late: the CLI calls ``connect(tokenizer=model.tokenizer)`` a
 from __future__ import annotations
 
 import logging
+import math
 import re
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -20,7 +21,7 @@ from typing import Any
 import datasets
 import lightning.pytorch as L
 import torch
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
 from transformers import DataCollatorWithPadding
 
 from domainbert.data.readers import read
@@ -49,13 +50,18 @@ def natural_sorted(values) -> list[str]:
 # -- batching -----------------------------------------------------------------------------------------
 
 
-class EpochSampler(Sampler):
-    """Indices in a fresh seeded order each epoch (Lightning calls :meth:`set_epoch`).
+class EpochSampler(DistributedSampler):
+    """Indices in a fresh seeded order each epoch (Lightning calls :meth:`set_epoch`), sharded across ranks.
 
     With ``lengths``, indices are grouped by length: the shuffled order is cut into chunks of
     ``50 * batch_size``, each sorted by decreasing length, so a batch holds rows of similar length and
     pads little, while the order of batches stays random. With ``with_epoch`` it yields
     ``(index, epoch)`` pairs, for datasets that draw per-epoch augmentations.
+
+    Under DDP every rank computes the same global order and takes every ``num_replicas``-th index from its
+    rank on (as ``DistributedSampler`` does; the order is padded by repeating its head to a multiple of the
+    world size). It *is* a ``DistributedSampler``, so Lightning neither wraps it (a wrapper would swallow
+    ``set_epoch``, giving every epoch the same order) nor shuffles it again.
     """
 
     def __init__(
@@ -66,6 +72,8 @@ class EpochSampler(Sampler):
         lengths: Sequence[int] | None = None,
         batch_size: int = 1,
         with_epoch: bool = False,
+        num_replicas: int | None = None,
+        rank: int | None = None,
     ) -> None:
         """Configure the order.
 
@@ -76,7 +84,12 @@ class EpochSampler(Sampler):
             lengths: per-row lengths, to group rows of similar length.
             batch_size: the batch size (sets the grouping chunk).
             with_epoch: yield ``(index, epoch)`` instead of ``index``.
+            num_replicas: number of ranks (default: the initialised process group's world size, else 1).
+            rank: this rank (default: the process group's rank, else 0).
         """
+        dist_on = torch.distributed.is_available() and torch.distributed.is_initialized()
+        self.num_replicas = num_replicas or (torch.distributed.get_world_size() if dist_on else 1)
+        self.rank = rank if rank is not None else (torch.distributed.get_rank() if dist_on else 0)
         self.size = size
         self.seed = seed
         self.shuffle = shuffle
@@ -84,32 +97,40 @@ class EpochSampler(Sampler):
         self.batch_size = max(1, batch_size)
         self.with_epoch = with_epoch
         self.epoch = 0
+        self.drop_last = False
+        self.num_samples = math.ceil(size / self.num_replicas)
+        self.total_size = self.num_samples * self.num_replicas
 
     def set_epoch(self, epoch: int) -> None:
         """Use the order of ``epoch``."""
         self.epoch = epoch
 
     def order(self) -> list[int]:
-        """The indices of the current epoch, in order."""
+        """The indices of the current epoch, in global order (all ranks)."""
         g = torch.Generator().manual_seed(self.seed + self.epoch)
         idx = torch.randperm(self.size, generator=g).tolist() if self.shuffle else list(range(self.size))
         if self.lengths is None:
             return idx
-        chunk = 50 * self.batch_size
+        chunk = 50 * self.batch_size * self.num_replicas
         out: list[int] = []
         for start in range(0, len(idx), chunk):
             out += sorted(idx[start : start + chunk], key=lambda i: -self.lengths[i])
-        # shuffle whole batches, so that long batches do not always come first in each chunk
-        batches = [out[i : i + self.batch_size] for i in range(0, len(out), self.batch_size)]
+        # shuffle whole (global) batches, so that long batches do not always come first in each chunk
+        step = self.batch_size * self.num_replicas
+        batches = [out[i : i + step] for i in range(0, len(out), step)]
         perm = torch.randperm(len(batches), generator=g).tolist() if self.shuffle else range(len(batches))
         return [i for b in perm for i in batches[b]]
 
     def __iter__(self) -> Iterator:
-        for i in self.order():
+        order = self.order()
+        if self.num_replicas > 1:
+            order = (order * math.ceil(self.total_size / max(1, len(order))))[: self.total_size]
+            order = order[self.rank : self.total_size : self.num_replicas]
+        for i in order:
             yield (i, self.epoch) if self.with_epoch else i
 
     def __len__(self) -> int:
-        return self.size
+        return self.num_samples
 
 
 class Collator:

@@ -1,7 +1,8 @@
 """Datamodule plugins: short names registered through the ``domainbert.datamodules`` entry-point group.
 
 A package registers ``name = "pkg.module:ClassName"`` under ``[project.entry-points."domainbert.datamodules"]``;
-then ``--data name`` (or ``data: {class_path: name}``) selects that class. ``domainbert datamodules`` lists them.
+then ``--data name`` on the command line selects that class (in a YAML config, give its full ``class_path``).
+``domainbert datamodules`` lists them.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ def main(argv: Sequence[str] = ()) -> None:
         print("usage: domainbert datamodules\n\nList the datamodules registered under the entry-point group " + GROUP)
         return
     plugins = load_plugins(refresh=True)
-    width = max([len(n) for n in plugins] + [4])
+    width = max([len(n) for n in [*plugins, *_failed]] + [4])
     print(f"{'name':<{width}}  class_path")
     for name, cls in sorted(plugins.items()):
         print(f"{name:<{width}}  {cls.__module__}.{cls.__qualname__}")
