@@ -21,6 +21,7 @@ import argparse
 import importlib.util
 import logging
 import os
+import random
 import re
 import signal
 import socket
@@ -115,18 +116,36 @@ def open_storage(url: str, heartbeat: int, grace: int | None, max_retry: int) ->
     engine = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
     if url.startswith("postgresql://") and importlib.util.find_spec("psycopg") is None:
         url = "postgresql+psycopg2://" + url[len("postgresql://") :]  # SQLAlchemy 2.1 defaults to psycopg 3
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        try:
-            return optuna.storages.RDBStorage(
-                url,
-                engine_kwargs=engine,
-                heartbeat_interval=heartbeat,
-                grace_period=grace or 2 * heartbeat,
-                heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=max_retry),
-            )
-        except Exception as err:  # noqa: BLE001 - sqlalchemy raises many types for a bad URL or server
-            raise DomainBertError(f"cannot open the study storage {mask_url(url)}: {mask_url(str(err))}") from err
+    for attempt in range(SCHEMA_RACE_RETRIES + 1):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            try:
+                return optuna.storages.RDBStorage(
+                    url,
+                    engine_kwargs=engine,
+                    heartbeat_interval=heartbeat,
+                    grace_period=grace or 2 * heartbeat,
+                    heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(
+                        max_retry=max_retry
+                    ),
+                )
+            except Exception as err:  # noqa: BLE001 - sqlalchemy raises many types for a bad URL or server
+                if attempt < SCHEMA_RACE_RETRIES and _schema_race(err):
+                    # another worker is creating Optuna's tables in this fresh database: wait, then reopen
+                    time.sleep(random.uniform(0.2, 1.0))
+                    continue
+                raise DomainBertError(f"cannot open the study storage {mask_url(url)}: {mask_url(str(err))}") from err
+    raise AssertionError("unreachable")
+
+
+#: How often :func:`open_storage` reopens a fresh database whose schema another worker is creating.
+SCHEMA_RACE_RETRIES = 5
+
+
+def _schema_race(err: BaseException) -> bool:
+    """Whether ``err`` is a lost race to create Optuna's schema (a duplicate table, type or version row)."""
+    text = f"{type(err).__name__}: {err}"
+    return any(s in text for s in ("UniqueViolation", "IntegrityError", "already exists", "DuplicateTable"))
 
 
 def tally(trials: Sequence[optuna.trial.FrozenTrial]) -> tuple[int, int]:

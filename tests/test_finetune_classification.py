@@ -122,8 +122,9 @@ def test_sampler_shards_one_global_order_across_ranks_and_reshuffles_per_epoch()
 def test_loss_falls_for_every_family(tiny_models, family):
     torch.manual_seed(0)
     dm = _dm()
-    losses = _train(_module(tiny_models[family], dm, **NO_DROPOUT), dm, steps=50, lr=5e-3)
-    assert sum(losses[-5:]) / 5 < 0.65 * losses[0]
+    losses = _train(_module(tiny_models[family], dm, **NO_DROPOUT), dm, steps=80, lr=5e-3)
+    # the last two epochs against the first (4 batches an epoch); measured 0.0-0.72 over 3 seeds x 1-2 threads
+    assert sum(losses[-8:]) / 8 < 0.8 * sum(losses[:4]) / 4
 
 
 def test_learns_a_separable_task_through_the_trainer(tiny_bert):

@@ -171,24 +171,24 @@ def test_a_list_label_in_single_label_data_is_an_error(tok, tmp_path):
         classification(tok, path)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="needs classification.py: check_rows must reject float/bool/dict/list label cells naming the row "
-    "(today 0, 1, 1.5 silently become the labels '0.0', '1.0', '1.5')",
-)
 @bad_input
 @pytest.mark.parametrize("bad", [1.5, {"id": 1}, True], ids=["float", "dict", "bool"])
 def test_a_label_of_the_wrong_type_names_the_row(tok, tmp_path, bad):
     path = jsonl(
         tmp_path / "w.jsonl", [{"text": "a b", "label": 0}, {"text": "c", "label": 1}, {"text": "d", "label": bad}]
     )
-    try:
+    with pytest.raises(DomainBertError) as err:
         classification(tok, path)
-    except DomainBertError as err:
-        assert f"{path}: row 3" in str(err)
-    else:
-        raise AssertionError(f"a label {bad!r} was accepted")
+    assert f"{path}: row 3: column 'label'" in str(err.value) and "expected a label name" in str(err.value)
+
+
+@bad_input
+def test_integral_float_labels_are_the_integer_class_ids(tok, tmp_path):
+    """JSON readers turn a column of 0, 1, 2.0 into floats; 2.0 is the class "2", not "2.0"."""
+    path = jsonl(
+        tmp_path / "f.jsonl", [{"text": "a b", "label": 0}, {"text": "c", "label": 1}, {"text": "d", "label": 2.0}]
+    )
+    assert classification(tok, path).label_names == ["0", "1", "2"]
 
 
 # -- configs and checkpoints -------------------------------------------------------------------------

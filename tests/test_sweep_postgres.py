@@ -107,8 +107,6 @@ def test_three_workers_on_postgres_complete_one_study_without_duplicates_or_loss
     name = f"pg-{os.getpid()}-{time.time_ns()}"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
     env["OMP_NUM_THREADS"] = "1"
-    # Create the schema first: workers started at once on a fresh database race to create it (see the xfail below)
-    optuna.storages.RDBStorage(postgres_url).engine.dispose()
     barrier = tmp_path / "barrier"  # each worker's first trial waits for the other two: real concurrency
     procs = []
     for i in range(WORKERS):
@@ -148,12 +146,6 @@ def test_three_workers_on_postgres_complete_one_study_without_duplicates_or_loss
     optuna.delete_study(study_name=name, storage=postgres_url)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs sweep.py: open_storage must retry (a few times, short random sleep) when creating the Optuna schema "
-    "fails because another worker is creating it; today 2 of 3 workers started together on a fresh database exit "
-    "with 'cannot open the study storage ... UniqueViolation'",
-)
 def test_workers_opening_a_fresh_database_at_once_all_succeed(postgres_url):
     import threading
 

@@ -11,13 +11,28 @@ from domainbert.data.labelled import EncodedRows, LabelledDataModule
 from domainbert.errors import DomainBertError
 
 
+def label_text(value) -> str:
+    """One label as text: a string, or an integer (``3`` and ``3.0`` are both ``"3"``).
+
+    Raises:
+        ValueError: for booleans, non-integral numbers, and dicts, lists or other structures.
+    """
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    raise ValueError(f"expected a label name (a string) or an integer class id, found {value!r}")
+
+
 def split_labels(value, separator: str | None) -> list[str]:
     """The labels of one multi-label cell: a list, or a string split on ``separator``."""
     if isinstance(value, (list, tuple)):
-        return [str(v) for v in value]
+        return [label_text(v) for v in value]
     if separator is not None and isinstance(value, str):
         return [v.strip() for v in value.split(separator) if v.strip()]
-    return [str(value)]
+    return [label_text(value)]
 
 
 class ClassificationEncoder:
@@ -59,7 +74,7 @@ class ClassificationEncoder:
                     hot.append(row)
                 enc["labels"] = hot
             else:
-                enc["labels"] = [self.label2id[str(v)] for v in values]
+                enc["labels"] = [self.label2id[label_text(v)] for v in values]
         return enc
 
 
@@ -150,10 +165,8 @@ class ClassificationDataModule(LabelledDataModule):
         if self.multi_label:
             return split_labels(value, self.label_separator)
         if isinstance(value, (list, tuple)):
-            raise DomainBertError(
-                f"column {self.label_column!r} holds lists of labels ({value!r}); set data.multi_label: true"
-            )
-        return [str(value)]
+            raise ValueError(f"holds lists of labels ({value!r}); set data.multi_label: true")
+        return [label_text(value)]
 
     def check_rows(self, split: str, ds: datasets.Dataset) -> None:  # noqa: D102
         for col in self.columns(split)[: 2 if self.text_pair_column else 1]:

@@ -284,7 +284,7 @@ class LabelledDataModule(L.LightningDataModule):
         raise NotImplementedError
 
     def row_labels(self, value) -> list[str]:
-        """The label strings in one row's label cell."""
+        """The label strings in one row's label cell; raise ``ValueError`` for a cell of the wrong kind."""
         raise NotImplementedError
 
     def order_labels(self, found: set[str]) -> list[str]:
@@ -323,8 +323,8 @@ class LabelledDataModule(L.LightningDataModule):
             if not self.paths["train"]:
                 raise DomainBertError("no label set: give data.train (labels are read from it) or data.labels")
             found: set[str] = set()
-            for value in self.raw("train")[self.label_column]:
-                found.update(self.row_labels(value))
+            for row, value in enumerate(self.raw("train")[self.label_column], 1):
+                found.update(self.labels_of_row("train", row, value))
             if not found:
                 raise DomainBertError(f"{self.paths['train']}: column {self.label_column!r} holds no labels")
             self._label_names = self.order_labels(found)
@@ -351,13 +351,20 @@ class LabelledDataModule(L.LightningDataModule):
         for row, value in enumerate(ds[self.label_column], 1):
             if value is None:
                 raise DomainBertError(f"{self.path(split)}: row {row}: column {self.label_column!r} is empty")
-            for label in self.row_labels(value):
+            for label in self.labels_of_row(split, row, value):
                 if label not in known:
                     shown = ", ".join(self.label_names[:20]) + (", ..." if len(known) > 20 else "")
                     raise DomainBertError(
                         f"{self.path(split)}: row {row}: label {label!r} (column {self.label_column!r}) is not in "
                         f"the label set taken from {self._label_source}: [{shown}]"
                     )
+
+    def labels_of_row(self, split: str, row: int, value) -> list[str]:
+        """:meth:`row_labels` of one cell; a cell it rejects (``ValueError``) is an error naming file and row."""
+        try:
+            return self.row_labels(value)
+        except ValueError as err:
+            raise DomainBertError(f"{self.path(split)}: row {row}: column {self.label_column!r}: {err}") from None
 
     def label_counts(self) -> list[int]:
         """How many training rows carry each label, in ``label_names`` order."""
