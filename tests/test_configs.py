@@ -64,3 +64,17 @@ def test_pipeline_config_parses():
         cfg = parser.instantiate_classes(parser.parse_args(["--config", str(path)]))
         assert cfg.dapt.config and (ROOT / cfg.dapt.config).exists()
         assert (ROOT / cfg.finetune.config).exists() and (ROOT / cfg.distill.config).exists()
+
+
+@pytest.mark.parametrize("group", sorted(p.name for p in (ROOT / "configs/trainer").glob("*.yaml")))
+def test_trainer_group_layers_over_a_stage_config(group, capsys):
+    from domainbert.cli import main
+
+    layered = yaml.safe_load((ROOT / "configs/trainer" / group).read_text())["trainer"]
+    stage = str(ROOT / "configs/finetune/tiny_classification.yaml")
+    with pytest.raises(SystemExit) as done:
+        main(["fit", "--config", stage, "--config", str(ROOT / "configs/trainer" / group), "--print_config"])
+    assert done.value.code in (0, None)
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert {k: printed["trainer"][k] for k in layered} == layered
+    assert printed["model"]["init_args"]["learning_rate"] == 1e-4  # the stage config is still there

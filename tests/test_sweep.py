@@ -286,6 +286,7 @@ def test_postgres_storage_shared_study(tmp_path):
     args = ["--config", str(FIT), "--sweep", str(SPACE), "--n-trials", "2", "--out", str(tmp_path / "s")]
     sweep.main([*args, "--storage", url, "--study-name", name, "--no-plots"])
     assert not (tmp_path / "s" / "study.db").exists()  # the study lives in PostgreSQL, not in a SQLite file
-    study = optuna.load_study(study_name=name, storage=url)
+    storage = sweep.open_storage(url, 60, None, 1)  # the driver the sweep uses (psycopg2 where psycopg 3 is absent)
+    study = optuna.load_study(study_name=name, storage=storage)
     assert len(by_state(study, TrialState.COMPLETE)) == 2
-    optuna.delete_study(study_name=name, storage=url)
+    optuna.delete_study(study_name=name, storage=storage)
