@@ -72,21 +72,33 @@ class TrainingGuard(L.Callback):
       the number of skipped steps is logged as ``train/skipped_steps``.
     - With ``reseed_every_step`` the global RNG is seeded from ``(seed, batch index)`` before each training batch,
       so dropout draws after a resume from a mid-epoch checkpoint equal those of an uninterrupted run.
+    - With ``release_memory`` the heap's free memory goes back to the system after every evaluation batch
+      (glibc's ``malloc_trim``; a no-op elsewhere), so the peak RSS of a validation pass stays flat however many
+      batches it has (glibc otherwise keeps freed activation buffers: +30% from 1x to 4x the data for MLM).
     """
 
-    def __init__(self, nonfinite: str = "stop", reseed_every_step: bool = True) -> None:
+    def __init__(self, nonfinite: str = "stop", reseed_every_step: bool = True, release_memory: bool = True) -> None:
         """Configure the guard.
 
         Args:
             nonfinite: ``stop`` (raise, naming the step and the last checkpoint), ``skip`` (drop that update and
                 count it) or ``ignore``.
             reseed_every_step: seed the global RNG from (seed, batch index) before every training batch.
+            release_memory: after every validation/test/predict batch, return the heap's free memory to the system
+                (glibc ``malloc_trim``; no effect on other C libraries).
         """
         super().__init__()
         if nonfinite not in ("stop", "skip", "ignore"):
             raise ValueError(f"guard.nonfinite={nonfinite!r}: expected stop, skip or ignore")
         self.nonfinite, self.reseed_every_step = nonfinite, reseed_every_step
         self.skipped = 0
+        self._trim = _malloc_trim() if release_memory else None
+
+    def _release(self, *args, **kwargs) -> None:
+        if self._trim is not None:
+            self._trim(0)
+
+    on_validation_batch_end = on_test_batch_end = on_predict_batch_end = _release
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:  # noqa: D102
         if self.reseed_every_step:
@@ -117,6 +129,17 @@ class TrainingGuard(L.Callback):
             f"non-finite loss or gradients at step {trainer.global_step}; last good checkpoint: "
             f"{last or 'none saved yet'}. Lower the learning rate, check the data, or set guard.nonfinite=skip"
         )
+
+
+def _malloc_trim():
+    """The C library's ``malloc_trim`` (glibc), or None where it has none (macOS, Windows, musl)."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
 
 
 def _last_checkpoint(trainer) -> str | None:

@@ -51,3 +51,17 @@ def test_nonfinite_skip_counts_and_leaves_weights_finite(tiny_bert, corpus_file,
     assert trainer.global_step == 6
     finite = [torch.isfinite(p).all() for n, p in module.named_parameters() if "word_embeddings" not in n]
     assert all(finite)
+
+
+def test_release_memory_trims_the_heap_after_every_evaluation_batch(tiny_bert, corpus_file, tmp_path):
+    calls = []
+    guard = TrainingGuard()
+    assert guard._trim is not None  # glibc on the Linux machines this runs on
+    guard._trim = calls.append
+    module = MaskedLMModule(str(tiny_bert), head_warmup_steps=0)
+    dm = CorpusDataModule(train=str(corpus_file), val_ratio=0.2, max_length=32, batch_size=4, max_documents=64)
+    dm.connect(module.tokenizer)
+    trainer = L.Trainer(logger=False, enable_progress_bar=False, enable_model_summary=False, callbacks=[guard])
+    trainer.validate(module, datamodule=dm)
+    assert len(calls) == trainer.num_val_batches[0] > 1 and set(calls) == {0}
+    assert TrainingGuard(release_memory=False)._trim is None

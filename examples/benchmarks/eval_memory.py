@@ -59,30 +59,15 @@ def classification_parts(args, model_path: str, tmp: str):
     return module, dm
 
 
-def _malloc_trim_callback():
-    import ctypes
-
-    import lightning.pytorch as L
-
-    libc = ctypes.CDLL("libc.so.6")
-
-    class MallocTrim(L.Callback):
-        """Give the heap's free memory back to the system after every validation batch (glibc)."""
-
-        def on_validation_batch_end(self, *args, **kwargs) -> None:  # noqa: D102
-            libc.malloc_trim(0)
-
-    return MallocTrim
-
-
 def child(args) -> None:
     """One measurement: set up, then validate with a fresh peak; print a key=value line."""
     import lightning.pytorch as L
 
+    from domainbert.callbacks import TrainingGuard
+
     common.quiet()
     common.set_threads(args.threads)
     L.seed_everything(0, verbose=False)
-    MallocTrim = _malloc_trim_callback() if args.malloc_trim else None  # noqa: N806
     with tempfile.TemporaryDirectory(prefix="domainbert-bench-eval-") as tmp:
         build = mlm_parts if args.task == "mlm" else classification_parts
         module, dm = build(args, args.model, tmp)
@@ -97,7 +82,8 @@ def child(args) -> None:
             enable_checkpointing=False,
             enable_progress_bar=False,
             enable_model_summary=False,
-            callbacks=[MallocTrim()] if args.malloc_trim else [],
+            # as `domainbert fit` does: the guard returns freed heap memory after each evaluation batch
+            callbacks=[TrainingGuard(release_memory=not args.no_release_memory)],
         )
         gc.collect()
         before = common.rss_mb()
@@ -142,8 +128,8 @@ def measure(args, task: str, scale: int, model_path: str, kind: str) -> dict:
     ]
     if args.threads:
         cmd += ["--threads", str(args.threads)]
-    if args.malloc_trim:
-        cmd += ["--malloc-trim"]
+    if args.no_release_memory:
+        cmd += ["--no-release-memory"]
     env = os.environ.copy()
     if args.steady_malloc:
         env["MALLOC_MMAP_THRESHOLD_"] = str(1 << 20)
@@ -174,9 +160,10 @@ def main(argv: list[str] | None = None) -> dict:
         "the system at once: the peak then shows live memory, without the allocator's heap drift",
     )
     p.add_argument(
-        "--malloc-trim",
+        "--no-release-memory",
         action="store_true",
-        help="call glibc's malloc_trim(0) after every validation batch (returns freed heap memory to the system)",
+        help="turn off what `domainbert fit` does by default (TrainingGuard.release_memory: glibc's malloc_trim "
+        "after every evaluation batch), to see the allocator's own retention",
     )
     p.add_argument("--child", action="store_true", help=__import__("argparse").SUPPRESS)
     p.add_argument("--kind", default="fp32", help=__import__("argparse").SUPPRESS)
@@ -195,7 +182,7 @@ def main(argv: list[str] | None = None) -> dict:
     tasks = ["mlm", "classification"] if args.task == "both" else [args.task]
     print(f"# machine: {common.describe_machine(threads)}")
     malloc = "MALLOC_MMAP_THRESHOLD_=1MiB" if args.steady_malloc else "default malloc"
-    malloc += ", malloc_trim after each batch" if args.malloc_trim else ""
+    malloc += ", no malloc_trim (--no-release-memory)" if args.no_release_memory else ", malloc_trim after each batch"
     print(f"# model: {model_path}; batch {args.batch}, max length {args.max_length}, precision {kind}; {malloc}")
     rows, figures, flat = [], {}, True
     for task in tasks:
@@ -234,7 +221,7 @@ def main(argv: list[str] | None = None) -> dict:
         "flat": flat,
         "precision": kind,
         "steady_malloc": args.steady_malloc,
-        "malloc_trim": args.malloc_trim,
+        "release_memory": not args.no_release_memory,
     }
     print(common.kv_line(figures))
     return figures
