@@ -2,6 +2,7 @@
 
 import importlib.metadata
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -25,9 +26,14 @@ def _run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def installed_plugin():
-    """``pip install`` the example plugin into this environment (no network: no build isolation, no deps)."""
-    done = _run("-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", str(PLUGIN))
+def installed_plugin(tmp_path_factory):
+    """``pip install`` the example plugin into this environment (no network: no build isolation, no deps).
+
+    It is built from a copy, so the build leaves nothing (``build/``, ``*.egg-info``) in the source tree.
+    """
+    copy = tmp_path_factory.mktemp("plugin") / "plugin_datamodule"
+    shutil.copytree(PLUGIN, copy, ignore=shutil.ignore_patterns("build", "*.egg-info", "sample"))
+    done = _run("-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", str(copy))
     assert done.returncode == 0, done.stdout + done.stderr
     yield
     _run("-m", "pip", "uninstall", "-q", "-y", DIST)
