@@ -181,9 +181,13 @@ class Runner:
     def _save(self) -> None:
         atomic_write_text(self.state_file, json.dumps(self.state, indent=2, sort_keys=True) + "\n")
 
-    def _done(self, stage: str) -> dict | None:
+    def _done(self, stage: str, inputs: list[str]) -> dict | None:
+        """The stage's record if it finished earlier with the same inputs (command line), else None."""
         entry = self.state.get(stage)
         if entry and entry.get("status") == "done":
+            if entry.get("inputs", inputs) != inputs:
+                print(f"[{stage}] done earlier with other inputs (config, options or upstream output): running again")
+                return None
             print(f"[{stage}] done earlier: skipped ({entry.get('hf') or entry.get('result')})")
             return entry
         return None
@@ -209,10 +213,11 @@ class Runner:
 
     def fit(self, stage: str, spec: StageSpec, extra: list[str], test: bool = False) -> dict:
         """Run ``domainbert fit`` (and ``test``) for ``stage``; return its record (``hf``, ``run``, ``metrics``)."""
-        if (done := self._done(stage)) is not None:
-            return done
         if not spec.config:
             raise DomainBertError(f"pipeline stage {stage!r} has no config")
+        inputs = [spec.config, *extra, *spec.args, *(["--test"] if test else [])]
+        if (done := self._done(stage, inputs)) is not None:
+            return done
         result = self.out / stage / "result.json"
         cmd = [
             sys.executable,
@@ -233,7 +238,7 @@ class Runner:
             cmd.insert(5, "--test")
         seconds = self._run(stage, cmd)
         record = json.loads(result.read_text())
-        record.update(status="done", seconds=round(seconds, 1))
+        record.update(status="done", seconds=round(seconds, 1), inputs=inputs)
         self.state[stage] = record
         self._save()
         print(f"[{stage}] done in {seconds:.0f} s: {record.get('hf')}")
@@ -241,10 +246,10 @@ class Runner:
 
     def tool(self, stage: str, args: list[str], result: str) -> str:
         """Run a ``domainbert`` tool subcommand for ``stage``; return ``result``."""
-        if (done := self._done(stage)) is not None:
+        if (done := self._done(stage, args)) is not None:
             return done["result"]
         seconds = self._run(stage, [sys.executable, "-m", "domainbert", *args])
-        self.state[stage] = {"status": "done", "result": result, "seconds": round(seconds, 1)}
+        self.state[stage] = {"status": "done", "result": result, "seconds": round(seconds, 1), "inputs": args}
         self._save()
         return result
 
