@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
+from typing import Literal
 
 import lightning.pytorch as L
 import torch
@@ -30,7 +31,9 @@ class HFExport(L.Callback):
         """
         super().__init__()
         self.enabled = enabled
-        self.dirname = dirname
+        from domainbert.io import plain_name  # a name inside the run folder: never '', '.', '..' or a path
+
+        self.dirname = plain_name(dirname, "export.dirname")
         self.restore_best = restore_best
         self.path: Path | None = None
 
@@ -64,6 +67,47 @@ class HFExport(L.Callback):
             print(f"Exported Hugging Face model to {self.path}")
 
 
+class EarlyStopping(L.callbacks.EarlyStopping):
+    """Lightning's ``EarlyStopping``, which lets a fit that has not validated yet finish.
+
+    Lightning raises when the monitored metric is missing, also when no validation has run yet (a smoke run with
+    ``--trainer.max_steps 5``, or ``--data.val null``). This one logs one warning and skips the check until a
+    validation has run, as ``ModelCheckpoint`` does; a metric still missing after a validation (a misspelt
+    ``monitor``) is an error naming the metrics that were logged. Options as in Lightning.
+    """
+
+    _validated = False
+    _warned = False
+
+    def _missing(self, trainer: L.Trainer) -> bool:
+        """True (after one warning) when the monitored metric is absent and no validation has run."""
+        if self.monitor in trainer.callback_metrics or self._validated:
+            return False
+        if not self._warned:
+            log.warning(
+                "EarlyStopping(monitor=%r): no validation has run yet, so early stopping is skipped until one does",
+                self.monitor,
+            )
+            self._warned = True
+        return True
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:  # noqa: D102
+        if not self._missing(trainer):
+            super().on_train_epoch_end(trainer, pl_module)
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:  # noqa: D102
+        if not trainer.sanity_checking:
+            self._validated = True
+            if self.monitor not in trainer.callback_metrics and self.strict:
+                from domainbert.errors import DomainBertError
+
+                logged = ", ".join(sorted(trainer.callback_metrics)) or "none"
+                raise DomainBertError(
+                    f"EarlyStopping monitor={self.monitor!r}: validation logged no such metric; logged: {logged}"
+                )
+        super().on_validation_end(trainer, pl_module)
+
+
 class TrainingGuard(L.Callback):
     """Stop (or skip) on a non-finite loss, and make every step's randomness a function of the step.
 
@@ -77,7 +121,12 @@ class TrainingGuard(L.Callback):
       batches it has (glibc otherwise keeps freed activation buffers: +30% from 1x to 4x the data for MLM).
     """
 
-    def __init__(self, nonfinite: str = "stop", reseed_every_step: bool = True, release_memory: bool = True) -> None:
+    def __init__(
+        self,
+        nonfinite: Literal["stop", "skip", "ignore"] = "stop",
+        reseed_every_step: bool = True,
+        release_memory: bool = True,
+    ) -> None:
         """Configure the guard.
 
         Args:
@@ -89,7 +138,9 @@ class TrainingGuard(L.Callback):
         """
         super().__init__()
         if nonfinite not in ("stop", "skip", "ignore"):
-            raise ValueError(f"guard.nonfinite={nonfinite!r}: expected stop, skip or ignore")
+            from domainbert.errors import DomainBertError
+
+            raise DomainBertError(f"--guard.nonfinite={nonfinite!r}: expected stop, skip or ignore")
         self.nonfinite, self.reseed_every_step = nonfinite, reseed_every_step
         self.skipped = 0
         self._trim = _malloc_trim() if release_memory else None

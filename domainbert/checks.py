@@ -48,7 +48,9 @@ def load_checkpoint(path: str | os.PathLike) -> dict:
     try:
         return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except Exception as err:  # noqa: BLE001 - torch raises many types for a file that is not a checkpoint
-        raise DomainBertError(f"--ckpt_path {path}: not a readable Lightning checkpoint ({err})") from err
+        from domainbert.runs import load_failure
+
+        raise DomainBertError(f"--ckpt_path {path}: not a readable Lightning checkpoint ({load_failure(err)})") from err
 
 
 def checkpoint_family(state_dict: Mapping[str, Any]) -> str | None:
@@ -158,7 +160,9 @@ def check_checkpoint_model(ckpt_path: str | os.PathLike, pl_module: Any) -> None
 
 
 def _labels_of(pl_module: Any) -> list[str] | None:
-    names = getattr(pl_module, "label_names", None)
+    # the hyper-parameter first: the labels as linked from the data, which the checkpoint's run recorded the same
+    # way (the module's own order may be its init_from export's, see ``modules.classification.labels_from``)
+    names = (getattr(pl_module, "hparams", {}) or {}).get("label_names")
     if names is None:
-        names = (getattr(pl_module, "hparams", {}) or {}).get("label_names")
+        names = getattr(pl_module, "label_names", None)
     return [str(x) for x in names] if names is not None else None

@@ -7,6 +7,7 @@ LightningDataModule given by ``class_path``. The other subcommands (``vocab``, `
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import logging
 import os
@@ -22,7 +23,46 @@ TOOLS = {
     "export": "domainbert.deploy",
     "pipeline": "domainbert.pipeline",
     "datamodules": "domainbert.data.registry",
+    "probe": "domainbert.adapt.probe_cmd",
+    "select": "domainbert.adapt.select",
 }
+
+#: One line per subcommand for ``domainbert --help`` (printed without importing Lightning or transformers).
+COMMANDS = {
+    "fit": "train: continued pretraining, fine-tuning or distillation (--config configs/<stage>/<name>.yaml)",
+    "validate": "evaluate a checkpoint on the validation set (--ckpt_path best|last|<file>)",
+    "test": "evaluate a checkpoint on the test set (--ckpt_path best|last|<file>)",
+    "predict": "write predictions (JSONL) of a checkpoint (--ckpt_path best|last|<file>)",
+    "sweep": "Optuna search over a fit config's hyper-parameters (--config, --sweep, --n_trials)",
+    "pipeline": "the whole recipe: DAPT, fine-tuning, distillation, export and a report (--config)",
+    "export": "deployment variants of a model: pruned, int8, bf16, ONNX, with a report (--model, --out)",
+    "vocab": "extend a tokenizer with domain words, or train a WordPiece (extend|train, --top_k)",
+    "datamodules": "list the datamodules registered by plugins (entry points)",
+    "probe": "logistic regression on a model's frozen embeddings: the cheapest baseline (--model, --train, --val)",
+    "select": "the corpus documents nearest a task's texts, for curated DAPT (--model, --corpus, --task, --k)",
+}
+
+USAGE = "usage: domainbert <command> [options]"
+
+
+def help_text() -> str:
+    """The text of ``domainbert --help``: every subcommand with one line."""
+    width = max(map(len, COMMANDS))
+    lines = [f"  {name:<{width}}  {what}" for name, what in COMMANDS.items()]
+    return "\n".join(
+        [
+            USAGE,
+            "",
+            "Adapt BERT-family encoders to a domain, then ship a small fast model.",
+            "",
+            "commands:",
+            *lines,
+            "",
+            "`domainbert <command> --help` lists a command's options. Options are written with underscores",
+            "(--ckpt_path, --top_k, --n_trials); any config value can be set as --<key>.<key> (--model.learning_rate).",
+        ]
+    )
+
 
 #: Names served lazily from :mod:`domainbert.lightning_cli`, so that the tool subcommands and ``--help`` start
 #: without importing Lightning.
@@ -38,11 +78,16 @@ def __getattr__(name: str) -> Any:
 
 
 def _user_error(err: BaseException) -> DomainBertError | None:
-    """Find a DomainBertError in an exception's chain (jsonargparse and Lightning may wrap it)."""
+    """Find a DomainBertError in an exception's chain (jsonargparse and Lightning may wrap it).
+
+    An ``argparse.ArgumentError`` (jsonargparse's, for a bad option or value) becomes one on a single line.
+    """
     seen = set()
     while err is not None and id(err) not in seen:
         if isinstance(err, DomainBertError):
             return err
+        if isinstance(err, argparse.ArgumentError):
+            return DomainBertError(" ".join(str(err).split()) + " (`domainbert <command> --help` lists the options)")
         seen.add(id(err))
         err = err.__cause__ or err.__context__
     return None
@@ -54,6 +99,14 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=os.environ.get("DOMAINBERT_LOG", "INFO"), format="%(levelname)s %(name)s: %(message)s")
     for noisy in ("httpx", "urllib3", "filelock", "torchao"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(help_text(), file=sys.stdout if argv else sys.stderr)
+        sys.exit(0 if argv else 2)
+    if not argv[0].startswith("-") and argv[0] not in COMMANDS:
+        print(
+            f"domainbert: error: unknown command {argv[0]!r}; expected one of: {', '.join(COMMANDS)}", file=sys.stderr
+        )
+        sys.exit(2)
     try:
         if argv and argv[0] in TOOLS:
             importlib.import_module(TOOLS[argv[0]]).main(argv[1:])

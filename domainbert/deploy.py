@@ -11,6 +11,8 @@ From a Hugging Face folder (for example a distillation run's ``hf/`` export) it 
 - ``int8/`` (``--int8``): dynamic int8 quantization of every ``nn.Linear`` (torchao's
   ``Int8DynamicActivationInt8WeightConfig`` when torchao is installed and faster on this CPU, else
   ``torch.ao.quantization.quantize_dynamic``, which torch 2.13 still ships but marks deprecated);
+- ``onnx_int8/`` (with ``--int8``, when onnxruntime is installed): onnxruntime's ``quantize_dynamic`` (int8
+  weights) of the fp32 ONNX export: a portable int8 model that any ONNX runtime loads, without pickles;
 - ``bf16/`` (``--bf16``): bf16 weights, run under CPU bf16 autocast (fast on CPUs with AMX or AVX512-BF16);
 - ``onnx/`` (``--onnx``): ``model.onnx`` from the standard exporter (``torch.onnx.export(dynamo=True)``),
   with dynamic batch and sequence axes, checked against PyTorch with onnxruntime (or the ONNX reference
@@ -22,18 +24,21 @@ top-level ``report.json`` / ``report.md`` put all variants side by side, with th
 is given, and say which of bf16 and int8 is faster on this machine. Every folder and file is written
 atomically.
 
-Load any variant back with :func:`load_variant`.
+Load any variant back with :func:`load_variant`. Nothing in a folder can make loading run code: torchao's
+``model_int8.pt`` (a pickle) loads only with ``--trust_pickle true`` / ``load_variant(..., trust_pickle=True)``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import importlib.util
 import json
 import logging
 import os
 import statistics
 import sys
+import tempfile
 import time
 import warnings
 from collections.abc import Callable, Iterable
@@ -62,9 +67,16 @@ WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".onnx", ".onnx.data", ".data"
 
 
 def model_class(config):
-    """The ``transformers`` class named by ``config.architectures`` (the head the model was saved with)."""
+    """The ``transformers`` class named by ``config.architectures`` (the head the model was saved with).
+
+    A mean-pooling classifier's export names a remote-code class; domainbert's own build of it is used instead.
+    """
     import transformers
 
+    from domainbert.modules.pooled import is_mean_pooled, pooled_class
+
+    if is_mean_pooled(config):
+        return pooled_class(config)
     for name in getattr(config, "architectures", None) or []:
         cls = getattr(transformers, name, None)
         if cls is not None:
@@ -72,55 +84,140 @@ def model_class(config):
     raise DomainBertError(f"the config names no known architecture ({getattr(config, 'architectures', None)})")
 
 
+VARIANTS = ("fp32", "bf16", "int8", "onnx", "onnx_int8")
+TRUST_FLAG = "--trust_pickle true"
+
+
 def _variant_info(path: Path) -> dict:
     f = path / VARIANT_FILE
-    return json.loads(f.read_text(encoding="utf-8")) if f.exists() else {"variant": "fp32"}
+    if not f.exists():
+        return {"variant": "fp32"}
+    try:
+        info = json.loads(f.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise DomainBertError(f"{f}: not readable JSON ({err})") from err
+    if not isinstance(info, dict) or info.get("variant") not in VARIANTS:
+        raise DomainBertError(f"{f}: field 'variant': expected one of {', '.join(VARIANTS)}")
+    return info
 
 
-def load_variant(path: str | os.PathLike):
+def load_variant(path: str | os.PathLike, trust_pickle: bool = False):
     """Load a folder written by ``domainbert export`` (or any HF folder) for inference.
 
+    Nothing in the folder can make it run code: weights load from safetensors, ONNX or ``torch.load(...,
+    weights_only=True)``. Only torchao's int8 ``model_int8.pt`` needs a full unpickling, which happens only with
+    ``trust_pickle=True`` (``--trust_pickle true``), never because the folder's ``domainbert_variant.json`` asks.
+
     Pruned heads (``domainbert_pruned_heads`` in the config) are removed from a fresh model before its
-    weights load; an ``int8`` folder is rebuilt with the same quantization backend.
+    weights load; an ``int8`` folder is rebuilt with the same quantization backend; an ``onnx`` or ``onnx_int8``
+    folder runs its ``model.onnx`` in onnxruntime behind the same call interface (:class:`OnnxModel`).
+
+    Args:
+        path: the folder.
+        trust_pickle: allow a full (code-running) unpickling of torchao's ``model_int8.pt``; only for folders you
+            made yourself or otherwise trust.
 
     Returns:
-        ``(model, tokenizer, info)``; ``info["variant"]`` is ``fp32``, ``bf16`` or ``int8``.
+        ``(model, tokenizer, info)``; ``info["variant"]`` is ``fp32``, ``bf16``, ``int8``, ``onnx`` or ``onnx_int8``.
+
+    Raises:
+        DomainBertError: a folder that is not an export, or pickled weights without ``trust_pickle``.
     """
-    from safetensors.torch import load_file
     from transformers import AutoConfig
 
     path = Path(path)
     if not (path / "config.json").exists():
         raise DomainBertError(f"{path}: no config.json; expected a folder written by `domainbert export`")
     info = _variant_info(path)
+    if info["variant"] == "int8" and info.get("backend", "torch") != "torch" and not trust_pickle:
+        raise DomainBertError(
+            f"{path}: its int8 weights ({INT8_WEIGHTS}, backend {info.get('backend')!r}) load only by unpickling, "
+            f"which can run code; pass {TRUST_FLAG} only for a folder you trust (or load its int8 ONNX variant)"
+        )
     config = AutoConfig.from_pretrained(path)
+    tokenizer = load_tokenizer(str(path))
+    if info["variant"] in ("onnx", "onnx_int8"):
+        return OnnxModel(path / plain_file(info.get("file", "model.onnx"), path), config), tokenizer, info
     cls = model_class(config)
     pruned = getattr(config, PRUNED_KEY, None) or {}
     setattr(config, PRUNED_KEY, {})  # prune_heads records them again on the fresh model
-    tokenizer = load_tokenizer(str(path))
     if info["variant"] == "int8":
-        model = cls(config)
-        prune_heads(model, pruned)
-        model.eval()
-        model, _ = quantize_int8(model, info.get("backend", "torch"), probe=None)
-        state = torch.load(path / INT8_WEIGHTS, map_location="cpu", weights_only=info.get("backend") != "torchao")
-        model.load_state_dict(state, assign=info.get("backend") == "torchao")
-        return model.eval(), tokenizer, info
+        return _load_int8(path, cls, config, pruned, info, trust_pickle), tokenizer, info
     dtype = torch.bfloat16 if info["variant"] == "bf16" else torch.float32
     if pruned:
         model = cls(config)
         prune_heads(model, pruned)
-        state = {}
-        for f in sorted(path.glob("*.safetensors")):
-            state.update(load_file(str(f)))
-        missing, unexpected = model.load_state_dict(state, strict=False)
-        missing = [k for k in missing if not k.endswith("position_ids")]
-        if missing or unexpected:
-            raise DomainBertError(f"{path}: weights do not fit the pruned model (missing {missing[:3]})")
+        model.load_state_dict(_safetensors_state(path, model), strict=False)
         model = model.to(dtype)
     else:
         model = cls.from_pretrained(path, dtype=dtype)
     return model.eval(), tokenizer, info
+
+
+def plain_file(name: str, folder: Path) -> str:
+    """``name`` if it names a file directly inside ``folder`` (no path), else a DomainBertError."""
+    if not isinstance(name, str) or not name or name in (".", "..") or "/" in name or "\\" in name:
+        raise DomainBertError(
+            f"{folder / VARIANT_FILE}: field 'file': expected a file name in the folder, got {name!r}"
+        )
+    return name
+
+
+def _safetensors_state(path: Path, model: nn.Module) -> dict[str, torch.Tensor]:
+    """The safetensors weights of ``path``, checked to fit ``model`` (a pruned structure)."""
+    from safetensors.torch import load_file
+
+    state = {}
+    for f in sorted(path.glob("*.safetensors")):
+        state.update(load_file(str(f)))
+    own = model.state_dict()
+    missing = [k for k in own if k not in state and not k.endswith("position_ids")]
+    unexpected = [k for k in state if k not in own]
+    if missing or unexpected:
+        raise DomainBertError(f"{path}: weights do not fit the pruned model (missing {missing[:3]})")
+    return state
+
+
+def _load_int8(path: Path, cls, config, pruned: dict, info: dict, trust_pickle: bool) -> nn.Module:
+    """Rebuild the int8 model of ``path`` and load ``model_int8.pt`` (without pickles unless ``trust_pickle``)."""
+    import pickle
+
+    model = cls(config)
+    prune_heads(model, pruned)
+    model.eval()
+    backend = info.get("backend", "torch")
+    model, _ = quantize_int8(model, backend, probe=None)
+    try:
+        state = torch.load(path / INT8_WEIGHTS, map_location="cpu", weights_only=not trust_pickle)
+    except (pickle.UnpicklingError, RuntimeError, AttributeError, TypeError, ValueError, EOFError) as err:
+        raise DomainBertError(
+            f"{path / INT8_WEIGHTS}: not loadable as plain tensors ({type(err).__name__}); it may hold code. "
+            f"Pass {TRUST_FLAG} only for a folder you trust"
+        ) from err
+    except OSError as err:
+        raise DomainBertError(f"{path / INT8_WEIGHTS}: cannot be read: {err.strerror or err}") from err
+    model.load_state_dict(state, assign=backend == "torchao")
+    return model.eval()
+
+
+class OnnxModel(nn.Module):
+    """An ONNX export behind the call interface of a ``transformers`` model: ``model(**batch).logits``."""
+
+    def __init__(self, path: Path, config, threads: int | None = None) -> None:
+        """Open ``path`` with onnxruntime (no pickles: an ONNX file is a protobuf)."""
+        super().__init__()
+        if not path.is_file():
+            raise DomainBertError(f"{path}: no such ONNX file")
+        self.config = config
+        self.runner = OnnxRunner(path, threads)
+
+    def forward(self, input_ids, attention_mask, token_type_ids=None):  # noqa: D102
+        from types import SimpleNamespace
+
+        batch = {"input_ids": input_ids, "attention_mask": attention_mask}
+        if token_type_ids is not None:
+            batch["token_type_ids"] = token_type_ids
+        return SimpleNamespace(logits=self.runner(batch))
 
 
 # =====================================================================================================
@@ -746,6 +843,7 @@ def export(
     repeats: int = 3,
     threads: int | None = None,
     seed: int = 0,
+    trust_pickle: bool = False,
 ) -> dict:
     """Write the deployment variants of ``model`` under ``out``, each with its report.
 
@@ -758,7 +856,9 @@ def export(
         text_column: the text column of ``data`` and ``train``.
         label_column: the label column (names as in the model's ``id2label``).
         max_length: truncation length of the inputs.
-        int8: write ``int8/``, dynamic int8 quantization of the Linear layers.
+        int8: write ``int8/``, dynamic int8 quantization of the Linear layers (``model_int8.pt``, for PyTorch), and
+            ``onnx_int8/``, the same quantization of the ONNX export (onnxruntime's ``quantize_dynamic``), which any
+            ONNX runtime loads without pickles (needs onnxruntime; skipped with a warning without it).
         int8_backend: ``auto`` (torchao when installed and faster here, else torch.ao), ``torchao`` or ``torch``.
         bf16: write ``bf16/``, bf16 weights run under CPU bf16 autocast.
         onnx: write ``onnx/model.onnx`` (``torch.onnx.export(dynamo=True)``) and check it against PyTorch.
@@ -774,6 +874,8 @@ def export(
         repeats: timing passes; the median is reported.
         threads: CPU threads for PyTorch and onnxruntime (default: PyTorch's default).
         seed: random seed (re-fit order and dropout).
+        trust_pickle: let ``--model`` and ``--teacher`` be torchao int8 folders, whose weights load only by a full
+            unpickling (which can run code): only for folders you trust.
 
     Returns:
         The summary report (also written to ``out/report.json``).
@@ -781,7 +883,7 @@ def export(
     with _threads(threads):
         torch.manual_seed(seed)
         out_dir = Path(out)
-        base_model, tokenizer, _ = load_variant(model)
+        base_model, tokenizer, _ = load_variant(model, trust_pickle=trust_pickle)
         base_model = base_model.float().eval()
         label2id = _label2id(base_model.config)
         if prune_heads > 0 and train is None:
@@ -808,7 +910,7 @@ def export(
 
         teacher_model = None
         if teacher is not None:
-            teacher_model, t_tok, _ = load_variant(teacher)
+            teacher_model, t_tok, _ = load_variant(teacher, trust_pickle=trust_pickle)
             teacher_model = teacher_model.float().eval()
             from domainbert.student import check_same_tokenizer
 
@@ -884,6 +986,13 @@ def export(
 
         if onnx:
             rows.append(_onnx_variant(deploy_model, tokenizer, out_dir, evalset, common, onnx_opset, threads))
+        if int8 and importlib.util.find_spec("onnxruntime") is None:
+            log.warning("onnxruntime is not installed: no onnx_int8/ variant (pip install onnxruntime)")
+        elif int8:
+            fp32 = out_dir / "onnx" / "model.onnx" if onnx else None
+            rows.append(
+                _onnx_int8_variant(deploy_model, tokenizer, out_dir, evalset, common, onnx_opset, threads, fp32)
+            )
 
         result = summary(rows)
         atomic_write_text(out_dir / "report.json", json.dumps(result, indent=2, sort_keys=True) + "\n")
@@ -939,6 +1048,35 @@ def _onnx_variant(model, tokenizer, out_dir: Path, evalset: EvalSet, common: dic
     return row
 
 
+def _onnx_int8_variant(
+    model, tokenizer, out_dir: Path, evalset: EvalSet, common: dict, opset, threads, fp32: Path | None
+) -> dict:
+    """``onnx_int8/``: onnxruntime's dynamic int8 quantization of the fp32 ONNX export (exported here if needed)."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    with contextlib.ExitStack() as stack:
+        if fp32 is None:
+            scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=".onnx-fp32-", dir=out_dir)))
+            example = {k: v[:2] for k, v in evalset.b32[0].items() if k != "labels"}
+            fp32 = scratch / "model.onnx"
+            export_onnx(model, fp32, example, opset)
+        with atomic_dir(out_dir / "onnx_int8", what="the int8 ONNX variant") as tmp:
+            with _quiet():
+                quantize_dynamic(str(fp32), str(tmp / "model.onnx"), weight_type=QuantType.QInt8)
+            tokenizer.save_pretrained(tmp)
+            model.config.save_pretrained(tmp)
+            info = {"variant": "onnx_int8", "file": "model.onnx", "quantization": "onnxruntime quantize_dynamic QInt8"}
+            atomic_write_text(tmp / VARIANT_FILE, json.dumps(info) + "\n")
+            runner = OnnxRunner(tmp / "model.onnx", threads)
+            row = {"variant": "onnx_int8", "path": str(out_dir / "onnx_int8"), "params": num_params(model)}
+            row["size_mb"] = round(weights_size(tmp) / 1e6, 3)
+            row["engine"] = runner.engine
+            row.update(measure(runner, evalset), **common)
+            write_report(tmp, row)
+    print(_progress(row))
+    return row
+
+
 def _progress(row: dict) -> str:
     keys = ("params", "size_mb", "latency_ms_b1", "latency_ms_b32", "f1_macro")
     return f"[{row['variant']}] " + " ".join(f"{k}={row[k]}" for k in keys if row.get(k) is not None)
@@ -951,8 +1089,9 @@ def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = ArgumentParser(
         prog="domainbert export",
+        allow_abbrev=False,  # a misspelt option is an error, not a guess
         description="Write a model's deployment variants (HF, pruned, int8, bf16, ONNX), each with a report.",
     )
     parser.add_function_arguments(export, as_positional=False)
-    cfg = parser.parse_args(_flag_values(argv, ("int8", "bf16", "onnx")))
+    cfg = parser.parse_args(_flag_values(argv, ("int8", "bf16", "onnx", "trust_pickle")))
     export(**cfg.as_dict())

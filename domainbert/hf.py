@@ -14,7 +14,7 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoConfig, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from domainbert.errors import DomainBertError
-from domainbert.io import atomic_dir, atomic_write_text
+from domainbert.io import atomic_dir, atomic_write_text, newest_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +94,7 @@ def load_model(auto_cls, name: str, config=None, trust_remote_code: bool = False
     name = check_source(name)
     if config is None:
         config = load_config(name, trust_remote_code=trust_remote_code)
+    auto_cls = _mean_pooled_class(auto_cls, config)
     try:
         model, info = auto_cls.from_pretrained(
             name, config=config, trust_remote_code=trust_remote_code, output_loading_info=True, **kw
@@ -103,6 +104,19 @@ def load_model(auto_cls, name: str, config=None, trust_remote_code: bool = False
     except ValueError as err:
         raise DomainBertError(f"{name!r} cannot be loaded as {auto_cls.__name__}: {err}") from err
     return model, sorted(info.get("missing_keys", []))
+
+
+def _mean_pooled_class(auto_cls, config):
+    """Domainbert's mean-pooling classifier class where ``config`` marks one; else ``auto_cls`` unchanged.
+
+    Exports of a mean-pooling classifier name a remote-code class in ``auto_map``; domainbert builds the same
+    class from its own code instead, so no code from a model folder ever runs.
+    """
+    from domainbert.modules.pooled import is_mean_pooled, pooled_class
+
+    if is_mean_pooled(config) and getattr(auto_cls, "__name__", "") == "AutoModelForSequenceClassification":
+        return pooled_class(config)
+    return auto_cls
 
 
 def load_tokenizer(name: str, trust_remote_code: bool = False) -> PreTrainedTokenizerBase:
@@ -182,6 +196,7 @@ def export_hf(
     source: str | None = None,
     card: str | None = None,
     extra_files: dict[str, str] | None = None,
+    replace_foreign: bool = False,
 ) -> Path:
     """Write ``model`` and ``tokenizer`` with ``save_pretrained``, atomically.
 
@@ -192,9 +207,15 @@ def export_hf(
         source: the starting checkpoint; weights it had that ``model`` lacks (BERT's pooler, say) are kept.
         card: a Markdown model card, written as ``README.md``.
         extra_files: further text files to write, by name.
+        replace_foreign: replace ``out_dir`` even when domainbert did not write it (the user's ``--overwrite``).
+
+    Raises:
+        DomainBertError: when ``out_dir`` is a folder domainbert did not write (a run folder, a folder of the
+            user's), or the disk is full (one line: where, the free space, the run's last good checkpoint).
     """
     out_dir = Path(out_dir)
-    with atomic_dir(out_dir) as tmp:
+    last_good = newest_checkpoint(out_dir.parent / "checkpoints")
+    with atomic_dir(out_dir, "the Hugging Face export", last_good, replace_foreign) as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)

@@ -1,8 +1,18 @@
-"""Atomic writes: nothing the user had is overwritten or lost on a crash or a full disk."""
+"""Atomic writes: nothing the user had is overwritten or lost on a crash or a full disk.
+
+- :func:`atomic_dir` builds a folder beside its target and swaps it in; it replaces only a folder that it
+  created itself (one holding the :data:`MARKER` file), so a mistyped name can never wipe a run folder or a
+  folder of the user's.
+- :func:`atomic_write_text` and :func:`atomic_file` write a file through a temporary file in the same folder,
+  ``fsync`` it, then rename it.
+- Every file and folder gets the modes the user's umask gives (``tempfile`` would make them private).
+- A full disk is one line naming what was being written, where, the free space and the last good checkpoint.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 import tempfile
@@ -11,30 +21,195 @@ from pathlib import Path
 
 from domainbert.errors import DomainBertError
 
+#: The file inside every folder that :func:`atomic_dir` wrote: only such folders may be replaced.
+MARKER = ".domainbert-output"
 
-@contextlib.contextmanager
-def atomic_dir(target: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary folder beside ``target``; on success, swap it into place.
 
-    An existing ``target`` is kept until the new one is complete, then replaced. On any error the
-    temporary folder is removed and ``target`` is left exactly as it was.
+def umask() -> int:
+    """The process's umask (read without changing it for longer than two calls)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def plain_name(name: str, what: str) -> str:
+    """Return ``name`` if it is a plain file or folder name (no separator, not ``.``/``..``, not empty).
 
     Raises:
-        DomainBertError: when the folder cannot be written (denied, disk full).
+        DomainBertError: naming the option ``what`` and the value.
+    """
+    text = str(name)
+    if not text.strip() or text in (".", "..") or any(c in text for c in ("/", "\\", "\0")) or text != text.strip():
+        raise DomainBertError(f"{what}={text!r}: expected a plain folder name (no '/', not '.', '..' or empty)")
+    return text
+
+
+def fmt_bytes(n: float) -> str:
+    """``n`` bytes in B, kB, MB, GB or TB (powers of 1000)."""
+    for unit in ("B", "kB", "MB", "GB"):
+        if abs(n) < 1000:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"
+
+
+def free_space(folder: Path) -> str:
+    """The free space on the file system of ``folder`` (or of its nearest existing parent)."""
+    folder = Path(folder)
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        return fmt_bytes(shutil.disk_usage(folder).free)
+    except OSError:
+        return "unknown"
+
+
+def newest_checkpoint(folder: Path, pattern: str = "*.ckpt") -> Path | None:
+    """The most recently written file matching ``pattern`` in ``folder`` (temporary files excluded), if any."""
+    try:
+        found = [p for p in Path(folder).glob(pattern) if p.is_file() and not p.name.startswith(".")]
+    except OSError:
+        return None
+    return max(found, key=lambda p: p.stat().st_mtime) if found else None
+
+
+def write_error(err: OSError, what: str, path: Path, last_good: Path | str | None = None) -> DomainBertError:
+    """One line for a failed write: what, where, why, the free space on a full disk, and the last good file."""
+    path = Path(path)
+    if err.errno in (errno.ENOSPC, errno.EDQUOT):
+        last = f"; last good checkpoint: {last_good}" if last_good else "; no earlier checkpoint"
+        return DomainBertError(
+            f"no space left on the device writing {what} {path}: {free_space(path.parent)} free in {path.parent}"
+            f"{last}. {path.name} was not changed; free some space and rerun"
+        )
+    return DomainBertError(f"could not write {what} {path}: {err.strerror or err}; earlier outputs are intact")
+
+
+def disk_full_in(err: BaseException) -> OSError | None:
+    """An ENOSPC ``OSError`` when ``err`` is a library's wrapping of a full disk (safetensors, say), else None."""
+    text = str(err)
+    if not isinstance(err, DomainBertError) and ("No space left on device" in text or "os error 28" in text):
+        return OSError(errno.ENOSPC, "No space left on device")
+    return None
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` of this machine is running (a zombie counts as dead)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    with contextlib.suppress(OSError):  # a zombie is dead
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][:1] != "Z"
+    return True
+
+
+def _leftovers(target: Path, kind: str) -> Iterator[Path]:
+    """Temporary (``tmp``) or replaced (``old``) folders of ``target`` left by processes that were killed."""
+    for p in target.parent.glob(f".{target.name}.{kind}-*"):
+        pid = p.name[len(f".{target.name}.{kind}-") :].split("-", 1)[0]
+        if p.is_dir() and (p / MARKER).is_file() and pid.isdigit() and not pid_alive(int(pid)):
+            yield p
+
+
+def clean_leftovers(target: str | os.PathLike) -> None:
+    """Recover from a process killed inside :func:`atomic_dir`.
+
+    A temporary folder left by a dead process is removed. A killed swap (the old folder moved aside, the new one
+    not yet in place) is undone: the old folder goes back under its name.
     """
     target = Path(target)
+    for old in _leftovers(target, "old"):
+        if not target.exists():
+            os.replace(old, target)
+        else:
+            shutil.rmtree(old, ignore_errors=True)
+    for tmp in _leftovers(target, "tmp"):
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def clean_tmp_files(folder: str | os.PathLike, dead_only: bool = True) -> list[Path]:
+    """Remove the temporary files (``.<name>.tmp-<pid>-*``) that killed processes left in ``folder``.
+
+    Returns:
+        The files removed.
+    """
+    removed = []
+    for p in Path(folder).glob(".*.tmp-*"):
+        pid = p.name.rsplit(".tmp-", 1)[1].split("-", 1)[0]
+        if p.is_file() and pid.isdigit() and not (dead_only and pid_alive(int(pid))):
+            with contextlib.suppress(OSError):
+                p.unlink()
+                removed.append(p)
+    return removed
+
+
+def check_replaceable(target: Path, replace_foreign: bool = False) -> None:
+    """Raise unless ``target`` is absent, an empty folder, or a folder that :func:`atomic_dir` wrote.
+
+    Args:
+        target: the folder to be replaced.
+        replace_foreign: also accept any other folder (the user asked for it, e.g. ``--overwrite true``), except
+            one holding the working directory.
+
+    Raises:
+        DomainBertError: naming ``target``.
+    """
+    if not target.exists() and not target.is_symlink():
+        return
+    if target.is_symlink() or not target.is_dir():
+        raise DomainBertError(f"{target} exists and is not a folder domainbert wrote; choose another name")
+    if (target / MARKER).is_file() or not any(target.iterdir()):
+        return
+    if Path.cwd().resolve().is_relative_to(target.resolve()):
+        raise DomainBertError(f"{target} holds the working directory; it is never replaced: choose another name")
+    if replace_foreign:
+        return
+    raise DomainBertError(
+        f"{target} exists and was not written by domainbert (no {MARKER} in it); it is left untouched: "
+        "choose another output name or move it away"
+    )
+
+
+@contextlib.contextmanager
+def atomic_dir(
+    target: str | os.PathLike, what: str = "the folder", last_good: Path | None = None, replace_foreign: bool = False
+) -> Iterator[Path]:
+    """Yield a temporary folder beside ``target``; on success, swap it into place.
+
+    An existing ``target`` is kept until the new one is complete, then replaced; it must be a folder this function
+    wrote earlier (it holds :data:`MARKER`) or an empty one. On any error the temporary folder is removed and
+    ``target`` is left exactly as it was. Leftovers of a killed earlier run are cleaned up first.
+
+    Args:
+        target: the folder to write.
+        what: what is written, for the error message (``"the hf/ export"``).
+        last_good: the last good checkpoint, named in the message of a full disk.
+        replace_foreign: replace ``target`` even if domainbert did not write it (only on the user's explicit
+            request, such as ``--overwrite true``); a folder holding the working directory is still refused.
+
+    Raises:
+        DomainBertError: when ``target`` is not ours to replace, or cannot be written (denied, disk full).
+    """
+    target = Path(os.path.abspath(target))
+    mode = 0o777 & ~umask()
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes 0700; exports get the usual permissions
+        clean_leftovers(target)
+        check_replaceable(target, replace_foreign)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-{os.getpid()}-", dir=target.parent))
+        os.chmod(tmp, mode)  # mkdtemp makes 0700; exports get the usual permissions
+        (tmp / MARKER).write_text("written by domainbert; this folder may be replaced by its next export\n")
     except OSError as err:
-        raise DomainBertError(f"cannot write to {target.parent}: {err.strerror or err}") from err
+        raise write_error(err, what, target, last_good) from err
     try:
         yield tmp
+        fix_modes(tmp)
         old = None
         if target.exists():
+            check_replaceable(target, replace_foreign)
             old = target.with_name(f".{target.name}.old-{os.getpid()}")
             os.replace(target, old)
         os.replace(tmp, target)
@@ -42,24 +217,61 @@ def atomic_dir(target: str | os.PathLike) -> Iterator[Path]:
             shutil.rmtree(old, ignore_errors=True)
     except OSError as err:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise DomainBertError(f"could not write {target}: {err.strerror or err}; earlier outputs are intact") from err
-    except BaseException:
+        raise write_error(err, what, target, last_good) from err
+    except BaseException as err:
         shutil.rmtree(tmp, ignore_errors=True)
+        full = disk_full_in(err)
+        if full is not None:
+            raise write_error(full, what, target, last_good) from err
         raise
 
 
-def atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and a rename."""
+def fix_modes(folder: Path) -> None:
+    """Give every file under ``folder`` ``0o666 & ~umask`` and every folder ``0o777 & ~umask``.
+
+    Libraries write some files through ``tempfile`` (mode 0600); outputs follow the user's umask instead.
+    """
+    mask = umask()
+    for root, dirs, files in os.walk(folder):
+        for d in dirs:
+            os.chmod(os.path.join(root, d), 0o777 & ~mask)
+        for f in files:
+            p = os.path.join(root, f)
+            if not os.path.islink(p):
+                os.chmod(p, 0o666 & ~mask)
+
+
+@contextlib.contextmanager
+def atomic_file(path: str | os.PathLike, what: str = "the file", last_good: Path | str | None = None) -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; once the block wrote it, fsync it and rename it to ``path``.
+
+    The file gets ``0o666 & ~umask``. On any error the temporary file is removed and ``path`` is unchanged.
+
+    Raises:
+        DomainBertError: when the file cannot be written (one line; on a full disk with the free space).
+    """
     path = Path(path)
+    tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
+        fd, name = tempfile.mkstemp(prefix=f".{path.name}.tmp-{os.getpid()}-", dir=path.parent)
+        os.close(fd)
+        tmp = Path(name)
+        yield tmp
+        with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
+        os.chmod(tmp, 0o666 & ~umask())
         os.replace(tmp, path)
+        tmp = None
     except OSError as err:
-        with contextlib.suppress(Exception):
-            os.unlink(tmp)  # type: ignore[possibly-undefined]
-        raise DomainBertError(f"could not write {path}: {err.strerror or err}") from err
+        raise write_error(err, what, path, last_good) from err
+    finally:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file and a rename (mode ``0o666 & ~umask``)."""
+    with atomic_file(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")

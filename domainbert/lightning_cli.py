@@ -2,20 +2,29 @@
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import logging
 import sys
 from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as L
-from jsonargparse import set_docstring_parse_options
+import yaml
+from jsonargparse import Namespace, set_docstring_parse_options
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 
 from domainbert.callbacks import HFExport, TrainingGuard
 from domainbert.data.contract import TakesTokenizer, check_datamodule
+from domainbert.errors import DomainBertError
 from domainbert.hardware import auto_precision
 from domainbert.hf import check_max_length
-from domainbert.runs import ALIASES, resolve_alias
+from domainbert.io import plain_name
+from domainbert.runs import ALIASES, next_version, resolve_alias, version_of
+
+log = logging.getLogger(__name__)
 
 TRAINER_DEFAULTS: dict[str, Any] = {
     "default_root_dir": "runs",
@@ -32,7 +41,12 @@ class DomainBertCLI(LightningCLI):
     - ``trainer.precision`` left unset (null) becomes ``bf16-mixed`` where bf16 is native (CUDA, or a CPU with
       AMX/AVX512-BF16) and ``32-true`` elsewhere.
     - Each run logs to ``<trainer.default_root_dir>/<run_name>/version_<n>``, a fresh folder, where the
-      config, the checkpoints and the ``hf/`` export are written.
+      config, the checkpoints, ``metrics.csv`` and the ``hf/`` export are written, whatever ``trainer.logger`` says
+      (see :meth:`instantiate_trainer`); ``run_name`` must be a plain folder name.
+    - ``fit --ckpt_path last`` resumes the newest run of the family in its own folder; ``validate``/``test``/
+      ``predict`` resolve ``best``/``last`` there (:mod:`domainbert.runs`).
+    - Values that would crash later (``max_steps`` below -1, ``max_steps 0`` for fit, a learning rate of 0, a
+      ``ckpt_path`` that is a folder or missing) are one-line errors before anything is built.
     """
 
     def __init__(self, args: list[str] | dict | None = None, run: bool = True, **kwargs: Any) -> None:
@@ -40,7 +54,10 @@ class DomainBertCLI(LightningCLI):
         set_docstring_parse_options(attribute_docstrings=True)
         kwargs.setdefault("trainer_defaults", TRAINER_DEFAULTS)
         kwargs.setdefault("save_config_kwargs", {"overwrite": False})
-        kwargs.setdefault("parser_kwargs", {"parser_mode": "omegaconf"} if _has_omegaconf() else {})
+        parser_kwargs = kwargs.get("parser_kwargs") or ({"parser_mode": "omegaconf"} if _has_omegaconf() else {})
+        # --trainer.max_step is an error, not max_steps; a parse error is raised and printed as one line by cli.main
+        kwargs["parser_kwargs"] = {"exit_on_error": False, **parser_kwargs, "allow_abbrev": False}
+        self._resume_version: int | None = None
         super().__init__(
             L.LightningModule,
             L.LightningDataModule,
@@ -64,17 +81,52 @@ class DomainBertCLI(LightningCLI):
         parser.link_arguments("data.num_labels", "model.init_args.num_labels", apply_on="instantiate")
         parser.link_arguments("data.label_names", "model.init_args.label_names", apply_on="instantiate")
 
-    def _parse_ckpt_path(self) -> None:
+    def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
+        """Parse ``args``, then check the run name, the trainer's length and ``ckpt_path`` (resolving aliases).
+
+        ``domainbert`` always hands its own argv over (after expanding short names), so LightningCLI's warning
+        about ``args`` given alongside ``sys.argv`` would fire on every command: it is not repeated here.
+        Checked here, before Lightning's ``_parse_ckpt_path`` loads the checkpoint's hyper-parameters.
+        """
+        self.config = parser.parse_object(args) if isinstance(args, dict | Namespace) else parser.parse_args(args)
         sub = self.config.get("subcommand")
-        ckpt = sub and self.config[sub].get("ckpt_path")
-        if sub in ("validate", "test", "predict") and ckpt in ALIASES:
-            ckpt = self.config[sub]["ckpt_path"] = str(resolve_alias(ckpt, _run_family(self.config[sub])))
-            logging.getLogger(__name__).info("ckpt_path resolved to %s", ckpt)
-        if ckpt and Path(str(ckpt)).is_file():
+        if not sub:
+            return
+        cfg = self.config[sub]
+        if cfg.get("run_name") is not None:
+            plain_name(cfg["run_name"], "--run_name")
+        _check_config(sub, cfg)
+        self._resolve_ckpt_path(sub, cfg)
+
+    def _resolve_ckpt_path(self, sub: str, cfg: Namespace) -> None:
+        """Turn ``best``/``last`` into the newest run's file; ``fit --ckpt_path last`` resumes in that run's folder."""
+        ckpt = cfg.get("ckpt_path")
+        if not ckpt:
+            return
+        family = _run_family(cfg)
+        if sub == "fit" and ckpt == "last":
+            try:
+                path = resolve_alias("last", family)
+            except DomainBertError as err:
+                log.warning("%s: starting a new run", err)
+                cfg["ckpt_path"] = None
+                return
+            self._resume_version = version_of(path)
+            cfg["ckpt_path"] = str(path)
+            log.info("resuming %s from %s", path.parent.parent, path)
+        elif sub != "fit" and ckpt in ALIASES:
+            cfg["ckpt_path"] = str(resolve_alias(ckpt, family))
+            log.info("ckpt_path resolved to %s", cfg["ckpt_path"])
+        elif not _lightning_alias(str(ckpt)):
+            path = Path(str(ckpt))
+            if path.is_dir():
+                raise DomainBertError(f"--ckpt_path {ckpt}: is a folder; expected a .ckpt file (or best / last)")
+            if not path.is_file():
+                raise DomainBertError(f"--ckpt_path {ckpt}: no such file")
+        if Path(str(cfg["ckpt_path"])).is_file():
             from domainbert.checks import check_checkpoint_config
 
-            check_checkpoint_config(ckpt, self.config[sub].get("model"))
-        super()._parse_ckpt_path()
+            check_checkpoint_config(cfg["ckpt_path"], cfg.get("model"))
 
     def before_instantiate_classes(self) -> None:  # noqa: D102
         cfg = self.config[self.subcommand] if self.subcommand else self.config
@@ -84,14 +136,37 @@ class DomainBertCLI(LightningCLI):
             logging.getLogger(__name__).info(
                 "trainer.precision not set: using %s on this machine", trainer["precision"]
             )
-        if trainer is not None and trainer.get("logger") in (None, True):
-            family = _run_family(cfg)
-            trainer["logger"] = {
-                "class_path": "lightning.pytorch.loggers.CSVLogger",
-                "init_args": {"save_dir": str(family.parent), "name": family.name},
-            }
+        if self.subcommand:  # the saved config.yaml then reruns into the same run family
+            cfg["run_name"] = _run_family(cfg).name
+        if self._resume_version is not None:  # the resumed folder keeps its config.yaml; this one goes beside it
+            run_dir = _run_family(cfg) / f"version_{self._resume_version}"
+            n = next(i for i in range(1, 10_000) if not (run_dir / f"config.resume-{i}.yaml").exists())
+            self.save_config_kwargs = {**self.save_config_kwargs, "config_filename": f"config.resume-{n}.yaml"}
+
+    def instantiate_trainer(self, **kwargs: Any) -> L.Trainer:
+        """The trainer, with the run folder ``<default_root_dir>/<run_name>/version_<n>`` whatever the loggers.
+
+        The user's loggers (``trainer.logger``) get the run's ``save_dir``/``name``/``version`` where they left
+        them unset, and a :class:`RunCSVLogger` writing ``metrics.csv`` into the run folder always comes first (its
+        folder is the one checkpoints, ``config.yaml`` and the export use). With ``trainer.logger false`` the
+        run folder becomes the trainer's ``default_root_dir``.
+        """
+        cfg = self.config[self.subcommand] if self.subcommand else self.config
+        given = (cfg.get("trainer") or {}).get("logger")
+        family = _run_family(cfg)
+        version = self._resume_version if self._resume_version is not None else next_version(family)
+        if given is False:
+            kwargs.setdefault("default_root_dir", str(family / f"version_{version}"))
+        else:
+            kwargs.setdefault("logger", run_loggers(given, family, version, resume=self._resume_version is not None))
+        return super().instantiate_trainer(**kwargs)
 
     def after_instantiate_classes(self) -> None:  # noqa: D102
+        strategy = getattr(getattr(self, "trainer", None), "strategy", None)
+        if strategy is not None and type(strategy.checkpoint_io).__name__ == "TorchCheckpointIO":  # the default
+            from domainbert.checkpoint_io import AtomicCheckpointIO  # no truncated checkpoint on a full disk
+
+            strategy.checkpoint_io = AtomicCheckpointIO()
         max_length = getattr(self.datamodule, "max_length", None)
         config = getattr(getattr(self.model, "model", None), "config", None)
         if isinstance(max_length, int) and config is not None:
@@ -106,6 +181,117 @@ class DomainBertCLI(LightningCLI):
         tokenizer = getattr(self.model, "tokenizer", None)
         if isinstance(self.datamodule, TakesTokenizer) and tokenizer is not None:
             self.datamodule.connect(tokenizer=tokenizer)
+        if self.subcommand == "predict":  # predictions are written by default, never silently discarded
+            from domainbert.prediction import ensure_writer
+
+            ensure_writer(self.trainer)
+
+
+class RunCSVLogger(CSVLogger):
+    """The run's own ``CSVLogger``; on a resume it appends to ``metrics.csv`` instead of deleting it."""
+
+    def __init__(self, *args: Any, resume: bool = False, **kwargs: Any) -> None:
+        """As :class:`~lightning.pytorch.loggers.CSVLogger`; ``resume`` keeps the rows already in the folder."""
+        super().__init__(*args, **kwargs)
+        self._resume = resume
+
+    @property
+    def experiment(self) -> ExperimentWriter:  # noqa: D102
+        if self._experiment is None and self._resume:
+            self._experiment = _AppendingWriter(log_dir=self.log_dir)
+        return super().experiment
+
+
+class _AppendingWriter(ExperimentWriter):
+    """Lightning's CSV writer, keeping an existing ``metrics.csv`` (and its columns) instead of removing it."""
+
+    def _check_log_dir_exists(self) -> None:
+        path = Path(self.metrics_file_path)
+        if path.is_file():
+            with path.open(encoding="utf-8") as f:
+                header = f.readline().strip()
+            self.metrics_keys = sorted(k for k in header.split(",") if k)
+
+
+#: loggers whose folder is ``save_dir/name/version_<version>``: the run's version is given to them.
+_VERSIONED = (CSVLogger, TensorBoardLogger)
+
+
+def run_loggers(given: Any, family: Path, version: int, resume: bool = False) -> list:
+    """Instantiate the user's ``trainer.logger`` entries in the run's layout, after the run's own CSV logger.
+
+    Args:
+        given: ``trainer.logger`` as parsed: None/True (the default), one ``class_path``/``init_args`` entry or a
+            list of them.
+        family: ``<default_root_dir>/<run_name>``.
+        version: the run's version number.
+        resume: the run folder exists already (``fit --ckpt_path last``): keep its ``metrics.csv``.
+    """
+    ours = RunCSVLogger(save_dir=str(family.parent), name=family.name, version=version, resume=resume)
+    loggers: list = [ours]
+    specs = [] if given in (None, True) else list(given) if isinstance(given, list) else [given]
+    for spec in specs:
+        spec = spec.as_dict() if isinstance(spec, Namespace) else dict(spec)
+        module, _, name = spec["class_path"].rpartition(".")
+        cls = getattr(importlib.import_module(module), name)
+        init = dict(spec.get("init_args") or {})
+        params = inspect.signature(cls).parameters
+        layout = {"save_dir": str(family.parent), "name": family.name}
+        if issubclass(cls, _VERSIONED):
+            layout["version"] = version
+        for key, value in layout.items():
+            if key in params and init.get(key, params[key].default) in (params[key].default, None):
+                init[key] = value
+        logger = cls(**init)
+        if isinstance(logger, CSVLogger) and Path(logger.log_dir) == Path(ours.log_dir):
+            continue  # the user's CSVLogger in the run's own folder: ours already writes metrics.csv there
+        loggers.append(logger)
+    return loggers
+
+
+def _check_config(sub: str, cfg: Namespace) -> None:
+    """Values that Lightning or the schedule would reject with a traceback (or accept and train nothing)."""
+    trainer = cfg.get("trainer") or {}
+    max_steps = trainer.get("max_steps")
+    if max_steps is not None and max_steps < -1:
+        raise DomainBertError(f"--trainer.max_steps={max_steps}: expected -1 (no limit) or a positive number of steps")
+    if sub == "fit" and (max_steps == 0 or trainer.get("max_epochs") == 0):
+        key = "max_steps" if max_steps == 0 else "max_epochs"
+        raise DomainBertError(f"--trainer.{key}=0: fit would train nothing (and export an untrained model)")
+    model = cfg.get("model")
+    init = (model.get("init_args") if isinstance(model, Namespace) else None) or {}
+    lr = init.get("learning_rate") if isinstance(init, Namespace | dict) else None
+    if isinstance(lr, int | float) and lr <= 0:
+        raise DomainBertError(f"--model.learning_rate={lr}: expected a positive learning rate")
+
+
+def _lightning_alias(ckpt: str) -> bool:
+    """Values of ``ckpt_path`` that Lightning resolves itself: ``hpc``, ``registry...`` and remote URLs."""
+    return ckpt == "hpc" or ckpt.startswith("registry") or "://" in ckpt
+
+
+def check_config_files(args: list[str]) -> None:
+    """Parse every ``--config`` file given in ``args`` as YAML first, so a syntax error names the file.
+
+    Raises:
+        DomainBertError: ``<file>: line L, column C: <what the YAML parser says>``.
+    """
+    for i, arg in enumerate(args):
+        if arg in ("--config", "-c") and i + 1 < len(args):
+            path = args[i + 1]
+        elif arg.startswith("--config="):
+            path = arg.split("=", 1)[1]
+        else:
+            continue
+        if not Path(path).is_file():
+            continue
+        try:
+            yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        except yaml.YAMLError as err:
+            mark = getattr(err, "problem_mark", None)
+            where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+            problem = getattr(err, "problem", None) or str(err)
+            raise DomainBertError(f"{path}: {where}YAML syntax error: {problem}") from err
 
 
 def _has_omegaconf() -> bool:
@@ -136,4 +322,20 @@ def cli_main(args: list[str] | None = None, run: bool = True) -> DomainBertCLI:
     from domainbert.data.registry import expand_short_names, load_plugins
 
     load_plugins()
-    return DomainBertCLI(args=expand_short_names(args if args is not None else sys.argv[1:]), run=run)
+    _one_log_handler()
+    args = list(args if args is not None else sys.argv[1:])
+    check_config_files(args)
+    return DomainBertCLI(args=expand_short_names(args), run=run)
+
+
+def _one_log_handler() -> None:
+    """Drop the console handler ``lightning`` adds to its logger at import when the root logger has one already.
+
+    ``lightning/__init__.py`` attaches a ``StreamHandler`` to the ``lightning`` logger unconditionally and lets
+    records propagate, so with ``domainbert``'s root handler every Lightning INFO line would print twice.
+    """
+    if logging.getLogger().handlers:
+        lightning_logger = logging.getLogger("lightning")
+        for handler in list(lightning_logger.handlers):
+            if type(handler) is logging.StreamHandler:
+                lightning_logger.removeHandler(handler)

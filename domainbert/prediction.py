@@ -106,3 +106,17 @@ class PredictionWriter(BasePredictionWriter):
             with contextlib.suppress(OSError):
                 os.unlink(self._tmp)
         self._fh = self._tmp = None
+
+
+def ensure_writer(trainer: L.Trainer) -> BasePredictionWriter:
+    """The trainer's prediction writer; a :class:`PredictionWriter` to the run folder is added if it has none.
+
+    ``domainbert predict`` calls this, so predictions are written (``<run>/predictions.jsonl``) even when the
+    config lists no writer; a writer the config gives (any ``BasePredictionWriter``) is kept as it is.
+    """
+    for callback in trainer.callbacks:
+        if isinstance(callback, BasePredictionWriter):
+            return callback
+    writer = PredictionWriter()
+    trainer.callbacks.append(writer)
+    return writer

@@ -23,6 +23,19 @@ def _version(path: Path) -> int:
     return int(m.group(1)) if m else -1
 
 
+def next_version(family: Path) -> int:
+    """The number of the next ``version_<n>`` folder under ``family`` (0 for the first run)."""
+    return max((_version(p) for p in family.glob("version_*") if p.is_dir()), default=-1) + 1
+
+
+def version_of(ckpt: Path) -> int | None:
+    """``n`` for a checkpoint in ``<family>/version_<n>/checkpoints/``; None elsewhere."""
+    if ckpt.parent.name != "checkpoints":
+        return None
+    n = _version(ckpt.parent.parent)
+    return n if n >= 0 else None
+
+
 def latest_checkpoint_dir(family: Path) -> Path | None:
     """The ``checkpoints/`` folder of the highest ``version_<n>`` under ``family`` that has any ``.ckpt``."""
     runs = sorted((p for p in family.glob("version_*") if _version(p) >= 0), key=_version, reverse=True)
@@ -34,12 +47,34 @@ def latest_checkpoint_dir(family: Path) -> Path | None:
 
 
 def _best_path(ckpt: Path) -> str | None:
-    """The ``best_model_path`` that the ``ModelCheckpoint`` state saved in ``ckpt`` recorded."""
-    state = torch.load(ckpt, map_location="cpu", weights_only=False, mmap=True)
+    """The ``best_model_path`` that the ``ModelCheckpoint`` state saved in ``ckpt`` recorded.
+
+    The file is loaded with ``weights_only=True``: a checkpoint is plain data, and a crafted pickle in a run
+    folder must not run code.
+
+    Raises:
+        DomainBertError: naming the file, when it is not a plain-data checkpoint.
+    """
+    try:
+        state = torch.load(ckpt, map_location="cpu", weights_only=True, mmap=True)
+    except Exception as err:  # noqa: BLE001 - torch raises UnpicklingError, RuntimeError... for a bad file
+        raise DomainBertError(
+            f"{ckpt}: not a plain-data Lightning checkpoint ({load_failure(err)}); refused while looking for the best "
+            "checkpoint"
+        ) from err
     for key, value in (state.get("callbacks") or {}).items():
         if str(key).startswith("ModelCheckpoint") and value.get("best_model_path"):
             return value["best_model_path"]
     return None
+
+
+def load_failure(err: BaseException) -> str:
+    """Why ``torch.load(..., weights_only=True)`` refused a file, in a few words (torch's message is a page)."""
+    found = re.search(r"Unsupported global: GLOBAL (\S+)", str(err))
+    if found:
+        return f"it holds a reference to {found.group(1)}, which could run code"
+    first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    return f"{type(err).__name__}: {first}"[:200].rstrip(": ")
 
 
 def resolve_alias(alias: str, family: Path) -> Path:

@@ -1,7 +1,7 @@
 r"""``domainbert sweep``: Optuna search over any fit config's hyper-parameters, pruned, resumable and parallel.
 
     domainbert sweep --config configs/finetune/minilm_debian-sections.yaml \
-        --sweep configs/sweep/lr_warmup.yaml --n-trials 20
+        --sweep configs/sweep/lr_warmup.yaml --n_trials 20
 
 Each trial is a real ``domainbert fit`` of the config with the trial's overrides, in ``<out>/trial_<n>/``.
 
@@ -10,14 +10,21 @@ path as a PostgreSQL/MySQL URL (``--storage postgresql://user:pass@host/db``), s
 worker's trial behave the same on one machine and on many (Optuna's journal storage has no heartbeat). Use a
 server URL when workers on several machines share a study; SQLite is for one machine (not on NFS).
 
-``--n-trials`` is the study's total target: trials already in the study (complete, pruned or failed) count, so
+``--n_trials`` is the study's total target: trials already in the study (complete, pruned or failed) count, so
 rerunning the same command after Ctrl-C or a crash runs only the remainder. Failed trials that were retried
-(after a worker died) or interrupted by Ctrl-C do not count; their parameters are run again.
+(after a worker died) or interrupted by Ctrl-C do not count; their parameters are run again. A worker of this
+machine that was killed is known dead at once (its process is gone), so a rerun fails and retries its trial without
+waiting for the heartbeat's grace period; workers on other machines are found by their stale heartbeat.
+
+Spawned workers (``--n_jobs``) get the storage URL in the environment (``DOMAINBERT_SWEEP_STORAGE``), not on their
+command line, so a database password never shows in ``ps``; users may set that variable instead of ``--storage``.
+Flags are spelt with underscores (``--n_trials``); the older hyphenated forms (``--n-trials``) still work.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import importlib.util
 import logging
 import os
@@ -36,10 +43,11 @@ import optuna
 from optuna.trial import TrialState
 
 from domainbert.errors import DomainBertError
+from domainbert.io import plain_name
 
 try:
     import fcntl
-except ImportError:  # Windows: workers may then start a few trials beyond --n-trials
+except ImportError:  # Windows: workers may then start a few trials beyond --n_trials
     fcntl = None
 from domainbert.sweep_space import PerTrialSeedSampler, SweepSpec, load_spec, make_pruner, overrides, resolve_paths
 
@@ -78,22 +86,37 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sweep", required=True, help="sweep YAML: metric, direction, sampler, pruner, params")
     p.add_argument("--metric", help="override the sweep file's metric (e.g. val/loss for pretraining)")
     p.add_argument("--direction", choices=("maximize", "minimize"), help="override the sweep file's direction")
-    p.add_argument("--n-trials", type=int, default=20, help="total trials the study should reach (default 20)")
-    p.add_argument("--storage", help="Optuna RDB URL or an SQLite file path (default: <out>/study.db)")
-    p.add_argument("--study-name", help="study name (default: the sweep file's study_name, else <config>-<sweep>)")
+    flag = _flag_adder(p)
+    flag("n_trials", type=int, default=20, help="total trials the study should reach (default 20)")
     p.add_argument(
-        "--n-jobs", "--workers", type=int, default=1, dest="n_jobs", help="parallel worker processes (default 1)"
+        "--storage",
+        default=os.environ.get(STORAGE_ENV),
+        help=f"Optuna RDB URL or an SQLite file path (default: ${STORAGE_ENV}, else <out>/study.db); setting "
+        f"{STORAGE_ENV} instead keeps a password out of the process list",
     )
+    flag("study_name", help="study name (default: the sweep file's study_name, else <config>-<sweep>)")
+    flag("n_jobs", "--workers", type=int, default=1, help="parallel worker processes (default 1)")
     p.add_argument("--out", help="sweep folder: trials, plots, best.yaml (default runs/sweeps/<study name>)")
     p.add_argument("--timeout", type=float, help="start no new trial after this many seconds")
-    p.add_argument("--heartbeat-interval", type=int, default=60, help="seconds between trial heartbeats (default 60)")
-    p.add_argument(
-        "--grace-period", type=int, help="seconds without heartbeat before a trial is retried (default 2x interval)"
-    )
-    p.add_argument("--max-retry", type=int, default=2, help="retries of a trial whose worker died (default 2)")
-    p.add_argument("--no-plots", action="store_true", help="do not write the PNG plots")
-    p.add_argument("--worker-index", type=int, default=0, help=argparse.SUPPRESS)
+    flag("heartbeat_interval", type=int, default=60, help="seconds between trial heartbeats (default 60)")
+    flag("grace_period", type=int, help="seconds without heartbeat before a trial is retried (default 2x interval)")
+    flag("max_retry", type=int, default=2, help="retries of a trial whose worker died (default 2)")
+    flag("no_plots", action="store_true", help="do not write the PNG plots")
+    flag("worker_index", type=int, default=0, help=argparse.SUPPRESS)
     return p
+
+
+#: The environment variable that carries the storage URL (to spawned workers, and optionally from the user).
+STORAGE_ENV = "DOMAINBERT_SWEEP_STORAGE"
+
+
+def _flag_adder(parser: argparse.ArgumentParser):
+    """``flag("n_trials", ...)`` adds ``--n_trials`` with the alias ``--n_trials`` (the older spelling)."""
+
+    def flag(name: str, *aliases: str, **kw):
+        return parser.add_argument(f"--{name}", f"--{name.replace('_', '-')}", *aliases, dest=name, **kw)
+
+    return flag
 
 
 def mask_url(url: str) -> str:
@@ -170,7 +193,7 @@ def check_one_device(cfg) -> None:
     """Refuse fit configs whose trials would start several processes (DDP and the like).
 
     Lightning's launcher re-runs the command line for every extra rank, which would start extra sweep workers
-    rather than ranks of the trial. Trials therefore run on one device each; ``--n-jobs`` runs them side by side.
+    rather than ranks of the trial. Trials therefore run on one device each; ``--n_jobs`` runs them side by side.
     """
     devices, strategy = cfg.get("trainer.devices", "auto"), str(cfg.get("trainer.strategy", "auto") or "auto")
     nodes = cfg.get("trainer.num_nodes", 1) or 1
@@ -186,7 +209,7 @@ def check_one_device(cfg) -> None:
         raise DomainBertError(
             f"sweep trials run on one device each, but the fit config asks for devices={cfg.get('trainer.devices')} "
             f"num_nodes={nodes} strategy={strategy}; add --trainer.devices 1 --trainer.strategy auto "
-            "(and --n-jobs N to run N trials side by side)"
+            "(and --n_jobs N to run N trials side by side)"
         )
 
 
@@ -198,12 +221,19 @@ class Sweep:
         from domainbert.sweep_trial import parse_fit  # imports Lightning: not needed for --help
 
         if ns.n_trials < 1 or ns.n_jobs < 1:
-            raise DomainBertError("--n-trials and --n-jobs must be at least 1")
+            raise DomainBertError("--n_trials and --n_jobs must be at least 1")
         for cfg in ns.config:
             if not Path(cfg).is_file():
                 raise DomainBertError(f"fit config {cfg} does not exist")
         self.ns = ns
+        self.config_paths: list[str] = list(ns.config)
+        self.sweep_file: str = ns.sweep
+        self.n_trials: int = ns.n_trials
         self.spec: SweepSpec = load_spec(ns.sweep)
+        if ns.study_name is not None:
+            plain_name(ns.study_name, "--study_name")
+        elif self.spec.study_name is not None:
+            plain_name(self.spec.study_name, f"{ns.sweep}: study_name")
         self.spec.metric = ns.metric or self.spec.metric
         self.spec.direction = ns.direction or self.spec.direction
         self.base_args = [a for c in ns.config for a in ("--config", c)] + list(fit_overrides)
@@ -216,6 +246,7 @@ class Sweep:
         check_one_device(cfg)
         self.parser, self.config = parser, cfg
         self.name = ns.study_name or self.spec.study_name or f"{Path(ns.config[-1]).stem}-{Path(ns.sweep).stem}"
+        plain_name(self.name, "study_name")
         self.out = Path(ns.out or Path("runs") / "sweeps" / self.name).resolve()
         self.url = storage_url(ns.storage, self.out)
         self.storage = open_storage(self.url, ns.heartbeat_interval, ns.grace_period, ns.max_retry)
@@ -237,7 +268,7 @@ class Sweep:
         if study.direction.name.lower() != spec.direction:
             raise DomainBertError(
                 f"study '{self.name}' in {mask_url(self.url)} was created to {study.direction.name.lower()}, "
-                f"but {self.ns.sweep} says {spec.direction}; use another --study-name"
+                f"but {self.ns.sweep} says {spec.direction}; use another --study_name"
             )
         metric = study.user_attrs.get("metric")
         if metric is None:
@@ -246,7 +277,7 @@ class Sweep:
         elif metric != spec.metric:
             raise DomainBertError(
                 f"study '{self.name}' optimises {metric}, but {self.ns.sweep} names {spec.metric}; "
-                "use another --study-name"
+                "use another --study_name"
             )
         return study
 
@@ -301,7 +332,7 @@ class Sweep:
 
     # -- the worker loop ----------------------------------------------------------------------------
     def work(self) -> None:
-        """Run trials until the study holds ``--n-trials`` finished ones (or ``--timeout`` passes)."""
+        """Run trials until the study holds ``--n_trials`` finished ones (or ``--timeout`` passes)."""
         start, waiting_said = time.monotonic(), False
         self._shown = {t.number for t in self.study.get_trials(deepcopy=False) if t.state.is_finished()}
         while True:
@@ -309,12 +340,13 @@ class Sweep:
                 print(f"[sweep] --timeout {self.ns.timeout:g}s reached; no new trial starts", flush=True)
                 return
             # Count and create the trial under a lock shared by this machine's workers, so that they never
-            # start more than --n-trials between them (the objective releases it once its trial exists).
+            # start more than --n_trials between them (the objective releases it once its trial exists).
             self.claim.acquire()
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                     optuna.storages.fail_stale_trials(self.study)
+                fail_dead_workers(self.study)
                 finished, running = tally(self.study.get_trials(deepcopy=False))
                 if finished >= self.ns.n_trials:
                     return
@@ -364,23 +396,69 @@ class _FileLock:
             self._fh = None
 
 
-def _spawn(argv: Sequence[str], n: int, out: Path) -> list[tuple[subprocess.Popen, Path]]:
-    """Start workers 1..n-1 as ``domainbert sweep ... --n-jobs 1``, each logging to ``<out>/worker_<i>.log``."""
+def worker_command(argv: Sequence[str], index: int, url: str) -> tuple[list[str], dict[str, str]]:
+    """The command line and environment of spawned worker ``index``.
+
+    The storage URL travels in the environment (:data:`STORAGE_ENV`), never in the command line, so that a
+    database password does not show in ``ps``.
+    """
+    drop_with_value = {"--n-jobs", "--n_jobs", "--workers", "--worker-index", "--worker_index", "--storage"}
     base, skip = [], False
     for a in argv:
         if skip:
             skip = False
-        elif a in ("--n-jobs", "--workers", "--worker-index"):
+        elif a in drop_with_value:
             skip = True
-        elif not a.startswith(("--n-jobs=", "--workers=", "--worker-index=")):
+        elif not a.startswith(tuple(f"{f}=" for f in drop_with_value)):
             base.append(a)
+    cmd = [sys.executable, "-m", "domainbert", "sweep", *base, "--n_jobs", "1", "--worker_index", str(index)]
+    return cmd, {**os.environ, STORAGE_ENV: url}
+
+
+def _spawn(argv: Sequence[str], n: int, out: Path, url: str) -> list[tuple[subprocess.Popen, Path]]:
+    """Start workers 1..n-1 as ``domainbert sweep ... --n_jobs 1``, each logging to ``<out>/worker_<i>.log``."""
     procs = []
     for i in range(1, n):
         logfile = out / f"worker_{i}.log"
-        cmd = [sys.executable, "-m", "domainbert", "sweep", *base, "--n-jobs", "1", "--worker-index", str(i)]
+        cmd, env = worker_command(argv, i, url)
         with open(logfile, "ab") as fh:
-            procs.append((subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT), logfile))
+            procs.append((subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env), logfile))
     return procs
+
+
+def _pid_dead(worker: str) -> bool:
+    """Whether ``worker`` (``host:pid``, as trials record it) ran on this machine and its process is gone."""
+    from domainbert.io import pid_alive
+
+    host, _, pid = worker.rpartition(":")
+    return host == socket.gethostname() and pid.isdigit() and not pid_alive(int(pid))
+
+
+def fail_dead_workers(study: optuna.Study) -> list[int]:
+    """Fail, and queue for retry, the running trials whose worker process on this machine is dead.
+
+    Optuna's heartbeat finds dead workers on any machine, but only after ``grace_period`` seconds; a worker of
+    this machine that was killed is known dead at once, so a rerun retries its trial without waiting.
+
+    Returns:
+        The numbers of the trials failed.
+    """
+    storage = study._storage
+    callback = getattr(storage, "get_heartbeat_stale_trial_callback", lambda: None)()
+    failed = []
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        if not _pid_dead(str(t.user_attrs.get("worker", ""))):
+            continue
+        try:
+            if not storage.set_trial_state_values(t._trial_id, state=TrialState.FAIL):
+                continue
+        except optuna.exceptions.UpdateFinishedTrialError:
+            continue  # another worker failed it first
+        failed.append(t.number)
+        log.info("trial %d: its worker %s is dead; retried", t.number, t.user_attrs["worker"])
+        if callback is not None:
+            callback(study, copy.deepcopy(storage.get_trial(t._trial_id)))
+    return failed
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -399,7 +477,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             f"metric {sweep.spec.metric} ({sweep.spec.direction}); folder {sweep.out}",
             flush=True,
         )
-    children = _spawn(argv, ns.n_jobs, sweep.out) if ns.worker_index == 0 and ns.n_jobs > 1 else []
+    children = _spawn(argv, ns.n_jobs, sweep.out, sweep.url) if ns.worker_index == 0 and ns.n_jobs > 1 else []
     interrupted = False
     try:
         sweep.work()

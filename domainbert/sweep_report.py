@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
-import tempfile
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -13,7 +11,7 @@ import optuna
 from optuna.trial import TrialState
 
 from domainbert.errors import DomainBertError
-from domainbert.io import atomic_write_text
+from domainbert.io import atomic_file, atomic_write_text
 from domainbert.sweep_space import overrides
 from domainbert.sweep_trial import parse_fit
 
@@ -59,7 +57,7 @@ def best_config(sweep: Sweep, best: optuna.trial.FrozenTrial) -> str:
     """The complete fit config with the best trial's values merged in, as YAML for ``domainbert fit --config``."""
     parser, cfg = parse_fit(sweep.base_args + overrides(best.params, sweep.spec.params))
     if not cfg.get("run_name"):
-        cfg["run_name"] = f"{Path(sweep.ns.config[-1]).stem}-best"
+        cfg["run_name"] = f"{Path(sweep.config_paths[-1]).stem}-best"
     body = parser.dump(cfg)
     lines = [f"#   {p.target}: {_fmt(best.params[p.path])}" for p in sweep.spec.params if p.path in best.params]
     header = (
@@ -71,14 +69,9 @@ def best_config(sweep: Sweep, best: optuna.trial.FrozenTrial) -> str:
 
 
 def _save(fig, path: Path) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)
-    os.close(fd)
-    try:
-        fig.savefig(tmp, dpi=110, bbox_inches="tight")
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    """Save ``fig`` as PNG through a temporary file and a rename (mode by the umask)."""
+    with atomic_file(path, what="the plot") as tmp:
+        fig.savefig(tmp, dpi=110, bbox_inches="tight", format="png")
 
 
 def write_plots(study: optuna.Study, out: Path, params: list[str]) -> list[Path]:

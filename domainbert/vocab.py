@@ -516,6 +516,7 @@ def extend_command(
         source=model,
         card=_card(model, _describe(corpus), cands, before, after),
         extra_files={"vocab_extension.json": json.dumps(summary, indent=2, ensure_ascii=False) + "\n"},
+        replace_foreign=overwrite,
     )
     secs = time.perf_counter() - t0
     print(
@@ -605,7 +606,7 @@ def train_command(
     dest = _check_out(out, overwrite)
     _check_not_empty(_texts(corpus, text_column, text_mode), corpus)
     tok = train_wordpiece(_texts(corpus, text_column, text_mode), vocab_size, lowercase, min_frequency, max_length)
-    with atomic_dir(dest) as tmp:
+    with atomic_dir(dest, replace_foreign=overwrite) as tmp:
         tok.save_pretrained(tmp)
     tpw = tokens_per_word(tok, _texts(corpus, text_column, text_mode, 100_000))
     if len(tok) < vocab_size:
@@ -626,5 +627,6 @@ def main(argv: list[str] | None = None) -> None:
         args=list(argv) if argv is not None else None,
         as_positional=False,
         prog="domainbert vocab",
+        allow_abbrev=False,  # a misspelt option is an error, not a guess
         description="Domain vocabulary: extend a model's tokenizer with corpus words, or train a fresh WordPiece.",
     )

@@ -11,6 +11,8 @@ ROOT = Path(__file__).resolve().parents[1]
 FIT_CONFIGS = sorted(
     p for stage in ("pretrain", "finetune", "distill") for p in (ROOT / "configs" / stage).glob("*.yaml")
 )
+#: the pipeline's built-in stage configs (used when a pipeline config names none)
+STAGE_CONFIGS = sorted((ROOT / "domainbert" / "pipeline" / "stages").glob("*.yaml"))
 
 
 @pytest.fixture(scope="module")
@@ -32,12 +34,15 @@ def test_every_config_names_its_command():
         assert first.startswith("# domainbert "), f"{path} must begin with the command that runs it"
 
 
-@pytest.mark.parametrize("path", FIT_CONFIGS, ids=lambda p: f"{p.parent.name}/{p.name}")
+@pytest.mark.parametrize("path", FIT_CONFIGS + STAGE_CONFIGS, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_fit_config_instantiates(path, tiny_bert, tiny_teacher, tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)  # configs use repo-relative data paths
     cfg = yaml.safe_load(path.read_text())
     init = cfg["model"].get("init_args", {})
     args = ["--config", str(path), "--trainer.default_root_dir", str(tmp_path), "--data.init_args.max_length=64"]
+    if path in STAGE_CONFIGS:  # the pipeline gives these their data
+        fx = ROOT / "tests/fixtures"
+        args += [f"--data.train={fx / ('corpus.txt' if 'Corpus' in cfg['data']['class_path'] else 'cls_train.jsonl')}"]
     if "init_from" in init or cfg["model"]["class_path"].endswith(("MaskedLMModule", "Module")):
         if "DistillationModule" not in cfg["model"]["class_path"]:
             args += ["--model.init_from", str(tiny_bert)]
@@ -60,10 +65,15 @@ def test_pipeline_config_parses():
     parser = ArgumentParser()
     parser.add_argument("--config", action=ActionConfigFile)
     parser.add_function_arguments(pipeline, as_positional=False)
-    for path in (ROOT / "configs/pipeline").glob("*.yaml"):
+    paths = sorted((ROOT / "configs/pipeline").glob("*.yaml"))
+    assert paths
+    for path in paths:
         cfg = parser.instantiate_classes(parser.parse_args(["--config", str(path)]))
-        assert cfg.dapt.config and (ROOT / cfg.dapt.config).exists()
-        assert (ROOT / cfg.finetune.config).exists() and (ROOT / cfg.distill.config).exists()
+        for name in ("base_model", "task_train", "task_val"):
+            assert cfg[name], f"{path}: {name} is required"
+        for stage in ("dapt", "tapt", "finetune", "distill"):
+            spec = cfg.get(stage)
+            assert spec is None or spec.config is None or (ROOT / spec.config).exists(), f"{path}: {stage}.config"
 
 
 @pytest.mark.parametrize("group", sorted(p.name for p in (ROOT / "configs/trainer").glob("*.yaml")))

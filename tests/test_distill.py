@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import lightning.pytorch as L
 import pytest
@@ -175,3 +176,24 @@ def test_user_errors(teacher, tmp_path):
         DistillationModule(teacher=str(teacher), student=str(roberta))
     with pytest.raises(DomainBertError, match="attention maps"):
         DistillationModule(teacher=str(teacher), student_layers=1, delta=1.0, teacher_cache=str(tmp_path))
+
+
+DISTILL_TINY = str(Path(__file__).resolve().parents[1] / "configs/distill/tiny_debug.yaml")
+
+
+def test_a_distillation_runs_checkpoint_validates_in_a_new_process(tiny_bert, tmp_path, capsys):
+    """REVIEW item 5: ``validate --ckpt_path last`` on a distillation run's own checkpoint ("41 weights missing")."""
+    from domainbert.cli import main
+    from domainbert.modules.classification import SequenceClassificationModule
+
+    teacher = SequenceClassificationModule(str(tiny_bert), label_names=["api", "graphics", "network"])
+    teacher.export_hf(tmp_path / "teacher")
+    common = ["--config", DISTILL_TINY, "--model.teacher", str(tmp_path / "teacher")]
+    common += ["--model.teacher_cache", str(tmp_path / "cache"), "--trainer.default_root_dir", str(tmp_path)]
+    main(["fit", *common, "--trainer.max_steps", "4", "--trainer.val_check_interval", "4"])
+    ckpt = next((tmp_path / "tiny_debug" / "version_0" / "checkpoints").glob("*.ckpt"))
+    assert not any(k.startswith("teacher.") for k in torch.load(ckpt, weights_only=True)["state_dict"])
+    capsys.readouterr()
+    main(["validate", *common, "--ckpt_path", "last"])
+    out = capsys.readouterr().out
+    assert "val/acc" in out and "val/f1_macro" in out

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from domainbert.errors import DomainBertError
-from domainbert.pipeline import ExportSpec, Runner, StageSpec, VocabSpec, pipeline
+from domainbert.pipeline import ExportSpec, StageSpec, VocabSpec, main, pipeline
+from domainbert.pipeline.runner import Runner
 
 ROOT = Path(__file__).resolve().parents[1]
 FIX = ROOT / "tests" / "fixtures"
@@ -15,7 +16,7 @@ FIX = ROOT / "tests" / "fixtures"
 
 def test_runner_skips_done_stages_reruns_changed_ones_and_names_the_log_of_a_failure(tmp_path, capsys):
     runner = Runner(tmp_path)
-    assert runner.tool("list", ["datamodules"], result="listed") == "listed"
+    assert runner.tool("list", ["datamodules"], result="listed")["result"] == "listed"
     assert "classification" in (tmp_path / "list" / "log.txt").read_text()
     state = json.loads((tmp_path / "state.json").read_text())
     assert state["list"]["status"] == "done" and state["list"]["inputs"] == ["datamodules"]
@@ -36,6 +37,54 @@ def test_runner_skips_done_stages_reruns_changed_ones_and_names_the_log_of_a_fai
     assert json.loads((tmp_path / "state.json").read_text())["bad"]["status"] == "failed"
 
 
+def test_a_new_domain_is_only_paths_and_every_stage_reads_them(tiny_bert, tmp_path, capsys):
+    """A pipeline config that names only the model, the corpus and the task files (plus short stages) runs; DAPT
+    reads the corpus given to the pipeline, fine-tuning reads the task's files and columns, and the report has the
+    probe row, the paired interval and the choice."""
+    data = tmp_path / "data"
+    data.mkdir()
+    corpus = data / "my_corpus.txt"
+    corpus.write_text((FIX / "corpus.txt").read_text())
+    for split, src in (("train", "cls_train"), ("val", "cls_val"), ("test", "cls_test")):  # other column names
+        rows = [json.loads(line) for line in (FIX / f"{src}.jsonl").read_text().splitlines() if line.strip()]
+        (data / f"{split}.jsonl").write_text(
+            "".join(json.dumps({"body": r["text"], "section": r["label"]}) + "\n" for r in rows)
+        )
+    config = tmp_path / "domain.yaml"
+    config.write_text(
+        f"""base_model: {tiny_bert}
+corpus: {corpus}
+task_train: {data / "train.jsonl"}
+task_val: {data / "val.jsonl"}
+task_test: {data / "test.jsonl"}
+text_column: body
+label_column: section
+out: {tmp_path / "p"}
+dapt: {{args: ["--trainer.max_steps=4", "--trainer.val_check_interval=2"]}}
+finetune: {{args: ["--trainer.max_epochs=1"]}}
+distill: {{enabled: false}}
+"""
+    )
+    main(["--config", str(config)])
+    state = json.loads((tmp_path / "p" / "state.json").read_text())
+    done = sorted(s for s, e in state.items() if e["status"] == "done")
+    assert done == ["dapt", "finetune-baseline-seed0", "finetune-dapt-seed0", "probe"]
+    import yaml
+
+    dapt = yaml.safe_load((Path(state["dapt"]["run"]) / "config.yaml").read_text())
+    assert dapt["data"]["init_args"]["train"] == str(corpus)  # the pipeline's corpus, not the stage config's
+    ft = yaml.safe_load((Path(state["finetune-dapt-seed0"]["run"]) / "config.yaml").read_text())["data"]["init_args"]
+    assert (ft["train"], ft["val"], ft["test"]) == tuple(str(data / f"{s}.jsonl") for s in ("train", "val", "test"))
+    assert (ft["text_column"], ft["label_column"]) == ("body", "section")
+    assert ft["val"] and state["finetune-dapt-seed0"]["metrics"]["val/f1_macro"] >= 0
+    report = (tmp_path / "p" / "report.md").read_text()
+    assert "| frozen embeddings + logistic regression |" in report and "| dapt |" in report
+    assert "adaptation helped" in report or "made no significant difference" in report or "hurt" in report
+    assert "## The shipped model" in report and (tmp_path / "p" / "plots" / "comparison.png").is_file()
+    probe = json.loads((tmp_path / "p" / "probe" / "result.json").read_text())
+    assert set(probe) >= {"val", "test", "c"} and probe["labels"] == ["api", "graphics", "network"]
+
+
 @pytest.mark.slow
 def test_tiny_pipeline_runs_every_stage_writes_the_report_and_a_rerun_skips_them(tiny_bert, tmp_path, capsys):
     common = ["--trainer.enable_progress_bar=false"]
@@ -44,6 +93,7 @@ def test_tiny_pipeline_runs_every_stage_writes_the_report_and_a_rerun_skips_them
         base_model=str(tiny_bert),
         corpus=str(FIX / "corpus.txt"),
         task_train=str(FIX / "cls_train.jsonl"),
+        task_val=str(FIX / "cls_val.jsonl"),
         task_test=str(FIX / "cls_test.jsonl"),
         seeds=[0, 1],
         vocab=VocabSpec(enabled=False),
@@ -60,14 +110,14 @@ def test_tiny_pipeline_runs_every_stage_writes_the_report_and_a_rerun_skips_them
     report = pipeline(**kwargs)
     text = report.read_text()
     state = json.loads((tmp_path / "p" / "state.json").read_text())
-    stages = ["dapt", "finetune-baseline-seed0", "finetune-baseline-seed1", "finetune-dapt-seed0"]
+    stages = ["probe", "dapt", "finetune-baseline-seed0", "finetune-baseline-seed1", "finetune-dapt-seed0"]
     stages += ["finetune-dapt-seed1", "distill", "export"]
     assert [s for s in stages if state.get(s, {}).get("status") == "done"] == stages
-    assert "mean ± std over 2 seed(s)" in text and "| baseline |" in text and "| dapt |" in text
+    assert "over seeds [0, 1]" in text and "| baseline |" in text and "| dapt |" in text
     assert "| int8 |" in text and "| student |" in text
-    assert all((tmp_path / "p" / "plots" / f"{s}.png").is_file() for s in stages if s != "export")
+    assert all((tmp_path / "p" / "plots" / f"{s}.png").is_file() for s in stages if s not in ("export", "probe"))
     card = Path(state["finetune-dapt-seed0"]["hf"], "README.md").read_text()
-    assert "test/f1_macro" in card and "domainbert fit --config configs/finetune/tiny_classification.yaml" in card
+    assert "test/f1_macro" in card
 
     capsys.readouterr()
     pipeline(**kwargs)

@@ -12,6 +12,7 @@ from pathlib import Path
 import optuna
 import pytest
 import yaml
+from huggingface_hub import ModelCard
 from optuna.trial import TrialState
 
 from domainbert import sweep
@@ -200,20 +201,65 @@ def test_passwords_in_storage_urls_are_masked():
     assert "s3cret" not in str(err.value) and "bob:***@127.0.0.1" in str(err.value)
 
 
+def test_spawned_workers_get_the_storage_url_from_the_environment(tmp_path, monkeypatch):
+    url = "postgresql://bob:s3cret@db.example/optuna"
+    started = []
+
+    class Popen:
+        def __init__(self, cmd, env=None, **kw):
+            started.append((cmd, env))
+
+    monkeypatch.setattr(sweep.subprocess, "Popen", Popen)
+    argv = ["--config", "f.yaml", "--storage", url, "--n_jobs", "3", "--sweep", "s.yaml", f"--storage={url}"]
+    sweep._spawn(argv, 3, tmp_path, url)
+    assert len(started) == 2
+    for i, (cmd, env) in enumerate(started, 1):
+        assert not any("s3cret" in a or a.startswith("--storage") for a in cmd), cmd
+        assert cmd[-4:] == ["--n_jobs", "1", "--worker_index", str(i)] and "f.yaml" in cmd and "s.yaml" in cmd
+        assert env[sweep.STORAGE_ENV] == url
+    monkeypatch.setenv(sweep.STORAGE_ENV, url)  # what the worker reads
+    assert sweep.build_parser().parse_args(["--config", "f", "--sweep", "s"]).storage == url
+
+
+def test_flags_use_underscores_and_keep_the_hyphen_aliases():
+    names = ["n_trials", "n_jobs", "study_name", "heartbeat_interval", "grace_period", "max_retry"]
+    values = ["5", "2", "st", "7", "9", "3"]
+    under = sweep.build_parser().parse_args(
+        ["--config", "f", "--sweep", "s", "--no_plots", *(x for n, v in zip(names, values) for x in (f"--{n}", v))]
+    )
+    hyphen = sweep.build_parser().parse_args(
+        ["--config", "f", "--sweep", "s", "--no-plots"]
+        + [x for n, v in zip(names, values) for x in (f"--{n.replace('_', '-')}", v)]
+    )
+    assert vars(under) == vars(hyphen)
+    assert (under.n_trials, under.n_jobs, under.study_name, under.max_retry, under.no_plots) == (5, 2, "st", 3, True)
+    text = sweep.build_parser().format_help()
+    assert "--n_trials" in text and "--n-trials" in text
+
+
+def test_report_needs_only_the_sweep_not_its_argument_namespace(tmp_path):
+    from domainbert.sweep_report import report
+
+    out = tmp_path / "s"
+    run_sweep(out, "--no_plots", n=1)
+    ns, extra = sweep.build_parser().parse_known_args(
+        ["--config", str(FIT), "--sweep", str(SPACE), "--n_trials", "1", "--out", str(out)]
+    )
+    worker = sweep.Sweep(ns, extra)
+    del worker.ns
+    (out / "best.yaml").unlink()
+    assert report(worker, plots=False) == out / "best.yaml"
+    assert yaml.safe_load((out / "best.yaml").read_text())["run_name"] == "sweep_fit-best"
+
+
 def test_broadcast_params_is_a_no_op_in_one_process():
     params = {"model.learning_rate": 3e-5, "model.hidden_dropout": 0.1}
     assert broadcast_params(params) is params
 
 
-def test_killed_sweep_resumes_with_two_workers_without_losing_trials(tmp_path, toy_path):
-    """A worker is SIGKILLed mid-trial; the same command, now with --n-jobs 2, continues the study.
-
-    One test for both (kill/resume, two workers on one storage) because each fresh interpreter costs ~10 s.
-    """
-    out = tmp_path / "s"
-    args = ["--config", str(FIT), "--sweep", str(SPACE), "--n-trials", "4", "--out", str(out), "--no-plots"]
-    args += ["--heartbeat-interval", "1", "--grace-period", "2"]
-    with open(tmp_path / "first.log", "wb") as log:
+def start_and_kill(args: list[str], log_path: Path, out: Path) -> list[optuna.trial.FrozenTrial]:
+    """Run ``domainbert sweep args`` in a subprocess and SIGKILL it while a trial after the first one trains."""
+    with open(log_path, "wb") as log:
         cmd = [sys.executable, "-m", "domainbert", "sweep", *args, "--model.init_args.step_sleep=0.05"]
         proc = subprocess.Popen(cmd, stdout=log, stderr=log)
     try:
@@ -234,7 +280,37 @@ def test_killed_sweep_resumes_with_two_workers_without_losing_trials(tmp_path, t
         if proc.poll() is None:
             proc.kill()
     before = load(out).get_trials()
-    assert before[-1].state == TrialState.RUNNING, (tmp_path / "first.log").read_text()[-3000:]
+    assert before[-1].state == TrialState.RUNNING, log_path.read_text()[-3000:]
+    return before
+
+
+@pytest.mark.faults(kills=1)
+def test_a_rerun_retries_a_dead_workers_trial_at_once(tmp_path, toy_path, capsys):
+    """The rerun does not wait for the heartbeat's grace period (120 s here): the worker's process is gone."""
+    out = tmp_path / "s"
+    args = ["--config", str(FIT), "--sweep", str(SPACE), "--n_trials", "2", "--out", str(out), "--no_plots"]
+    before = start_and_kill(args, tmp_path / "first.log", out)
+    killed = before[-1]
+    # --timeout: without the fix the rerun only waits for the "other worker" and gives up with the trial running
+    sweep.main([*args, "--heartbeat_interval", "60", "--timeout", "20"])
+    after = load(out).get_trials()
+    assert after[killed.number].state == TrialState.FAIL
+    retry = [t for t in after if t.system_attrs.get("failed_trial") == killed.number]
+    assert len(retry) == 1 and retry[0].state == TrialState.COMPLETE and retry[0].params == killed.params
+    assert sweep.tally(after) == (2, 0)
+    assert "waiting for" not in capsys.readouterr().out
+
+
+@pytest.mark.faults(kills=1)
+def test_killed_sweep_resumes_with_two_workers_without_losing_trials(tmp_path, toy_path):
+    """A worker is SIGKILLed mid-trial; the same command, now with --n-jobs 2, continues the study.
+
+    One test for both (kill/resume, two workers on one storage) because each fresh interpreter costs ~10 s.
+    """
+    out = tmp_path / "s"
+    args = ["--config", str(FIT), "--sweep", str(SPACE), "--n-trials", "4", "--out", str(out), "--no-plots"]
+    args += ["--heartbeat-interval", "1", "--grace-period", "2"]
+    before = start_and_kill(args, tmp_path / "first.log", out)
     killed = before[-1]
     finished = {t.number: t.value for t in before if t.state == TrialState.COMPLETE}
 
@@ -275,6 +351,9 @@ def test_sweep_of_the_tiny_pretraining_config(tmp_path, tiny_bert, corpus_file):
     for t in study.get_trials():
         assert sorted(t.intermediate_values) == [1, 2]
         assert (Path(t.user_attrs["run_dir"]) / "hf" / "config.json").is_file()  # the trial's own HF export
+        card = ModelCard.load(Path(t.user_attrs["run_dir"]) / "hf" / "README.md")
+        config = Path(t.user_attrs["run_dir"]).resolve() / "config.yaml"
+        assert f"domainbert fit --config {config}\n" in card.text and card.data.pipeline_tag == "fill-mask"
 
 
 @pytest.mark.postgres

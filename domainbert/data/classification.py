@@ -114,7 +114,8 @@ class ClassificationDataModule(LabelledDataModule):
             train: training file(s): a path, glob, folder or saved ``datasets`` folder.
             val: validation file(s).
             test: test file(s).
-            predict: unlabelled file(s) for ``domainbert predict`` (a label column, if present, is kept as ``gold``).
+            predict: unlabelled file(s) for ``domainbert predict`` (a label column, if present, is kept as ``gold``),
+                or a ``.txt`` file of one text a line.
             text_column: the column with the text.
             text_pair_column: the column with the second text of a pair (sentence-pair tasks); None for single texts.
             label_column: the column with the label (multi-label: a list of labels, or a string split on
@@ -154,10 +155,24 @@ class ClassificationDataModule(LabelledDataModule):
         self.label_separator = label_separator
         self.augment = as_settings(augment)
         self.tensor_keys = ("labels",)
+        if labels is not None and len(labels) < 2 and not multi_label:
+            raise DomainBertError(f"data.labels={labels}: classification needs at least two labels")
 
     def columns(self, split: str) -> list[str]:  # noqa: D102
         cols = [self.text_column] + ([self.text_pair_column] if self.text_pair_column else [])
         return cols if split == "predict" else cols + [self.label_column]
+
+    def order_labels(self, found: set[str]) -> list[str]:
+        """The sorted label set of the training split; a single class is an error (unless multi-label)."""
+        names = super().order_labels(found)
+        if len(names) < 2 and not self.multi_label:
+            rows = len(self.raw("train"))
+            raise DomainBertError(
+                f"{self.paths['train']}: column {self.label_column!r} holds a single label ({names[0]!r}) in all "
+                f"{rows} rows: classification needs at least two classes (check the file, or give data.labels the "
+                "full set)"
+            )
+        return names
 
     def row_labels(self, value) -> list[str]:  # noqa: D102
         if value is None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import bisect
+import hashlib
+import json
 import logging
 from collections.abc import Sequence
 
@@ -98,6 +100,58 @@ class PadCollator:
         return out
 
 
+def tokenizer_fingerprint(tokenizer) -> str:
+    """A hash of everything that decides a tokenizer's output: its class, vocabulary, rules and special tokens.
+
+    Equal across processes for the same tokenizer files, unlike ``datasets``' pickle hash of a closure.
+    """
+    h = hashlib.sha256(type(tokenizer).__name__.encode())
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:  # fast tokenizers: the whole tokenizer.json (vocabulary, normalizer, post-processor)
+        h.update(backend.to_str().encode())
+    else:
+        h.update(json.dumps(sorted(tokenizer.get_vocab().items())).encode())
+    extra = {
+        "special": getattr(tokenizer, "special_tokens_map", {}),
+        "added": sorted(str(t) for t in getattr(tokenizer, "get_added_vocab", dict)()),
+    }
+    h.update(json.dumps(extra, sort_keys=True, default=str).encode())
+    return h.hexdigest()
+
+
+class CorpusTokenizer:
+    """The batched tokenization of corpus documents for ``Dataset.map`` (picklable, with a stable fingerprint).
+
+    ``max_length`` set: each document truncated to it, special tokens added (one document per example).
+    ``max_length`` None: no special tokens, each document followed by ``sep_id`` (to be packed into blocks).
+    """
+
+    #: bump when the output of :meth:`__call__` changes for the same inputs, so old caches are not reused.
+    VERSION = 1
+
+    def __init__(self, tokenizer, max_length: int | None, sep_id: int) -> None:
+        """Tokenize with ``tokenizer``; see the class docstring for ``max_length`` and ``sep_id``."""
+        self.tokenizer, self.max_length, self.sep_id = tokenizer, max_length, sep_id
+
+    def __call__(self, batch: dict) -> dict:  # noqa: D102
+        opts = {"return_attention_mask": False, "return_token_type_ids": False, "verbose": False}
+        if self.max_length is not None:
+            enc = self.tokenizer(batch["text"], truncation=True, max_length=self.max_length, **opts)
+            return {"input_ids": enc["input_ids"]}
+        enc = self.tokenizer(batch["text"], add_special_tokens=False, **opts)
+        return {"input_ids": [ids + [self.sep_id] for ids in enc["input_ids"]]}
+
+    def fingerprint(self, ds) -> str:
+        """The fingerprint of ``ds`` tokenized by this function: from the input's, the tokenizer's and the settings.
+
+        ``datasets`` names its cache files by it, so a later process with the same corpus, tokenizer and settings
+        reuses the tokenized arrow files instead of tokenizing again.
+        """
+        settings = {"v": self.VERSION, "max_length": self.max_length, "sep": self.sep_id}
+        parts = [ds._fingerprint, tokenizer_fingerprint(self.tokenizer), json.dumps(settings, sort_keys=True)]
+        return hashlib.sha256("|".join(parts).encode()).hexdigest()[:32]
+
+
 class CorpusDataModule(L.LightningDataModule):
     """A domain corpus for masked-LM pretraining.
 
@@ -149,6 +203,12 @@ class CorpusDataModule(L.LightningDataModule):
             raise DomainBertError(f"data.text_mode={text_mode!r}: expected 'line' or 'paragraph'")
         if not 0 <= val_ratio < 1:
             raise DomainBertError(f"data.val_ratio={val_ratio}: expected a share in [0, 1)")
+        if batch_size < 1:
+            raise DomainBertError(f"data.batch_size={batch_size}: expected at least 1 example per batch")
+        if num_workers < 0:
+            raise DomainBertError(f"data.num_workers={num_workers}: expected 0 (load in the main process) or more")
+        if max_documents is not None and max_documents < 1:
+            raise DomainBertError(f"data.max_documents={max_documents}: expected at least 1 (or null for all)")
         self.save_hyperparameters()
         self.train_spec, self.val_spec = train, val
         self.max_length, self.batch_size = max_length, batch_size
@@ -179,19 +239,15 @@ class CorpusDataModule(L.LightningDataModule):
         return ds
 
     def _tokenize(self, ds, truncate: bool):
-        tok, sep = self.tokenizer, self._sep_id()
-
-        opts = {"return_attention_mask": False, "return_token_type_ids": False, "verbose": False}
-
-        def fn(batch):
-            if truncate:
-                enc = tok(batch["text"], truncation=True, max_length=self.max_length, **opts)
-            else:
-                enc = tok(batch["text"], add_special_tokens=False, **opts)
-                enc["input_ids"] = [ids + [sep] for ids in enc["input_ids"]]
-            return {"input_ids": enc["input_ids"]}
-
-        return ds.map(fn, batched=True, remove_columns=["text"], num_proc=self.hparams.num_proc, desc="Tokenizing")
+        fn = CorpusTokenizer(self.tokenizer, self.max_length if truncate else None, self._sep_id())
+        return ds.map(
+            fn,
+            batched=True,
+            remove_columns=["text"],
+            num_proc=self.hparams.num_proc,
+            desc="Tokenizing",
+            new_fingerprint=fn.fingerprint(ds),
+        )
 
     def _cls_id(self) -> int:
         t = self.tokenizer

@@ -24,10 +24,13 @@ import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 from transformers import DataCollatorWithPadding
 
-from domainbert.data.readers import read
+from domainbert.data.readers import is_plain_text, read
 from domainbert.errors import DomainBertError
 
 log = logging.getLogger(__name__)
+
+#: the shortest ``max_length`` accepted: the special tokens plus a few tokens of text.
+MIN_LENGTH = 8
 
 #: split name -> the constructor argument holding its path.
 SPLIT_ARGS = {"train": "train", "validation": "val", "test": "test", "predict": "predict"}
@@ -249,6 +252,11 @@ class LabelledDataModule(L.LightningDataModule):
         self._label_source = "data.labels" if labels else f"the training split {train}"
         if batch_size < 1 or (eval_batch_size is not None and eval_batch_size < 1):
             raise DomainBertError("data.batch_size and data.eval_batch_size must be at least 1")
+        if max_length < MIN_LENGTH:
+            raise DomainBertError(
+                f"data.max_length={max_length}: expected at least {MIN_LENGTH} tokens (the special tokens alone take "
+                "2 or 3; shorter inputs leave nothing to learn from)"
+            )
         self.batch_size = batch_size
         self.eval_batch_size = eval_batch_size or batch_size
         self.max_length = max_length
@@ -307,21 +315,45 @@ class LabelledDataModule(L.LightningDataModule):
         return path
 
     def raw(self, split: str) -> datasets.Dataset:
-        """The raw rows of ``split``, read once."""
+        """The raw rows of ``split``, read once; a plain-text predict file goes through :meth:`text_rows`."""
         if split not in self._raw:
-            ds = read(self.path(split), columns=self.columns(split), split=split, cache_dir=self.cache_dir)
+            text = split == "predict" and is_plain_text(self.path(split))
+            columns = () if text else self.columns(split)
+            ds = read(self.path(split), columns=columns, split=split, cache_dir=self.cache_dir)
+            if text:
+                ds = self.text_rows(ds)
             if len(ds) == 0:
                 raise DomainBertError(f"{self.path(split)}: the {split} split has no rows")
             self._raw[split] = ds
         return self._raw[split]
 
+    def text_rows(self, ds: datasets.Dataset) -> datasets.Dataset:
+        """Rows of a ``.txt`` predict file: one example a line (blank lines skipped), numbered as ``line``.
+
+        The text goes into the task's text column; a task that needs several columns (text pairs, QA) raises.
+        """
+        cols = self.columns("predict")
+        if len(cols) != 1:
+            raise DomainBertError(
+                f"{self.path('predict')}: a .txt file holds one text a line, but this task reads the columns {cols}; "
+                "give data.predict as JSONL or CSV"
+            )
+        ds = ds.map(lambda b, idx: {"line": [i + 1 for i in idx]}, batched=True, with_indices=True)
+        ds = ds.filter(lambda b: [bool(t.strip()) for t in b["text"]], batched=True)
+        ds = ds.select_columns(["line", "text"])
+        return ds if cols[0] == "text" else ds.rename_column("text", cols[0])
+
     # -- labels ---------------------------------------------------------------------------------------
     @property
-    def label_names(self) -> list[str]:
-        """The label set: ``labels`` if given, else every label seen in the training split."""
+    def label_names(self) -> list[str] | None:
+        """The label set: ``labels`` if given, else every label seen in the training split.
+
+        None while unknown (no training split and no ``labels``): the model then brings its own label set
+        (``model.init_from`` an export with ``id2label``), handed over through :meth:`use_labels`.
+        """
         if self._label_names is None:
             if not self.paths["train"]:
-                raise DomainBertError("no label set: give data.train (labels are read from it) or data.labels")
+                return None
             found: set[str] = set()
             for row, value in enumerate(self.raw("train")[self.label_column], 1):
                 found.update(self.labels_of_row("train", row, value))
@@ -331,14 +363,32 @@ class LabelledDataModule(L.LightningDataModule):
         return list(self._label_names)
 
     @property
-    def num_labels(self) -> int:
-        """The number of labels (linked into the model's ``num_labels``)."""
-        return len(self.label_names)
+    def num_labels(self) -> int | None:
+        """The number of labels (linked into the model's ``num_labels``); None while the label set is unknown."""
+        names = self.label_names
+        return None if names is None else len(names)
 
     @property
     def label2id(self) -> dict[str, int]:
         """Label name -> id."""
-        return {name: i for i, name in enumerate(self.label_names)}
+        names = self.label_names
+        if names is None:
+            raise DomainBertError(
+                "no label set: give data.train (labels are read from it) or data.labels, or a model that has one "
+                "(model.init_from a fine-tuned export)"
+            )
+        return {name: i for i, name in enumerate(names)}
+
+    def use_labels(self, names: Sequence[str], source: str = "the model") -> None:
+        """Encode labels as ``names`` (the model's ids), e.g. a checkpoint's ``id2label`` order.
+
+        Splits already encoded are dropped and encoded again with the new ids when next loaded.
+        """
+        names = [str(x) for x in names]
+        if names != self._label_names:
+            self._label_names = names
+            self._label_source = source
+            self.datasets.clear()
 
     def check_labels(self, split: str) -> None:
         """Raise on the first label of ``split`` outside the label set, naming file, row and value."""
@@ -353,7 +403,7 @@ class LabelledDataModule(L.LightningDataModule):
                 raise DomainBertError(f"{self.path(split)}: row {row}: column {self.label_column!r} is empty")
             for label in self.labels_of_row(split, row, value):
                 if label not in known:
-                    shown = ", ".join(self.label_names[:20]) + (", ..." if len(known) > 20 else "")
+                    shown = ", ".join(list(known)[:20]) + (", ..." if len(known) > 20 else "")
                     raise DomainBertError(
                         f"{self.path(split)}: row {row}: label {label!r} (column {self.label_column!r}) is not in "
                         f"the label set taken from {self._label_source}: [{shown}]"
@@ -368,7 +418,7 @@ class LabelledDataModule(L.LightningDataModule):
 
     def label_counts(self) -> list[int]:
         """How many training rows carry each label, in ``label_names`` order."""
-        counts = dict.fromkeys(self.label_names, 0)
+        counts = dict.fromkeys(self.label2id, 0)
         for value in self.raw("train")[self.label_column]:
             for label in self.row_labels(value):
                 if label in counts:

@@ -8,8 +8,11 @@ Accepted: ``.txt`` (one record a line, or blank-line separated paragraphs), ``.j
 from __future__ import annotations
 
 import glob
+import json
 import logging
+import lzma
 import os
+import zlib
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -96,14 +99,53 @@ def expand(spec: PathSpec) -> list[Path]:
     return out
 
 
+def is_plain_text(spec: PathSpec) -> bool:
+    """True when ``spec`` names only plain-text files (``.txt``, compressed or not)."""
+    try:
+        files = expand(spec)
+    except DomainBertError:
+        return False
+    return all(not _is_saved_dataset(f) and FORMATS.get(suffix(f)) == "text" for f in files)
+
+
+#: what a damaged compressed file raises while it is read (truncated stream, wrong format, bad data).
+_DECOMPRESS_ERRORS = (EOFError, OSError, zlib.error, lzma.LZMAError)
+
+
+def _decompress_error(path: Path, err: BaseException, lines: int) -> DomainBertError:
+    """A clear error for a compressed file that cannot be read to its end, naming where it broke off."""
+    sfx = path.suffix.lower().lstrip(".")
+    kind = {"gz": "gzip", "bz2": "bzip2"}.get(sfx, sfx)
+    if isinstance(err, EOFError):
+        what = f"the {kind} file is truncated: its text breaks off after line {lines} (copy or download it again)"
+    elif lines == 0 and isinstance(err, OSError):
+        what = f"line 1: not a {kind} file ({err}); rename it without .{sfx}, or compress it with {kind}"
+    else:
+        what = f"line {lines + 1}: the {kind} data is damaged ({err})"
+    return DomainBertError(f"{path}: {what}")
+
+
 def check_utf8(path: Path, chunk: int = 1 << 20) -> None:
-    """Raise naming the line and byte offset of the first byte sequence that is not UTF-8."""
+    """Raise naming the line and byte offset of the first byte sequence that is not UTF-8.
+
+    A compressed file is read to its end, so a truncated or damaged one is an error naming the line where it
+    breaks off, rather than a traceback from the decompressor.
+    """
     import codecs
 
     dec = codecs.getincrementaldecoder("utf-8")()
-    offset = 0
+    offset = lines = 0
+    if path.suffix.lower() in (".gz", ".bz2", ".xz"):
+        chunk = min(chunk, 1 << 14)  # small reads: a truncated stream is reported near where it breaks off
     with _open_binary(path) as fh:
-        while block := fh.read(chunk):
+        while True:
+            try:
+                block = fh.read(chunk)
+            except _DECOMPRESS_ERRORS as err:
+                raise _decompress_error(path, err, lines) from None
+            if not block:
+                break
+            lines += block.count(b"\n")
             try:
                 dec.decode(block)
             except UnicodeDecodeError as err:
@@ -174,12 +216,45 @@ def read(
             raise DomainBertError(
                 f"{', '.join(map(str, files))}: no rows (the file holds only a header or blank lines)"
             ) from err
+        if kind == "json":
+            for f in files:
+                check_json_lines(f)
         msg = str(err).splitlines()[0] if str(err) else type(err).__name__
         cause = err.__cause__
         detail = f" ({cause})" if cause else ""
         raise DomainBertError(f"could not read {', '.join(map(str, files))} as {kind}: {msg}{detail}") from err
     _check_columns(ds, columns, files[0] if len(files) == 1 else spec)
     return ds
+
+
+def check_json_lines(path: Path) -> None:
+    """Raise naming the first line of a JSON Lines file that is not one JSON object (1-based, as editors count).
+
+    A ``.json`` file holding a single document (an array or an object over several lines) is not checked.
+    """
+    with _open_binary(path) as fh:
+        text = fh.read().decode("utf-8", errors="replace")
+    try:
+        json.loads(text)
+        return  # one JSON document, not JSON Lines
+    except ValueError:
+        pass
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except ValueError as err:
+            msg = getattr(err, "msg", str(err))
+            col = getattr(err, "colno", None)
+            where = f" at column {col}" if col else ""
+            raise DomainBertError(
+                f"{path}: line {lineno}: not valid JSON ({msg}{where}); each line must hold one JSON object"
+            ) from None
+        if not isinstance(value, dict):
+            raise DomainBertError(
+                f"{path}: line {lineno}: expected a JSON object ({{...}}), found {type(value).__name__}"
+            )
 
 
 def _check_columns(ds: datasets.Dataset, columns: Sequence[str], where) -> None:

@@ -46,14 +46,38 @@ def class_path(name: str) -> str | None:
     return f"{cls.__module__}.{cls.__qualname__}" if cls is not None else None
 
 
+#: short names of the shipped modules, for ``--model NAME`` (as ``--data NAME`` for datamodules).
+MODELS = {
+    "classification": "domainbert.modules.classification.SequenceClassificationModule",
+    "tagging": "domainbert.modules.tagging.TokenClassificationModule",
+    "qa": "domainbert.modules.qa.QuestionAnsweringModule",
+    "mlm": "domainbert.modules.mlm.MaskedLMModule",
+    "distill": "domainbert.modules.distill.DistillationModule",
+}
+
+
+def model_class_path(name: str) -> str | None:
+    """The import path of the module called ``name``: a short name or a bare class name of :data:`MODELS`."""
+    if name in MODELS:
+        return MODELS[name]
+    return next((cp for cp in MODELS.values() if cp.rsplit(".", 1)[1] == name), None)
+
+
 def expand_short_names(args: Sequence[str]) -> list[str]:
-    """Replace ``--data NAME`` / ``--data=NAME`` / ``--data.class_path NAME`` by the registered class path."""
+    """Replace short names by class paths.
+
+    ``--data NAME`` / ``--data=NAME`` / ``--data.class_path NAME``: a registered datamodule plugin.
+    ``--model NAME`` (and the same forms): ``classification``, ``tagging``, ``qa``, ``mlm``, ``distill``, or
+    the bare class name (``SequenceClassificationModule``).
+    """
     out = list(args)
+    lookups = (("--data", class_path), ("--data.class_path", class_path))
+    lookups += (("--model", model_class_path), ("--model.class_path", model_class_path))
     for i, a in enumerate(out):
-        for flag in ("--data", "--data.class_path"):
-            if a == flag and i + 1 < len(out) and (cp := class_path(out[i + 1])):
+        for flag, lookup in lookups:
+            if a == flag and i + 1 < len(out) and (cp := lookup(out[i + 1])):
                 out[i + 1] = cp
-            elif a.startswith(flag + "=") and (cp := class_path(a.split("=", 1)[1])):
+            elif a.startswith(flag + "=") and (cp := lookup(a.split("=", 1)[1])):
                 out[i] = f"{flag}={cp}"
     return out
 

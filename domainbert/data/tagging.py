@@ -143,6 +143,12 @@ class TaggingDataModule(LabelledDataModule):
     def row_labels(self, value) -> list[str]:  # noqa: D102
         return [str(v) for v in value or []]
 
+    def text_rows(self, ds: datasets.Dataset) -> datasets.Dataset:
+        """Rows of a ``.txt`` predict file: one sentence a line, split into words at whitespace."""
+        ds = super().text_rows(ds)
+        col = self.tokens_column
+        return ds.map(lambda b: {col: [t.split() for t in b[col]]}, batched=True)
+
     def order_labels(self, found: set[str]) -> list[str]:  # noqa: D102
         return bio_order(found)
 

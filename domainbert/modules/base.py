@@ -54,6 +54,11 @@ class HFModule(L.LightningModule):
 
     def configure_optimizers(self):
         """AdamW (or the injected optimizer) with a per-step linear warm-up/decay schedule."""
+        lr = self.hparams.get("learning_rate")
+        if isinstance(lr, int | float) and not lr > 0:  # 0 would divide by zero in the MLM head schedule
+            from domainbert.errors import DomainBertError
+
+            raise DomainBertError(f"model.learning_rate={lr}: expected a positive learning rate")
         groups = self.trainable_groups()
         opt = build_optimizer(self.optimizer, groups)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, self.lr_lambdas(groups, self.total_steps()))
@@ -72,6 +77,12 @@ class HFModule(L.LightningModule):
 
     def export_hf(self, out_dir: str | Path) -> Path:
         """Write the model and tokenizer in Hugging Face format to ``out_dir``, atomically."""
-        path = export_hf(self.hf_model(), self.tokenizer, out_dir, source=self.export_source, card=self.model_card())
+        from domainbert.modules.pooled import MODELING_FILE, is_mean_pooled, modeling_source
+
+        model = self.hf_model()
+        extra = {MODELING_FILE: modeling_source(model)} if is_mean_pooled(model.config) else None
+        path = export_hf(
+            model, self.tokenizer, out_dir, source=self.export_source, card=self.model_card(), extra_files=extra
+        )
         log.info("exported Hugging Face model to %s", path)
         return path

@@ -8,8 +8,11 @@ dropout overrides, freezing the bottom layers, the LoRA switch and the merged ex
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
+import os
 import re
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -17,12 +20,14 @@ from lightning.pytorch.cli import OptimizerCallable
 from torch import nn
 from transformers import AutoModelForSequenceClassification
 
+from domainbert.data.contract import align_labels
 from domainbert.errors import DomainBertError
 from domainbert.hf import check_tokenizer_fits, load_config, load_model, load_tokenizer
 from domainbert.lora import LoraSettings, apply_lora, as_settings, merged
 from domainbert.metrics import classification_metrics
 from domainbert.models_local import resolve_local_alias
 from domainbert.modules.base import HFModule
+from domainbert.modules.pooled import POOLING_KEY, is_mean_pooled, mark_config, unmark_config
 
 log = logging.getLogger(__name__)
 
@@ -58,19 +63,75 @@ def freeze_bottom_layers(model: nn.Module, n: int) -> int:
     return frozen
 
 
-def labels_from(num_labels: int | None, label_names: list[str] | None) -> list[str]:
-    """The label names, checked against ``num_labels``; ``LABEL_i`` names when only a count is known."""
+def checkpoint_labels(init_from: str | None) -> list[str] | None:
+    """The ``id2label`` names of a local checkpoint folder in id order; None if it has none of its own.
+
+    Generic names (``LABEL_0``, ``LABEL_1``...) count as none: they are ``transformers``' defaults.
+    """
+    if not init_from:
+        return None
+    try:
+        path = Path(os.path.expanduser(resolve_local_alias(str(init_from)))) / "config.json"
+        id2label = json.loads(path.read_text(encoding="utf-8")).get("id2label") if path.is_file() else None
+    except (OSError, ValueError, DomainBertError):
+        return None
+    if not isinstance(id2label, dict) or not id2label:
+        return None
+    try:
+        names = [str(id2label[k]) for k in sorted(id2label, key=int)]
+    except (TypeError, ValueError):
+        return None
+    return None if names == [f"LABEL_{i}" for i in range(len(names))] else names
+
+
+def labels_from(num_labels: int | None, label_names: list[str] | None, init_from: str | None = None) -> list[str]:
+    """The label names, checked against ``num_labels``; ``LABEL_i`` names when only a count is known.
+
+    A checkpoint with its own label set (``init_from`` an export) keeps it: with no names given its ``id2label``
+    is used, and names equal to its as a set take its order (its head's output ``i`` is its label ``i``); the
+    datamodule then encodes the data in that order (``domainbert.data.contract.align_labels``).
+    """
+    own = checkpoint_labels(init_from)
     if label_names is not None:
         label_names = [str(x) for x in label_names]
         if num_labels is not None and num_labels != len(label_names):
             raise DomainBertError(f"num_labels={num_labels} but {len(label_names)} label_names were given")
+        if own is not None and own != label_names and sorted(own) == sorted(label_names):
+            log.info("%s: keeping the checkpoint's label order %s (the data's is %s)", init_from, own, label_names)
+            return own
+        if own is not None and own != label_names:
+            log.warning(
+                "%s has a head for the labels %s, but the labels here are %s: the head is %s",
+                init_from,
+                own,
+                label_names,
+                "kept under the new names" if len(own) == len(label_names) else "replaced by a random one",
+            )
         return label_names
+    if own is not None and num_labels in (None, len(own)):
+        return own
     if num_labels is None:
         raise DomainBertError(
             "the number of labels is unknown: give data.train or data.labels (the CLI links them into the model), "
-            "or model.num_labels / model.label_names"
+            "or model.num_labels / model.label_names, or model.init_from a fine-tuned export (its id2label)"
         )
     return [f"LABEL_{i}" for i in range(num_labels)]
+
+
+def enable_gradient_checkpointing(model: nn.Module) -> None:
+    """Turn on activation (gradient) checkpointing, non-reentrant, in a ``transformers`` model (or a LoRA wrapper).
+
+    Raises:
+        DomainBertError: the model's family does not support it.
+    """
+    base = getattr(model, "get_base_model", lambda: model)()
+    if not getattr(base, "supports_gradient_checkpointing", False):
+        raise DomainBertError(f"gradient_checkpointing: {type(base).__name__} does not support it; set it to false")
+    enable = getattr(model, "activation_checkpointing_enable", None)  # transformers >= 5.x; older: gradient_...
+    if enable is not None:
+        enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
 
 class FineTuneModule(HFModule):
@@ -97,6 +158,8 @@ class FineTuneModule(HFModule):
         config = load_config(name, dropout=dropout)
         for key, value in config_updates.items():
             setattr(config, key, value)
+        if POOLING_KEY in config_updates:
+            (mark_config if config_updates[POOLING_KEY] == "mean" else unmark_config)(config)
         model, missing = load_model(self.auto_cls, name, config=config, ignore_mismatched_sizes=True)
         tokenizer = load_tokenizer(name)
         check_tokenizer_fits(tokenizer, model, where=init_from)
@@ -128,16 +191,7 @@ class FineTuneModule(HFModule):
                 raise DomainBertError(
                     f"data.{attr}={getattr(dm, attr)} but model.{attr}={self.hparams[attr]}; set both the same"
                 )
-        names = getattr(self, "label_names", None)
-        try:
-            dm_names = getattr(dm, "label_names", None)
-        except DomainBertError:
-            dm_names = None
-        if names is not None and dm_names is not None and list(dm_names) != list(names):
-            raise DomainBertError(
-                f"the model's labels {names} differ from the data's {list(dm_names)}; "
-                "leave model.label_names unset (the CLI links the data's)"
-            )
+        align_labels(dm, getattr(self, "label_names", None))  # the data takes the model's ids, or an error
 
 
 def _lora_hparam(lora):
@@ -172,6 +226,9 @@ class SequenceClassificationModule(FineTuneModule):
         class_weights: list[float] | str | None = None,
         threshold: float = 0.5,
         lora: LoraSettings | None = None,
+        pooling: str = "auto",
+        head_init: str | None = None,
+        gradient_checkpointing: bool = False,
         optimizer: OptimizerCallable | None = None,
     ) -> None:
         """Load the checkpoint and put a classification head of ``num_labels`` outputs on it.
@@ -195,13 +252,30 @@ class SequenceClassificationModule(FineTuneModule):
             threshold: multi-label probability above which a label is predicted.
             lora: LoRA settings; None trains the whole model, any value (``{}`` for defaults) trains adapters
                 plus the head.
+            pooling: what the head reads. ``cls``: the family's own head (BERT's ``[CLS]`` pooler); ``mean``:
+                the mean of the token states (:mod:`domainbert.modules.pooled`), how sentence-embedding
+                checkpoints were trained; ``auto``: ``mean`` for a sentence-transformers checkpoint with mean
+                pooling or an export of a mean-pooling classifier, else ``cls``.
+            head_init: ``probe``: before training, fit a logistic regression on the frozen mean-pooled
+                embeddings of the training split (L2 strength chosen on validation) and start the head from it,
+                so that fine-tuning starts at that baseline (needs ``pooling`` mean, single-label); ``auto``:
+                ``probe`` where the head is mean-pooled and single-label; None: a random head.
+            gradient_checkpointing: recompute each layer's activations in the backward pass instead of keeping
+                them (less memory for longer inputs or larger batches, about a third slower; same gradients).
             optimizer: an optimizer class path and its arguments; AdamW by default.
         """
         super().__init__()
+        pooling = resolve_pooling(pooling, init_from)
+        if head_init not in (None, "probe", "auto"):
+            raise DomainBertError(f"model.head_init={head_init!r}: expected null, 'probe' or 'auto'")
+        if head_init == "auto":
+            head_init = "probe" if pooling == "mean" and not multi_label else None
+        if head_init == "probe" and (pooling != "mean" or multi_label):
+            raise DomainBertError("model.head_init=probe needs model.pooling=mean and single-label data")
         lora = _lora_hparam(lora)
         self.save_hyperparameters(ignore=["optimizer"])
         self.optimizer = optimizer
-        self.label_names = labels_from(num_labels, label_names)
+        self.label_names = labels_from(num_labels, label_names, init_from)
         n = len(self.label_names)
         self.build_model(
             init_from,
@@ -210,6 +284,7 @@ class SequenceClassificationModule(FineTuneModule):
                 "id2label": dict(enumerate(self.label_names)),
                 "label2id": {name: i for i, name in enumerate(self.label_names)},
                 "problem_type": "multi_label_classification" if multi_label else "single_label_classification",
+                POOLING_KEY: pooling,
             },
             hidden_dropout,
             attention_dropout,
@@ -217,6 +292,8 @@ class SequenceClassificationModule(FineTuneModule):
             freeze_layers,
             lora,
         )
+        if gradient_checkpointing:
+            enable_gradient_checkpointing(self.model)
         self.register_buffer("class_weight", self._fixed_weights(class_weights, n), persistent=False)
         metrics = classification_metrics(n, multi_label)
         self.val_metrics = metrics.clone()
@@ -236,6 +313,10 @@ class SequenceClassificationModule(FineTuneModule):
 
     def setup(self, stage: str) -> None:  # noqa: D102
         self.check_datamodule()
+        if stage == "fit" and self.hparams.get("head_init") == "probe" and not self.trainer.ckpt_path:
+            from domainbert.modules.probe_init import init_head_from_probe
+
+            init_head_from_probe(self.model, self.trainer.datamodule, len(self.label_names))
         if stage == "fit" and self.hparams.class_weights == "balanced":
             dm = self.trainer.datamodule
             if not hasattr(dm, "label_counts"):
@@ -297,6 +378,23 @@ class SequenceClassificationModule(FineTuneModule):
             row["probabilities"] = {names[j]: round(v, 6) for j, v in enumerate(p)}
             out.append(row)
         return out
+
+
+def resolve_pooling(pooling: str, init_from: str) -> str:
+    """``cls`` or ``mean``; ``auto`` follows how the checkpoint was trained (see ``SequenceClassificationModule``)."""
+    if pooling not in ("auto", "cls", "mean"):
+        raise DomainBertError(f"model.pooling={pooling!r}: expected auto, cls or mean")
+    if pooling != "auto":
+        return pooling
+    from domainbert.adapt.embed import native_pooling
+
+    name = resolve_local_alias(init_from)
+    if native_pooling(name) == "mean":
+        return "mean"
+    try:
+        return "mean" if is_mean_pooled(load_config(name)) else "cls"
+    except DomainBertError:
+        return "cls"
 
 
 def balanced_weights(counts: list[int], rows: int, multi_label: bool = False) -> torch.Tensor:

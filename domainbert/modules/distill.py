@@ -204,6 +204,7 @@ class DistillationModule(HFModule):
         teacher_model.eval()
         teacher_model.requires_grad_(False)
         self.teacher = teacher_model
+        self.register_state_dict_post_hook(_drop_teacher_weights)
 
         # -- losses ----------------------------------------------------------------------------------
         s_layers, t_layers = num_layers(self.model.config), num_layers(teacher_model.config)
@@ -314,7 +315,11 @@ class DistillationModule(HFModule):
         return self
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        """Leave the frozen teacher out of checkpoints: it is reloaded from ``teacher``."""
+        """Leave the frozen teacher out of checkpoints: it is reloaded from ``teacher``.
+
+        ``state_dict()`` already leaves it out (:func:`_drop_teacher_weights`), so a checkpoint holds exactly the
+        weights the module reports as its own and ``validate/test --ckpt_path`` finds none missing.
+        """
         state = checkpoint.get("state_dict", {})
         for key in [k for k in state if k.startswith("teacher.")]:
             del state[key]
@@ -476,6 +481,12 @@ class DistillationModule(HFModule):
 
     def test_step(self, batch: dict, batch_idx: int) -> None:  # noqa: D102
         self._evaluate(batch, batch_idx, "test", self.test_metrics)
+
+
+def _drop_teacher_weights(module: nn.Module, state_dict: dict, prefix: str, local_metadata: dict) -> None:
+    """``state_dict`` post-hook: the frozen teacher is not part of the module's saved state (see ``teacher``)."""
+    for key in [k for k in state_dict if k.startswith(prefix + "teacher.")]:
+        del state_dict[key]
 
 
 @functools.cache

@@ -64,6 +64,7 @@ class MaskedLMModule(HFModule):
         attention_dropout: float | None = None,
         sparse_logits: bool = True,
         compile: bool = False,
+        gradient_checkpointing: bool = False,
         seed: int = 0,
         trust_remote_code: bool = False,
         optimizer: OptimizerCallable | None = None,
@@ -86,6 +87,8 @@ class MaskedLMModule(HFModule):
             attention_dropout: override the checkpoint's attention dropout (None keeps it).
             sparse_logits: compute vocabulary logits only at masked positions (same loss, much faster).
             compile: ``torch.compile`` the encoder (pays a compile time up front; helps long runs).
+            gradient_checkpointing: recompute each layer's activations in the backward pass instead of keeping
+                them (less memory for longer blocks or larger batches, about a third slower; same gradients).
             seed: seed of the mask draws; masks depend on (seed, global step) only, so resumes are exact.
             trust_remote_code: allow custom modelling code shipped with the checkpoint. Off by default.
             optimizer: the optimizer class (default AdamW); its per-group learning rates come from this module.
@@ -107,6 +110,10 @@ class MaskedLMModule(HFModule):
             )
         check_tokenizer_fits(self.tokenizer, self.model, where=init_from)
         self.model.train()
+        if gradient_checkpointing:
+            from domainbert.modules.classification import enable_gradient_checkpointing
+
+            enable_gradient_checkpointing(self.model)
         self.masker = Masker(self.tokenizer, probability=mlm_probability, whole_word=whole_word_mask)
         prefix = self.model.base_model_prefix
         self.head_missing = [k for k in missing if not k.startswith(prefix + ".") and not k.endswith("decoder.weight")]
@@ -127,6 +134,20 @@ class MaskedLMModule(HFModule):
         self._encoder = None
         self.val_loss, self.val_acc = MeanMetric(), MeanMetric()
         self.val_nsp_acc = MeanMetric()
+
+    def setup(self, stage: str) -> None:
+        """Refuse data that does not fit the objective (sentence pairs exactly when the objective is mlm+nsp)."""
+        dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        nsp = (getattr(dm, "hparams", None) or {}).get("nsp") if dm is not None else None
+        if nsp is None:
+            return
+        if self.hparams.objective == "mlm+nsp" and not nsp:
+            raise DomainBertError(
+                "model.objective 'mlm+nsp' needs sentence pairs, but data.nsp is false: set data.nsp: true "
+                "(or model.objective: mlm); without pairs the next-sentence head would train on nothing"
+            )
+        if self.hparams.objective == "mlm" and nsp:
+            raise DomainBertError("data.nsp is true but model.objective is 'mlm': set model.objective: mlm+nsp")
 
     # -- parameters and schedule ------------------------------------------------------------------
     def is_head_param(self, name: str) -> bool:
@@ -224,6 +245,11 @@ class MaskedLMModule(HFModule):
 
     # -- steps --------------------------------------------------------------------------------------
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:  # noqa: D102
+        if self.hparams.objective == "mlm+nsp" and "next_sentence_label" not in batch:
+            raise DomainBertError(
+                "model.objective 'mlm+nsp': the training batches carry no next_sentence_label (sentence pairs); "
+                "use CorpusDataModule with data.nsp: true, or model.objective: mlm"
+            )
         out = self(batch, salt=self.trainer.fit_loop.total_batch_idx if self._trainer else batch_idx)
         self.log("train/loss", out["loss"], prog_bar=True)
         if "nsp_loss" in out:

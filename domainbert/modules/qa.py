@@ -15,7 +15,7 @@ from transformers import AutoModelForQuestionAnswering
 
 from domainbert.lora import LoraSettings
 from domainbert.metrics import SquadExactMatch, SquadF1
-from domainbert.modules.classification import FineTuneModule, _lora_hparam
+from domainbert.modules.classification import FineTuneModule, _lora_hparam, enable_gradient_checkpointing
 
 
 def best_span(
@@ -78,6 +78,7 @@ class QuestionAnsweringModule(FineTuneModule):
         max_answer_length: int = 30,
         n_best: int = 20,
         lora: LoraSettings | None = None,
+        gradient_checkpointing: bool = False,
         optimizer: OptimizerCallable | None = None,
     ) -> None:
         """Load the checkpoint and put a span (start/end) head on it.
@@ -96,6 +97,8 @@ class QuestionAnsweringModule(FineTuneModule):
             max_answer_length: longest answer considered, in tokens.
             n_best: start and end candidates considered per window.
             lora: LoRA settings; None trains the whole model.
+            gradient_checkpointing: recompute each layer's activations in the backward pass instead of keeping
+                them (less memory for longer inputs or larger batches, about a third slower; same gradients).
             optimizer: an optimizer class path and its arguments; AdamW by default.
         """
         super().__init__()
@@ -103,6 +106,8 @@ class QuestionAnsweringModule(FineTuneModule):
         self.save_hyperparameters(ignore=["optimizer"])
         self.optimizer = optimizer
         self.build_model(init_from, {}, hidden_dropout, attention_dropout, classifier_dropout, freeze_layers, lora)
+        if gradient_checkpointing:
+            enable_gradient_checkpointing(self.model)
         self.em = SquadExactMatch()
         self.f1 = SquadF1()
         self._answers: dict[int, dict] = {}

@@ -8,7 +8,12 @@ from transformers import AutoModelForTokenClassification
 
 from domainbert.lora import LoraSettings
 from domainbert.metrics import EntityF1
-from domainbert.modules.classification import FineTuneModule, _lora_hparam, labels_from
+from domainbert.modules.classification import (
+    FineTuneModule,
+    _lora_hparam,
+    enable_gradient_checkpointing,
+    labels_from,
+)
 
 
 class TokenClassificationModule(FineTuneModule):
@@ -36,6 +41,7 @@ class TokenClassificationModule(FineTuneModule):
         layer_decay: float | None = None,
         freeze_layers: int = 0,
         lora: LoraSettings | None = None,
+        gradient_checkpointing: bool = False,
         optimizer: OptimizerCallable | None = None,
     ) -> None:
         """Load the checkpoint and put a token-classification head on it.
@@ -54,13 +60,15 @@ class TokenClassificationModule(FineTuneModule):
             layer_decay: layer-wise learning-rate decay factor; None for none.
             freeze_layers: freeze the embeddings and this many bottom encoder layers.
             lora: LoRA settings; None trains the whole model.
+            gradient_checkpointing: recompute each layer's activations in the backward pass instead of keeping
+                them (less memory for longer inputs or larger batches, about a third slower; same gradients).
             optimizer: an optimizer class path and its arguments; AdamW by default.
         """
         super().__init__()
         lora = _lora_hparam(lora)
         self.save_hyperparameters(ignore=["optimizer"])
         self.optimizer = optimizer
-        self.label_names = labels_from(num_labels, label_names)
+        self.label_names = labels_from(num_labels, label_names, init_from)
         self.build_model(
             init_from,
             {
@@ -74,6 +82,8 @@ class TokenClassificationModule(FineTuneModule):
             freeze_layers,
             lora,
         )
+        if gradient_checkpointing:
+            enable_gradient_checkpointing(self.model)
         self.val_f1 = EntityF1()
         self.test_f1 = EntityF1()
 

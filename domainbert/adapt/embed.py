@@ -1,0 +1,90 @@
+"""Mean-pooled sentence embeddings of any encoder: the one home of the pooling used across domainbert.
+
+Sentence-embedding checkpoints (all-MiniLM-L6-v2 and other sentence-transformers models) were trained so that
+the mean of their token states, padding excluded, is the text's representation. The frozen-embedding probe,
+corpus curation and the mean-pooling classification head all use :func:`mean_pool`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+
+def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """Average the token states ``hidden`` (batch, length, width) over the positions where the mask is 1."""
+    mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+    return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
+
+
+def native_pooling(path: str | Path) -> str | None:
+    """The pooling a sentence-transformers checkpoint was trained with (``mean``/``cls``/``max``), else None.
+
+    Reads ``modules.json`` and the pooling module's ``config.json`` of a local folder; a folder that is not a
+    sentence-transformers model (or a hub name) gives None.
+    """
+    folder = Path(path)
+    modules = folder / "modules.json"
+    if not modules.is_file():
+        return None
+    try:
+        for mod in json.loads(modules.read_text(encoding="utf-8")):
+            if str(mod.get("type", "")).endswith("Pooling"):
+                cfg = json.loads((folder / mod.get("path", "") / "config.json").read_text(encoding="utf-8"))
+                for mode in ("mean", "cls", "max"):
+                    if cfg.get(f"pooling_mode_{mode}_tokens" if mode != "cls" else "pooling_mode_cls_token"):
+                        return mode
+    except (OSError, ValueError, AttributeError):
+        return None
+    return None
+
+
+@torch.no_grad()
+def embed_texts(
+    encoder: torch.nn.Module,
+    tokenizer,
+    texts: Sequence[str | tuple[str, str]],
+    batch_size: int = 64,
+    max_length: int = 128,
+    bf16: bool | None = None,
+) -> torch.Tensor:
+    """Mean-pooled embeddings (float32, rows in the order of ``texts``) of a frozen encoder.
+
+    Texts are batched in order of length, so padding costs little. ``texts`` may hold ``(text, pair)`` tuples.
+
+    Args:
+        encoder: a model whose output has ``last_hidden_state`` (``AutoModel``).
+        tokenizer: its tokenizer.
+        texts: the texts.
+        batch_size: texts per forward pass.
+        max_length: truncation length in tokens.
+        bf16: run under bf16 autocast; None: where bf16 is native on this machine.
+    """
+    from domainbert.hardware import auto_precision
+
+    device = next(encoder.parameters()).device
+    if bf16 is None:
+        bf16 = auto_precision(device.type) == "bf16-mixed"
+    encoder.eval()
+    order = sorted(range(len(texts)), key=lambda i: len(texts[i]) if isinstance(texts[i], str) else len(texts[i][0]))
+    out = torch.empty(len(texts), encoder.config.hidden_size)
+    for start in range(0, len(order), batch_size):
+        ids = order[start : start + batch_size]
+        batch = [texts[i] for i in ids]
+        pairs = not isinstance(batch[0], str)
+        enc = tokenizer(
+            [t[0] for t in batch] if pairs else list(batch),
+            [t[1] for t in batch] if pairs else None,
+            truncation=True,
+            max_length=max_length,
+            padding=True,
+            return_tensors="pt",
+        ).to(device)
+        inputs = {k: v for k, v in enc.items() if k in tokenizer.model_input_names}
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+            hidden = encoder(**inputs).last_hidden_state
+        out[ids] = mean_pool(hidden.float(), enc["attention_mask"]).cpu()
+    return out

@@ -1,0 +1,65 @@
+"""Start a mean-pooling classification head from a logistic regression on the frozen embeddings.
+
+Fine-tuning a sentence-embedding checkpoint with a random head first spends steps (and damages features)
+learning what a linear probe finds in seconds. Fitting the probe on the training split, choosing its L2
+strength on validation, and copying it into the head makes step 0 score the probe's validation metric.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from domainbert.adapt.embed import mean_pool
+from domainbert.adapt.probe import select_probe
+from domainbert.errors import DomainBertError
+from domainbert.hardware import auto_precision
+
+log = logging.getLogger(__name__)
+
+
+@torch.no_grad()
+def embed_batches(model, loader) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean-pooled embeddings and labels of every batch of ``loader`` through ``model``'s encoder, frozen."""
+    encoder = getattr(model, model.base_model_prefix)
+    device = next(encoder.parameters()).device
+    was_training = encoder.training
+    encoder.eval()
+    xs, ys = [], []
+    bf16 = auto_precision(device.type) == "bf16-mixed"
+    try:
+        for batch in loader:
+            inputs = {
+                k: v.to(device) for k, v in batch.items() if k in ("input_ids", "attention_mask", "token_type_ids")
+            }
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+                hidden = encoder(**inputs).last_hidden_state
+            xs.append(mean_pool(hidden.float(), inputs["attention_mask"]).cpu())
+            ys.append(batch["labels"].long().cpu())
+    finally:
+        encoder.train(was_training)
+    return torch.cat(xs), torch.cat(ys)
+
+
+def init_head_from_probe(model, datamodule, num_labels: int) -> float | None:
+    """Fit the probe on the training batches, pick ``C`` on the validation batches, copy it into ``model.classifier``.
+
+    Returns:
+        The probe's validation macro-F1 (None without a validation split).
+
+    Raises:
+        DomainBertError: when the model has no mean-pooling head (``classifier`` of ``num_labels`` outputs).
+    """
+    head = getattr(model, "classifier", None)
+    if not isinstance(head, torch.nn.Linear) or head.out_features != num_labels:
+        raise DomainBertError("model.head_init=probe: the model has no mean-pooling linear head (set pooling: mean)")
+    x_train, y_train = embed_batches(model, datamodule.train_dataloader())
+    val = datamodule.val_dataloader()
+    x_val, y_val = embed_batches(model, val) if val else (None, None)
+    probe = select_probe(x_train, y_train, x_val, y_val, num_labels)
+    head.weight.data.copy_(probe.weight.to(head.weight))
+    head.bias.data.copy_(probe.bias.to(head.bias))
+    score = probe.val_scores.get(probe.c)
+    log.info("head initialised from a logistic-regression probe (C=%s, validation macro-F1 %s)", probe.c, score)
+    return score

@@ -1,0 +1,136 @@
+"""The recipe: domain corpus and labelled task to a chosen, distilled, exported model, every stage a process.
+
+Order: frozen-embedding probe (the cheapest baseline) → corpus curation (optional) → vocabulary (optional) →
+DAPT → TAPT (optional) → fine-tuning from the base model and from each adapted model over the seeds → the
+choice, by validation only → distillation of the chosen model → export → report.
+"""
+
+from __future__ import annotations
+
+import statistics
+from importlib import resources
+
+from domainbert.errors import DomainBertError
+from domainbert.pipeline.runner import Runner
+from domainbert.pipeline.specs import ExportSpec, ProbeSpec, StageSpec, Task
+
+BASELINE = "baseline"
+
+
+def stage_config(spec: StageSpec, default: str) -> str:
+    """The stage's config file: the one the spec names, else the built-in ``stages/<default>.yaml``."""
+    if spec.config:
+        return spec.config
+    return str(resources.files("domainbert.pipeline") / "stages" / f"{default}.yaml")
+
+
+def _pooling_args(base_model: str) -> list[str]:
+    """``--model.pooling mean`` for every fine-tuning run when the base model was trained mean-pooled.
+
+    Adapted models (MLM exports) no longer carry the sentence-transformers files that say so, so the pooling is
+    decided once, from the base model, and the baseline and the adapted runs use the same head.
+    """
+    from domainbert.adapt.embed import native_pooling
+    from domainbert.models_local import resolve_local_alias
+
+    return ["--model.pooling", "mean"] if native_pooling(resolve_local_alias(base_model)) == "mean" else []
+
+
+def run_probe(runner: Runner, base_model: str, task: Task, spec: ProbeSpec) -> dict | None:
+    """Logistic regression on the base model's frozen mean-pooled embeddings (a row of the report)."""
+    if not spec.enabled:
+        return None
+    folder = runner.out / "probe"
+    args = ["probe", "--model", base_model, "--train", task.train, "--val", task.val or "null"]
+    args += ["--test", task.test or "null", "--text_column", task.text_column, "--label_column", task.label_column]
+    args += ["--text_pair_column", task.text_pair_column or "null", "--max_length", str(spec.max_length)]
+    return runner.tool("probe", [*args, "--out", str(folder)], result=str(folder))
+
+
+def adapted_models(runner: Runner, base_model: str, corpus: str | None, task: Task, stages: dict) -> dict[str, str]:
+    """Run curation, vocabulary, DAPT and TAPT as enabled; return ``{name: starting model}``, baseline first."""
+    select, vocab, dapt, tapt = stages["select"], stages["vocab"], stages["dapt"], stages["tapt"]
+    if (dapt.enabled or vocab.enabled or select.enabled) and not corpus:
+        raise DomainBertError("pipeline: dapt, vocab and select read the domain corpus: set `corpus`")
+    starts, start, dapt_data, name = {BASELINE: base_model}, base_model, corpus, "dapt"
+    if select.enabled:
+        folder = runner.out / "select"
+        args = ["select", "--model", base_model, "--corpus", corpus, "--task", task.train, "--k", str(select.k)]
+        args += ["--text_column", task.text_column, "--out", str(folder)]
+        if select.max_documents:
+            args += ["--max_documents", str(select.max_documents)]
+        dapt_data, name = runner.tool("select", args, result=str(folder))["corpus"], "knn-dapt"
+    if vocab.enabled:
+        folder = str(runner.out / "vocab" / "hf")
+        args = ["vocab", "extend", "--model", base_model, "--corpus", corpus, "--top_k", str(vocab.top_k)]
+        args += ["--min_freq", str(vocab.min_freq), "--out", folder, "--overwrite", "true"]
+        start = runner.tool("vocab", args, result=folder)["result"]
+    if dapt.enabled:
+        args = ["--model.init_from", start, "--data.train", dapt_data, *dapt.args]
+        starts[name] = start = runner.fit("dapt", stage_config(dapt, "dapt"), args)["hf"]
+    if tapt.enabled:
+        args = ["--model.init_from", start, "--data.train", task.train, "--data.text_column", task.text_column]
+        name = f"{name}+tapt" if dapt.enabled else "tapt"
+        starts[name] = runner.fit("tapt", stage_config(tapt, "dapt"), [*args, *tapt.args])["hf"]
+    return starts
+
+
+def finetune_all(runner: Runner, starts: dict[str, str], task: Task, spec: StageSpec, seeds: list[int], base: str):
+    """Fine-tune from every starting model with every seed; ``{name: [record per seed]}``."""
+    config, pooling = stage_config(spec, "finetune"), _pooling_args(base)
+    results: dict[str, list[dict]] = {}
+    for name, init in starts.items():
+        for seed in seeds:
+            stage = f"finetune-{name.replace('+', '-')}-seed{seed}"
+            args = ["--model.init_from", init, "--seed_everything", str(seed), *pooling, *task.data_args()]
+            results.setdefault(name, []).append(runner.fit(stage, config, [*args, *spec.args], test=True))
+    return results
+
+
+def mean_metric(runs: list[dict], key: str) -> float | None:
+    """The mean of ``metrics[key]`` over runs (None when no run has it)."""
+    vals = [r["metrics"][key] for r in runs if r.get("metrics", {}).get(key) is not None]
+    return statistics.fmean(vals) if vals else None
+
+
+def choose(results: dict[str, list[dict]], metric: str) -> tuple[str, str]:
+    """The starting model whose fine-tuned runs score best on **validation** (mean over seeds), and why.
+
+    An adapted model is chosen only when it beats the baseline on validation; on a tie the baseline stays, so
+    the pipeline never ships a model that validated worse than plain fine-tuning. The test split is not read.
+    """
+    key = f"val/{metric}"
+    scores = {name: mean_metric(runs, key) for name, runs in results.items()}
+    base = scores.get(BASELINE)
+    if base is None:
+        raise DomainBertError(f"pipeline: the baseline runs recorded no {key}; give the task a validation split")
+    best = max((n for n in scores if scores[n] is not None), key=lambda n: (scores[n], n == BASELINE))
+    if best == BASELINE:
+        others = ", ".join(f"{n} {s:.4f}" for n, s in scores.items() if n != BASELINE and s is not None)
+        why = f"no adapted model beat it on validation {key} (baseline {base:.4f}" + (f"; {others})" if others else ")")
+    else:
+        why = f"best validation {key}: {scores[best]:.4f} against the baseline's {base:.4f}"
+    return best, why
+
+
+def best_run(runs: list[dict], metric: str) -> dict:
+    """The seed whose run scored best on validation."""
+    return max(runs, key=lambda r: r["metrics"].get(f"val/{metric}") or float("-inf"))
+
+
+def distill_and_export(runner: Runner, teacher: str, task: Task, distill: StageSpec, export: ExportSpec):
+    """Distil ``teacher`` into a student and export its deployment variants; ``(student record, export folder)``."""
+    if not distill.enabled:
+        return None, None
+    args = ["--model.teacher", teacher, *task.data_args(), *distill.args]
+    student = runner.fit("distill", stage_config(distill, "distill"), args, test=bool(task.test))
+    if not (export.enabled and student.get("hf") and task.test):
+        return student, None
+    folder = runner.out / "export"
+    args = ["export", "--model", student["hf"], "--teacher", teacher, "--data", task.test, "--out", str(folder)]
+    runner.tool(
+        "export",
+        [*args, "--text_column", task.text_column, "--label_column", task.label_column, *export.args],
+        result=str(folder),
+    )
+    return student, str(folder)

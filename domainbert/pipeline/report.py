@@ -1,0 +1,163 @@
+"""The pipeline's ``report.md``: what each strategy bought, how sure we are, and what it cost."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from domainbert.adapt.stats import mean_std, paired_bootstrap
+from domainbert.io import atomic_write_text
+from domainbert.pipeline.recipe import BASELINE
+
+
+def adaptation_minutes(runner, name: str) -> float:
+    """The minutes spent making starting model ``name`` (beyond its fine-tuning): curation, vocabulary, DAPT, TAPT."""
+    if name == BASELINE:
+        return 0.0
+    stages = ["select", "vocab"] + [s for s in ("dapt", "tapt") if s in name]
+    return sum(runner.seconds(s) for s in stages) / 60
+
+
+def _plot_setup():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _curves(run_dir: str, png: Path, title: str) -> bool:
+    import pandas as pd
+
+    csv = Path(run_dir) / "metrics.csv"
+    if not csv.exists():
+        return False
+    df = pd.read_csv(csv)
+    cols = [c for c in df.columns if c.startswith(("train/loss", "val/")) and df[c].notna().any()][:4]
+    if not cols:
+        return False
+    plt = _plot_setup()
+    fig, axes = plt.subplots(1, len(cols), figsize=(3.2 * len(cols), 2.8), squeeze=False)
+    for ax, col in zip(axes[0], cols):
+        d = df[["step", col]].dropna()
+        ax.plot(d["step"], d[col], marker="." if len(d) < 30 else None)
+        ax.set_title(col, fontsize=9)
+        ax.set_xlabel("step")
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(png, dpi=90)
+    plt.close(fig)
+    return True
+
+
+def comparison_chart(rows: list[tuple[str, float, float]], metric: str, png: Path) -> None:
+    """A bar per starting model (mean test metric, error bar = std over seeds)."""
+    plt = _plot_setup()
+    fig, ax = plt.subplots(figsize=(1.6 * len(rows) + 2, 3.2))
+    names, means, stds = zip(*rows)
+    ax.bar(names, means, yerr=stds, capsize=5, color=["#888"] + ["#3a7"] * (len(rows) - 1))
+    low = min(m - s for _, m, s in rows)
+    ax.set_ylim(max(0.0, low - 0.05), min(1.0, max(m + s for _, m, s in rows) + 0.03))
+    ax.set_ylabel(f"test {metric}")
+    ax.set_title(f"test {metric} by starting model (mean ± std over seeds)", fontsize=10)
+    for i, m in enumerate(means):
+        ax.text(i, m, f"{m:.3f}", ha="center", va="bottom", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(png, dpi=90)
+    plt.close(fig)
+
+
+def _predictions(runs: list[dict]) -> tuple[list[int], list[list[int]], int] | None:
+    preds, gold, k = [], None, 0
+    for r in runs:
+        path = r.get("predictions")
+        if not path or not Path(path).is_file():
+            return None
+        data = json.loads(Path(path).read_text())
+        gold, k = data["gold"], max(k, len(data.get("labels") or []))
+        preds.append(data["pred"])
+    return (gold, preds, k) if gold is not None else None
+
+
+def adaptation_section(runner, results: dict, probed: dict | None, metric: str, seeds: list[int]) -> list[str]:
+    """The table of starting models, the paired intervals, the verdicts and the gain per minute."""
+    base_runs = results[BASELINE]
+    base_pred = _predictions(base_runs)
+    lines = [
+        f"Mean ± std over seeds {seeds} of the best checkpoint (chosen on validation) of each run.",
+        "",
+        f"| starting model | val {metric} | test {metric} | test acc | Δ test vs baseline [95% CI] | extra minutes |",
+        "|---|---|---|---|---|---|",
+    ]
+    if probed is not None:
+        lines.append(
+            f"| frozen embeddings + logistic regression | {probed.get('val', {}).get(metric, float('nan')):.4f} | "
+            f"{probed.get('test', {}).get(metric, float('nan')):.4f} | "
+            f"{probed.get('test', {}).get('acc', float('nan')):.4f} | (no fine-tuning) | "
+            f"{runner.seconds('probe') / 60:.1f} in all |"
+        )
+    verdicts, chart = [], []
+    for name, runs in results.items():
+        val = mean_std(
+            [r["metrics"].get(f"val/{metric}") for r in runs if r["metrics"].get(f"val/{metric}") is not None]
+        )
+        test = mean_std(
+            [r["metrics"].get(f"test/{metric}") for r in runs if r["metrics"].get(f"test/{metric}") is not None]
+        )
+        acc = mean_std([r["metrics"].get("test/acc") for r in runs if r["metrics"].get("test/acc") is not None])
+        chart.append((name, test[0], test[1]))
+        delta, minutes, pred = "", adaptation_minutes(runner, name), _predictions(runs)
+        if name != BASELINE and base_pred and pred and pred[0] == base_pred[0]:
+            ci = paired_bootstrap(base_pred[0], base_pred[1], pred[1], max(base_pred[2], pred[2]), metric=metric)
+            delta = f"{ci.diff:+.4f} [{ci.low:+.4f}, {ci.high:+.4f}]"
+            per_min = f"; {ci.diff * 100 / minutes:+.2f} points per minute" if minutes > 0 else ""
+            verdicts.append(f"- **{name}**: adaptation {ci.verdict()} ({delta} test {metric}{per_min}).")
+        cells = [name, f"{val[0]:.4f} ± {val[1]:.4f}", f"{test[0]:.4f} ± {test[1]:.4f}", f"{acc[0]:.4f}", delta]
+        lines.append("| " + " | ".join([*cells, f"{minutes:.1f}"]) + " |")
+    lines += [""] + (verdicts or ["- No adapted model was trained, or no test predictions were recorded."]) + [""]
+    if any(c[1] == c[1] for c in chart):  # not all NaN
+        if probed is not None and probed.get("test", {}).get(metric) is not None:
+            chart.insert(0, ("frozen probe", probed["test"][metric], 0.0))
+        comparison_chart(chart, metric, runner.out / "plots" / "comparison.png")
+        lines += ["![comparison](plots/comparison.png)", ""]
+    return lines
+
+
+def _stage_lines(runner) -> list[str]:
+    lines = ["## Stages and their cost", "", "| stage | minutes | output |", "|---|---|---|"]
+    for stage, entry in runner.state.items():
+        out = entry.get("hf") or entry.get("result") or ""
+        lines.append(f"| {stage} | {float(entry.get('seconds') or 0) / 60:.1f} | `{out}` |")
+    total = sum(float(e.get("seconds") or 0) for e in runner.state.values()) / 60
+    return [*lines, f"| **total** | **{total:.1f}** | |", ""]
+
+
+def write_report(runner, results, probed, choice, student, deployed, metric: str, seeds: list[int]) -> Path:
+    """Write ``<out>/report.md`` with the comparison, the choice, deployment, curves and stage costs."""
+    out = runner.out
+    (out / "plots").mkdir(exist_ok=True)
+    chosen, why, teacher = choice
+    lines = ["# domainbert pipeline report", "", f"Folder: `{out}`", "", "## Does domain adaptation help?", ""]
+    lines += adaptation_section(runner, results, probed, metric, seeds)
+    lines += ["## The shipped model", "", f"**{chosen}**, seed run `{teacher}`: {why}.", ""]
+    lines += ["The choice reads validation metrics only; the test split is reported, never used to choose.", ""]
+    if student is not None:
+        lines += [
+            "## Distilled student",
+            "",
+            f"- test {metric}: {student['metrics'].get(f'test/{metric}', float('nan')):.4f}",
+        ]
+        lines += [f"- export: `{student['hf']}`", ""]
+    if deployed is not None and (Path(deployed) / "report.md").exists():
+        lines += ["## Teacher vs student vs int8", ""]
+        body = (Path(deployed) / "report.md").read_text(encoding="utf-8").splitlines()
+        lines += [ln for ln in body if not ln.startswith("# ")] + [""]
+    lines += _stage_lines(runner)
+    lines += ["## Training curves", ""]
+    for stage, entry in runner.state.items():
+        if entry.get("run") and _curves(entry["run"], out / "plots" / f"{stage}.png", stage):
+            lines += [f"### {stage}", "", f"![{stage}](plots/{stage}.png)", ""]
+    path = out / "report.md"
+    atomic_write_text(path, "\n".join(lines) + "\n")
+    return path

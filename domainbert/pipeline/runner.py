@@ -1,0 +1,101 @@
+"""Run pipeline stages in subprocesses, record them in ``state.json``, and skip the ones already done."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from domainbert.errors import DomainBertError
+from domainbert.io import atomic_write_text
+
+
+class Runner:
+    """Runs each stage once; a rerun skips a finished stage unless its inputs (its command line) changed."""
+
+    def __init__(self, out: Path) -> None:
+        """Use (and create) ``out``."""
+        self.out = out
+        out.mkdir(parents=True, exist_ok=True)
+        self.state_file = out / "state.json"
+        self.state: dict[str, Any] = json.loads(self.state_file.read_text()) if self.state_file.exists() else {}
+
+    def _save(self) -> None:
+        atomic_write_text(self.state_file, json.dumps(self.state, indent=2, sort_keys=True) + "\n")
+
+    def _done(self, stage: str, inputs: list[str]) -> dict | None:
+        """The stage's record if it finished earlier with the same inputs (command line), else None."""
+        entry = self.state.get(stage)
+        if entry and entry.get("status") == "done":
+            if entry.get("inputs", inputs) != inputs:
+                print(f"[{stage}] done earlier with other inputs (config, options or upstream output): running again")
+                return None
+            print(f"[{stage}] done earlier: skipped ({entry.get('hf') or entry.get('result')})")
+            return entry
+        return None
+
+    def _run(self, stage: str, cmd: list[str]) -> float:
+        folder = self.out / stage
+        folder.mkdir(parents=True, exist_ok=True)
+        log = folder / "log.txt"
+        print(f"[{stage}] running: {' '.join(cmd[2:])}\n[{stage}] log: {log}", flush=True)
+        t0 = time.time()
+        with open(log, "w", encoding="utf-8") as fh:
+            proc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        seconds = time.time() - t0
+        if proc.returncode != 0:
+            self.state[stage] = {"status": "failed", "log": str(log), "seconds": round(seconds, 1)}
+            self._save()
+            tail = "".join(log.read_text(encoding="utf-8", errors="replace").splitlines(keepends=True)[-25:])
+            raise DomainBertError(
+                f"stage {stage!r} failed (exit {proc.returncode}); its log is {log}. Last lines:\n{tail}\n"
+                "Fix the cause and run the same command again: finished stages are skipped."
+            )
+        return seconds
+
+    def _finish(self, stage: str, record: dict, seconds: float, inputs: list[str]) -> dict:
+        record.update(status="done", seconds=round(seconds, 1), inputs=inputs)
+        self.state[stage] = record
+        self._save()
+        print(f"[{stage}] done in {seconds:.0f} s: {record.get('hf') or record.get('result')}", flush=True)
+        return record
+
+    def fit(self, stage: str, config: str, args: list[str], test: bool = False) -> dict:
+        """Run ``domainbert fit`` (then ``test`` on the best weights); return its record.
+
+        The record holds ``run`` (the run folder), ``hf`` (the export), ``metrics`` (the best checkpoint's
+        validation metrics and, with ``test``, its test metrics) and ``predictions`` (a JSON file of the test
+        rows' gold and predicted label ids, for paired comparisons).
+        """
+        inputs = [config, *args, *(["--test"] if test else [])]
+        if (done := self._done(stage, inputs)) is not None:
+            return done
+        result = self.out / stage / "result.json"
+        worker = ["--worker", str(result), *(["--test"] if test else [])]
+        cmd = [sys.executable, "-m", "domainbert.pipeline", *worker, "--config", config, *args]
+        cmd += ["--trainer.default_root_dir", str(self.out / stage), "--run_name", "run"]
+        seconds = self._run(stage, cmd)
+        return self._finish(stage, json.loads(result.read_text()), seconds, inputs)
+
+    def tool(self, stage: str, args: list[str], result: str) -> dict:
+        """Run a ``domainbert`` tool subcommand for ``stage``; its record's ``result`` is ``result``.
+
+        A tool that writes ``<result>/result.json`` (or ``result`` itself when it is a ``.json`` file) has that
+        JSON merged into the record.
+        """
+        if (done := self._done(stage, args)) is not None:
+            return done
+        seconds = self._run(stage, [sys.executable, "-m", "domainbert", *args])
+        record: dict[str, Any] = {"result": result}
+        for candidate in (Path(result), Path(result) / "result.json"):
+            if candidate.suffix == ".json" and candidate.is_file():
+                record.update(json.loads(candidate.read_text()))
+        return self._finish(stage, record, seconds, args)
+
+    def seconds(self, stage: str) -> float:
+        """The measured wall-clock seconds of a finished stage (0 when unknown)."""
+        return float(self.state.get(stage, {}).get("seconds") or 0.0)

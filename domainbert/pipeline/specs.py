@@ -1,0 +1,87 @@
+"""The pipeline's settings: the task's files, and one small dataclass per stage."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class StageSpec:
+    """One training stage: a fit config and its overrides."""
+
+    config: str | None = None
+    """The stage's fit config; None: the built-in one for this stage (``domainbert/pipeline/stages/``)."""
+    args: list[str] = field(default_factory=list)
+    """Extra command-line overrides, e.g. ``["--trainer.max_steps=200"]``."""
+    enabled: bool = True
+    """Run this stage."""
+
+
+@dataclass
+class VocabSpec:
+    """Domain vocabulary extension before DAPT."""
+
+    enabled: bool = False
+    """Extend the tokenizer with frequent domain words before DAPT."""
+    top_k: int = 500
+    """Number of words to add."""
+    min_freq: int = 20
+    """Minimum corpus count of an added word."""
+
+
+@dataclass
+class SelectSpec:
+    """Curated DAPT data (kNN-TAPT, Gururangan et al. 2020 §5): the corpus documents nearest the task's texts."""
+
+    enabled: bool = False
+    """Pretrain on the selected documents instead of the whole corpus."""
+    k: int = 20
+    """Nearest corpus documents taken per training text (the union is kept, nearest first)."""
+    max_documents: int | None = None
+    """Read at most this many corpus documents (None: all)."""
+
+
+@dataclass
+class ProbeSpec:
+    """Logistic regression on the starting model's frozen mean-pooled embeddings: the cheapest alternative."""
+
+    enabled: bool = True
+    """Report it as a row of its own."""
+    max_length: int = 128
+    """Truncation length in tokens."""
+
+
+@dataclass
+class ExportSpec:
+    """Deployment variants of the student."""
+
+    enabled: bool = True
+    """Run the export stage."""
+    args: list[str] = field(default_factory=lambda: ["--int8", "true"])
+    """Options of ``domainbert export`` (``--help`` lists them)."""
+
+
+@dataclass
+class Task:
+    """The labelled task's files and columns, passed to every stage that reads them."""
+
+    train: str
+    """Training rows (JSONL, CSV, Parquet...): fine-tuning, the probe, TAPT's text and the kNN selection."""
+    val: str | None = None
+    """Validation rows: early stopping, the probe's L2 strength, and the choice of the shipped model."""
+    test: str | None = None
+    """Test rows: read once, for the report."""
+    text_column: str = "text"
+    """The text column."""
+    text_pair_column: str | None = None
+    """The second text of pair tasks."""
+    label_column: str = "label"
+    """The label column."""
+
+    def data_args(self) -> list[str]:
+        """``--data.*`` overrides of a classification datamodule for these files and columns."""
+        args = ["--data.train", self.train, "--data.val", self.val or "null"]
+        args += ["--data.test", self.test or "null", "--data.predict", self.test or "null"]
+        args += ["--data.text_column", self.text_column, "--data.label_column", self.label_column]
+        args += ["--data.text_pair_column", self.text_pair_column or "null"]
+        return args
