@@ -51,7 +51,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from domainbert.errors import DomainBertError
-from domainbert.hf import load_tokenizer
+from domainbert.hf import load_tokenizer, write_modeling_file
 from domainbert.io import atomic_dir, atomic_write_text
 
 log = logging.getLogger(__name__)
@@ -926,6 +926,7 @@ def export(
         def save_hf(name: str, m: nn.Module, runner, extra: dict) -> dict:
             with atomic_dir(out_dir / name) as tmp:
                 m.save_pretrained(tmp)
+                write_modeling_file(m, tmp)
                 tokenizer.save_pretrained(tmp)
                 if name == "bf16":
                     atomic_write_text(tmp / VARIANT_FILE, json.dumps({"variant": "bf16"}) + "\n")

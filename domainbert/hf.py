@@ -119,6 +119,15 @@ def _mean_pooled_class(auto_cls, config):
     return auto_cls
 
 
+def write_modeling_file(model, folder: str | os.PathLike) -> None:
+    """Beside a mean-pooling classifier's weights, its ``modeling_domainbert.py`` (for ``trust_remote_code``)."""
+    from domainbert.modules.pooled import MODELING_FILE, is_mean_pooled, modeling_source
+
+    config = getattr(model, "config", None)
+    if config is not None and is_mean_pooled(config) and hasattr(type(model), "_encoder_cls"):
+        Path(folder, MODELING_FILE).write_text(modeling_source(model), encoding="utf-8")
+
+
 def load_tokenizer(name: str, trust_remote_code: bool = False) -> PreTrainedTokenizerBase:
     """Load the fast tokenizer saved with a checkpoint."""
     name = check_source(name)
@@ -128,6 +137,11 @@ def load_tokenizer(name: str, trust_remote_code: bool = False) -> PreTrainedToke
         raise DomainBertError(f"could not load a tokenizer from {name!r}: {err}") from err
     if not tok.is_fast:
         raise DomainBertError(f"{name!r}: a fast (Rust) tokenizer is required; found {type(tok).__name__}")
+    if len(tok) <= len(tok.all_special_tokens):  # transformers 5 builds an empty vocabulary when the files are missing
+        raise DomainBertError(
+            f"{name}: no tokenizer files (tokenizer.json, vocab.txt...): the tokenizer would know only its "
+            f"{len(tok)} special tokens and read every word as {tok.unk_token}"
+        )
     return tok
 
 
@@ -217,6 +231,7 @@ def export_hf(
     last_good = newest_checkpoint(out_dir.parent / "checkpoints")
     with atomic_dir(out_dir, "the Hugging Face export", last_good, replace_foreign) as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
+        write_modeling_file(model, tmp)
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
         if source is not None:

@@ -258,6 +258,15 @@ def _check_config(sub: str, cfg: Namespace) -> None:
     if sub == "fit" and (max_steps == 0 or trainer.get("max_epochs") == 0):
         key = "max_steps" if max_steps == 0 else "max_epochs"
         raise DomainBertError(f"--trainer.{key}=0: fit would train nothing (and export an untrained model)")
+    max_epochs = trainer.get("max_epochs")
+    if isinstance(max_epochs, int) and max_epochs < -1:
+        raise DomainBertError(f"--trainer.max_epochs={max_epochs}: expected -1 (no limit) or a positive number")
+    accumulate = trainer.get("accumulate_grad_batches")
+    if isinstance(accumulate, int) and accumulate < 1:
+        raise DomainBertError(f"--trainer.accumulate_grad_batches={accumulate}: expected at least 1")
+    seed = cfg.get("seed_everything")
+    if isinstance(seed, int) and not isinstance(seed, bool) and not 0 <= seed < 2**32:
+        raise DomainBertError(f"--seed_everything={seed}: expected true, false or a seed from 0 to {2**32 - 1}")
     model = cfg.get("model")
     init = (model.get("init_args") if isinstance(model, Namespace) else None) or {}
     lr = init.get("learning_rate") if isinstance(init, Namespace | dict) else None
@@ -274,7 +283,8 @@ def check_config_files(args: list[str]) -> None:
     """Parse every ``--config`` file given in ``args`` as YAML first, so a syntax error names the file.
 
     Raises:
-        DomainBertError: ``<file>: line L, column C: <what the YAML parser says>``.
+        DomainBertError: ``<file>: line L, column C: <what the YAML parser says>``, or ``<file>: expected a
+            mapping of options...`` for a file that holds a list, a scalar or nothing.
     """
     for i, arg in enumerate(args):
         if arg in ("--config", "-c") and i + 1 < len(args):
@@ -286,12 +296,15 @@ def check_config_files(args: list[str]) -> None:
         if not Path(path).is_file():
             continue
         try:
-            yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+            content = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
         except yaml.YAMLError as err:
             mark = getattr(err, "problem_mark", None)
             where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
             problem = getattr(err, "problem", None) or str(err)
             raise DomainBertError(f"{path}: {where}YAML syntax error: {problem}") from err
+        if not isinstance(content, dict):
+            found = "nothing (an empty file)" if content is None else f"a {type(content).__name__}"
+            raise DomainBertError(f"{path}: expected a mapping of options (trainer:, model:, data:...), found {found}")
 
 
 def _has_omegaconf() -> bool:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -14,6 +17,19 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
+#: the ``datasets`` cache of the whole session (and of the CLI subprocesses the tests start): a temporary folder,
+#: never ``~/.cache/huggingface/datasets``. ``datasets.config`` reads ``HF_DATASETS_CACHE`` once, when ``datasets``
+#: is first imported, so the variable is set here, before any test module imports it; a ``datasets`` imported
+#: earlier (by a plugin) is pointed at the folder through its config.
+DATASETS_CACHE = Path(tempfile.mkdtemp(prefix="domainbert-tests-datasets-"))
+os.environ["HF_DATASETS_CACHE"] = str(DATASETS_CACHE)
+atexit.register(shutil.rmtree, DATASETS_CACHE, ignore_errors=True)
+if "datasets.config" in sys.modules:
+    _config = sys.modules["datasets.config"]
+    _config.HF_DATASETS_CACHE = DATASETS_CACHE
+    _config.DOWNLOADED_DATASETS_PATH = DATASETS_CACHE / _config.DOWNLOADED_DATASETS_DIR
+    _config.EXTRACTED_DATASETS_PATH = _config.DOWNLOADED_DATASETS_PATH / _config.EXTRACTED_DATASETS_DIR
+
 sys.path.insert(0, str(Path(__file__).parent))
 
 from tiny import CORPUS, FAMILIES, make_tiny  # noqa: E402
@@ -21,12 +37,6 @@ from tiny import CORPUS, FAMILIES, make_tiny  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 
 pytest_plugins = ["faults_summary"]
-
-
-@pytest.fixture(autouse=True, scope="session")
-def _datasets_cache(tmp_path_factory):
-    """Keep the ``datasets`` cache of the whole session in a temporary folder."""
-    os.environ["HF_DATASETS_CACHE"] = str(tmp_path_factory.mktemp("hf_datasets_cache"))
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,8 @@
 """Hostile input: each case of issue 8 gets a clear error naming what is wrong, or a documented handling.
 
-Each test counts as one bad input in the fault-injection summary printed at the end of the run.
+Each test (or parametrize case) counts as one bad input in the fault-injection summary printed at the end of the
+run. Every CLI-level case goes through :func:`faults_summary.check_one_line`: exit code 2, exactly one
+``domainbert: error:`` line, and a traceback would be counted in the summary's ``tracebacks=``.
 """
 
 from __future__ import annotations
@@ -9,8 +11,10 @@ import json
 import os
 import random
 import shutil
+import tempfile
 from pathlib import Path
 
+import faults_summary
 import numpy as np
 import pytest
 import torch
@@ -60,11 +64,11 @@ def jsonl(path: Path, rows: list[dict]) -> Path:
 
 
 def cli_error(capsys, argv: list[str]) -> str:
-    """Run the CLI, expect a user error (exit 2), return stderr."""
+    """Run the CLI, expect a user error (exit 2) in one ``domainbert: error:`` line, no traceback; return the line."""
     with pytest.raises(SystemExit) as exc:
         main(argv)
     assert exc.value.code == 2
-    return capsys.readouterr().err
+    return faults_summary.check_one_line(capsys.readouterr().err)
 
 
 # -- text corpora ------------------------------------------------------------------------------------
@@ -275,3 +279,153 @@ def test_a_tokenizer_that_does_not_fit_the_model_is_refused(tiny_models, tmp_pat
     assert n > rows
     err = cli_error(capsys, ["fit", "--config", TINY_MLM, "--model.init_from", str(folder)])
     assert f"the tokenizer has {n} tokens but the model's embedding has {rows} rows" in err
+
+
+# -- the command line: one line per bad input, naming the file, row, field or option ----------------------------
+
+FIX = ROOT / "tests" / "fixtures"
+
+
+def _write(path: Path, text: str | bytes) -> str:
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+def _no_tokenizer(tiny_bert, tmp_path) -> str:
+    """A copy of the tiny BERT without its tokenizer files (transformers 5 would build an empty vocabulary)."""
+    folder = tmp_path / "no_tokenizer"
+    shutil.copytree(tiny_bert, folder)
+    for f in folder.iterdir():
+        if "token" in f.name or f.name in ("vocab.txt", "special_tokens_map.json"):
+            f.unlink()
+    return str(folder)
+
+
+#: ``id: (extra argv, what the line must name)``; ``{tmp}`` is the test's folder.
+#: Files named in the argv are made by :func:`_bad_files` before the run.
+CLI_CASES = {
+    # data
+    "csv-without-label-column": (["--data.train", "{tmp}/nolabel.csv"], ["{tmp}/nolabel.csv", "no column 'label'"]),
+    "parquet-that-is-not-parquet": (["--data.train", "{tmp}/fake.parquet"], ["{tmp}/fake.parquet", "as parquet"]),
+    "label-column-with-nulls": (["--data.train", "{tmp}/nulls.jsonl"], ["{tmp}/nulls.jsonl: row 5: column 'label'"]),
+    "text-column-of-numbers": (["--data.train", "{tmp}/nums.jsonl"], ["{tmp}/nums.jsonl: row 1: column 'text'"]),
+    "jsonl-rows-that-are-lists": (
+        ["--data.train", "{tmp}/lists.jsonl"],
+        ["{tmp}/lists.jsonl: line 1: expected a JSON"],
+    ),
+    "empty-train-glob": (
+        ["--data.train", "{tmp}/nothing*.jsonl"],
+        ["{tmp}/nothing*.jsonl: the pattern matches no file"],
+    ),
+    "train-folder-without-data": (["--data.train", "{tmp}/empty_dir"], ["{tmp}/empty_dir: the folder holds no .csv"]),
+    "missing-val-file": (["--data.val", "{tmp}/nope.jsonl"], ["{tmp}/nope.jsonl: no such file"]),
+    "unknown-text-column": (["--data.text_column", "body"], ["cls_train.jsonl: no column 'body'"]),
+    "val-label-not-in-train": (
+        ["--data.val", str(FIX / "cls_val_unknown.jsonl")],
+        ["cls_val_unknown.jsonl: row 3: label 'firmware'", "not in the label set"],
+    ),
+    "negative-classification-batch-size": (["--data.batch_size", "-3"], ["data.batch_size=-3: expected at least 1"]),
+    # configs and options
+    "unknown-model-class-path": (["--model", "domainbert.modules.nope.Nope"], ["domainbert.modules.nope.Nope"]),
+    "config-that-is-a-list": (["--config", "{tmp}/list.yaml"], ["{tmp}/list.yaml: expected a mapping", "a list"]),
+    "config-that-is-empty": (["--config", "{tmp}/empty.yaml"], ["{tmp}/empty.yaml: expected a mapping", "empty file"]),
+    "config-file-missing": (["--config", "{tmp}/none.yaml"], ["{tmp}/none.yaml", "does not exist"]),
+    "learning-rate-not-a-number": (["--model.learning_rate", "abc"], ['"learning_rate"', "abc"]),
+    "precision-that-does-not-exist": (["--trainer.precision", "17-fancy"], ['"trainer.precision"', "17-fancy"]),
+    "negative-seed": (["--seed_everything", "-1"], ["--seed_everything=-1: expected true, false or a seed"]),
+    "seed-not-a-number": (["--seed_everything", "abc"], ['"seed_everything"', "abc"]),
+    "negative-max-epochs": (["--trainer.max_epochs", "-3"], ["--trainer.max_epochs=-3: expected -1"]),
+    "zero-gradient-accumulation": (
+        ["--trainer.accumulate_grad_batches", "0"],
+        ["--trainer.accumulate_grad_batches=0: expected at least 1"],
+    ),
+    # models and tokenizers
+    "init-from-folder-without-config": (["--model.init_from", "{tmp}/empty_dir"], ["{tmp}/empty_dir: no config.json"]),
+    "init-from-missing-folder": (["--model.init_from", "{tmp}/nowhere"], ["{tmp}/nowhere: no such folder"]),
+    "model-folder-without-tokenizer": (
+        ["--model.init_from", "{tmp}/no_tokenizer"],
+        ["{tmp}/no_tokenizer: no tokenizer files", "every word as [UNK]"],
+    ),
+    # checkpoints
+    "zero-byte-checkpoint": (["--ckpt_path", "{tmp}/zero.ckpt"], ["--ckpt_path {tmp}/zero.ckpt: not a readable"]),
+    "random-bytes-checkpoint": (["--ckpt_path", "{tmp}/junk.ckpt"], ["--ckpt_path {tmp}/junk.ckpt: not a readable"]),
+    "checkpoint-of-another-task": (
+        ["--ckpt_path", "{tmp}/mlm.ckpt"],
+        ["--ckpt_path {tmp}/mlm.ckpt was written by " + MLM, "the config's model is " + CLS],
+    ),
+}
+
+
+def _bad_files(tmp: Path, tiny_bert) -> None:
+    rows = "".join(json.dumps({"text": f"t {i}", "label": "ab"[i % 2]}) + "\n" for i in range(4))
+    _write(tmp / "nolabel.csv", "text,category\na b,x\nc d,y\n")
+    _write(tmp / "fake.parquet", "this is not parquet\n")
+    _write(tmp / "nulls.jsonl", rows + json.dumps({"text": "x", "label": None}) + "\n")
+    _write(tmp / "nums.jsonl", "".join(json.dumps({"text": i, "label": "ab"[i % 2]}) + "\n" for i in range(4)))
+    _write(tmp / "lists.jsonl", "[1, 2]\n[3, 4]\n")
+    (tmp / "empty_dir").mkdir()
+    _write(tmp / "list.yaml", "- trainer\n- model\n")
+    _write(tmp / "empty.yaml", "")
+    _write(tmp / "zero.ckpt", b"")
+    _write(tmp / "junk.ckpt", random.Random(0).randbytes(4096))
+    _no_tokenizer(tiny_bert, tmp)
+
+
+@pytest.fixture(scope="module")
+def mlm_bert_ckpt(tiny_bert, tmp_path_factory):
+    from domainbert.modules.mlm import MaskedLMModule
+
+    module = MaskedLMModule(init_from=str(tiny_bert), head_warmup_steps=0)
+    return fake_checkpoint(tmp_path_factory.mktemp("ck") / "mlm.ckpt", module, MLM)
+
+
+@bad_input
+@pytest.mark.parametrize("case", list(CLI_CASES))
+def test_a_bad_input_on_the_command_line_is_one_line_naming_it(case, tiny_bert, mlm_bert_ckpt, tmp_path, capsys):
+    _bad_files(tmp_path, tiny_bert)
+    shutil.copy(mlm_bert_ckpt, tmp_path / "mlm.ckpt")
+    extra, names = CLI_CASES[case]
+    sub = "test" if "--ckpt_path" in extra else "fit"
+    argv = [
+        sub,
+        "--config",
+        TINY_CLS,
+        "--model.init_from",
+        str(tiny_bert),
+        "--data.train",
+        str(FIX / "cls_train.jsonl"),
+    ]
+    argv += ["--data.val", str(FIX / "cls_val.jsonl"), "--data.test", str(FIX / "cls_test.jsonl")]
+    argv += ["--data.predict", "null", "--trainer.max_steps", "1", "--trainer.logger", "false"]
+    argv += ["--trainer.default_root_dir", str(tmp_path / "runs")]
+    line = cli_error(capsys, argv + [a.format(tmp=tmp_path) for a in extra])
+    for name in names:
+        assert name.format(tmp=tmp_path) in line
+    assert not (tmp_path / "runs").exists()  # nothing was trained or written
+
+
+@bad_input
+def test_ckpt_path_best_without_any_run_names_the_folder_it_searched(tiny_bert, tmp_path, capsys):
+    argv = ["predict", "--config", TINY_CLS, "--model.init_from", str(tiny_bert), "--ckpt_path", "best"]
+    line = cli_error(capsys, argv + ["--trainer.default_root_dir", str(tmp_path / "runs")])
+    assert f"ckpt_path='best': no checkpoint under {tmp_path}/runs/tiny_classification/version_*/checkpoints" in line
+
+
+# -- the user's own files ----------------------------------------------------------------------------------------
+
+
+def test_the_suite_keeps_the_datasets_cache_out_of_the_users_home(tok, tmp_path):
+    """conftest points ``datasets`` at a temporary folder before anything imports it (setting the variable later
+    has no effect: ``datasets.config`` reads it once), so no test writes into ``~/.cache/huggingface/datasets``."""
+    import datasets.config
+
+    cache = Path(os.environ["HF_DATASETS_CACHE"])
+    assert Path(datasets.config.HF_DATASETS_CACHE) == cache
+    assert Path(tempfile.gettempdir()).resolve() in cache.resolve().parents
+    before = set(cache.rglob("*.arrow"))
+    rows = [{"text": f"text {tmp_path.name} {i}", "label": "ab"[i % 2]} for i in range(4)]
+    classification(tok, jsonl(tmp_path / "t.jsonl", rows))
+    assert set(cache.rglob("*.arrow")) - before  # this load's Arrow files went to the session's folder

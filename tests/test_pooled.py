@@ -104,3 +104,14 @@ def test_a_mean_pooled_teacher_distils_into_a_mean_pooled_student_whose_export_r
     batch = _batch(tok)
     student.eval()
     torch.testing.assert_close(model(**batch).logits, student(**batch).logits)
+    from domainbert.cli import main
+
+    main(
+        ["export", "--model", str(hf), "--data", "tests/fixtures/cls_test.jsonl", "--out", str(tmp_path / "dep")]
+        + ["--int8", "true", "--latency_examples", "4", "--repeats", "1"]
+    )
+    for variant in ("student", "onnx_int8"):
+        loaded, _, _ = load_variant(tmp_path / "dep" / variant)
+        assert loaded(**batch).logits.argmax(-1).tolist() == student(**batch).logits.argmax(-1).tolist()
+    remote = AutoModelForSequenceClassification.from_pretrained(tmp_path / "dep" / "student", trust_remote_code=True)
+    torch.testing.assert_close(remote.eval()(**batch).logits, student(**batch).logits)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import itertools
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import lightning.pytorch as L
 import numpy as np
@@ -15,6 +16,7 @@ from torch.utils.data import DataLoader, Dataset
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from domainbert.data import readers
+from domainbert.data.labelled import EpochSampler
 from domainbert.errors import DomainBertError
 
 log = logging.getLogger(__name__)
@@ -150,6 +152,70 @@ class CorpusTokenizer:
         settings = {"v": self.VERSION, "max_length": self.max_length, "sep": self.sep_id}
         parts = [ds._fingerprint, tokenizer_fingerprint(self.tokenizer), json.dumps(settings, sort_keys=True)]
         return hashlib.sha256("|".join(parts).encode()).hexdigest()[:32]
+
+
+class ResumableEpochSampler(EpochSampler):
+    """An :class:`~domainbert.data.labelled.EpochSampler` whose place in the epoch is saved in checkpoints.
+
+    The order is a pure function of ``(seed, epoch)`` (sharded across DDP ranks by the parent), so an epoch
+    started after a resume is the epoch an uninterrupted run draws. Each iteration is an :class:`EpochPosition`,
+    whose state (the epoch and how many indices this rank handed out) ``StatefulDataLoader`` saves and Lightning
+    puts in the checkpoint; restored, it continues that epoch where it stopped.
+    """
+
+    def __iter__(self) -> Iterator[int]:
+        return EpochPosition(self)
+
+    def indices(self) -> Iterator:
+        """The indices of the current epoch for this rank, from the start."""
+        return super().__iter__()
+
+
+class EpochPosition(Iterator[int]):
+    """One pass of a :class:`ResumableEpochSampler`, with ``state_dict``/``load_state_dict`` (torchdata's Stateful).
+
+    The order is drawn at the first ``next``, from the sampler's epoch at that moment. A restored position applies
+    only to the epoch it was saved in: when Lightning has moved on to the next epoch (a checkpoint saved after the
+    last batch of an epoch), the pass starts that epoch from its beginning.
+    """
+
+    def __init__(self, sampler: ResumableEpochSampler) -> None:
+        """Start a pass over ``sampler``'s current epoch."""
+        self.sampler, self.yielded = sampler, 0
+        self._it: Iterator | None = None
+        self._saved_epoch: int | None = None  # the epoch of a restored position; None: the current one
+
+    def __iter__(self) -> EpochPosition:
+        return self
+
+    def __next__(self) -> int:
+        if self._it is None:
+            ended = self.yielded >= len(self.sampler)
+            if (self._saved_epoch is None and ended) or self._saved_epoch not in (None, self.sampler.epoch):
+                self.yielded = 0
+            self._it = itertools.islice(self.sampler.indices(), self.yielded, None)
+        i = next(self._it)
+        self.yielded += 1
+        return i
+
+    def state_dict(self) -> dict:
+        """The epoch and how many of its indices (of this rank) were handed out."""
+        return {"epoch": self.sampler.epoch, "yielded": self.yielded}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue the saved epoch after its first ``state["yielded"]`` indices."""
+        if not isinstance(state, dict) or not isinstance(state.get("yielded"), int):
+            raise DomainBertError(f"the checkpoint's position in the training data ({state!r}): expected 'yielded'")
+        self._saved_epoch = state.get("epoch")
+        if self._saved_epoch is not None:
+            self.sampler.set_epoch(int(self._saved_epoch))
+        else:  # saved when the corpus loader shuffled with a RandomSampler (its generator state): same place, new order
+            log.warning(
+                "the checkpoint's position in the training data comes from an older domainbert: the run resumes "
+                "after %d examples of the epoch, but this epoch's order differs from the interrupted run's",
+                state["yielded"],
+            )
+        self.yielded, self._it = state["yielded"], None
 
 
 class CorpusDataModule(L.LightningDataModule):
@@ -309,13 +375,17 @@ class CorpusDataModule(L.LightningDataModule):
             return PairCollator(self.tokenizer.pad_token_id)
         return PadCollator(self.tokenizer.pad_token_id, token_type)
 
-    def train_dataloader(self) -> DataLoader:  # noqa: D102
-        g = torch.Generator().manual_seed(self.hparams.seed)
+    def train_dataloader(self) -> DataLoader:
+        """Batches in a seeded order per epoch (sharded under DDP), resumable mid-epoch from a checkpoint.
+
+        The order of epoch ``e`` depends only on ``seed + e``: a run resumed from any checkpoint, in any epoch,
+        sees the batches an uninterrupted run sees (:class:`ResumableEpochSampler`).
+        """
+        sampler = ResumableEpochSampler(len(self.train_ds), seed=self.hparams.seed)
         return StatefulDataLoader(
             self.train_ds,
             batch_size=self.batch_size,
-            shuffle=True,
-            generator=g,
+            sampler=sampler,
             collate_fn=self._collate(),
             num_workers=self.hparams.num_workers,
             persistent_workers=self.hparams.num_workers > 0,

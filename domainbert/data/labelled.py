@@ -250,8 +250,9 @@ class LabelledDataModule(L.LightningDataModule):
                 raise DomainBertError(f"data.labels: expected distinct label names, got {labels}")
         self._label_names = labels
         self._label_source = "data.labels" if labels else f"the training split {train}"
-        if batch_size < 1 or (eval_batch_size is not None and eval_batch_size < 1):
-            raise DomainBertError("data.batch_size and data.eval_batch_size must be at least 1")
+        for key, size in (("batch_size", batch_size), ("eval_batch_size", eval_batch_size)):
+            if size is not None and size < 1:
+                raise DomainBertError(f"data.{key}={size}: expected at least 1 example per batch")
         if max_length < MIN_LENGTH:
             raise DomainBertError(
                 f"data.max_length={max_length}: expected at least {MIN_LENGTH} tokens (the special tokens alone take "

@@ -77,12 +77,6 @@ class HFModule(L.LightningModule):
 
     def export_hf(self, out_dir: str | Path) -> Path:
         """Write the model and tokenizer in Hugging Face format to ``out_dir``, atomically."""
-        from domainbert.modules.pooled import MODELING_FILE, is_mean_pooled, modeling_source
-
-        model = self.hf_model()
-        extra = {MODELING_FILE: modeling_source(model)} if is_mean_pooled(model.config) else None
-        path = export_hf(
-            model, self.tokenizer, out_dir, source=self.export_source, card=self.model_card(), extra_files=extra
-        )
+        path = export_hf(self.hf_model(), self.tokenizer, out_dir, source=self.export_source, card=self.model_card())
         log.info("exported Hugging Face model to %s", path)
         return path

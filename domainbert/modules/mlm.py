@@ -60,6 +60,7 @@ class MaskedLMModule(HFModule):
         objective: Literal["mlm", "mlm+nsp"] = "mlm",
         head_warmup_steps: int | None = None,
         head_warmup_lr: float = 1e-3,
+        head_init: Literal["auto", "random", "embeddings"] = "auto",
         hidden_dropout: float | None = None,
         attention_dropout: float | None = None,
         sparse_logits: bool = True,
@@ -83,6 +84,10 @@ class MaskedLMModule(HFModule):
             head_warmup_steps: steps training only the MLM head, encoder frozen. None: 100 when the checkpoint
                 lacks trained head weights, else 0.
             head_warmup_lr: learning rate of the head during its warm-up.
+            head_init: how a missing MLM head starts. ``embeddings``: identity transform, decoder tied to the
+                input embeddings, output bias from the training data's log unigram frequencies
+                (:mod:`domainbert.adapt.mlm_head`), so it predicts from step 0; ``random``: as ``transformers``
+                initialises it; ``auto``: ``embeddings`` when the head is missing. A trained head is never touched.
             hidden_dropout: override the checkpoint's hidden dropout (None keeps it).
             attention_dropout: override the checkpoint's attention dropout (None keeps it).
             sparse_logits: compute vocabulary logits only at masked positions (same loss, much faster).
@@ -117,6 +122,11 @@ class MaskedLMModule(HFModule):
         self.masker = Masker(self.tokenizer, probability=mlm_probability, whole_word=whole_word_mask)
         prefix = self.model.base_model_prefix
         self.head_missing = [k for k in missing if not k.startswith(prefix + ".") and not k.endswith("decoder.weight")]
+        self._init_head_from_data = False
+        if self.head_missing and head_init in ("auto", "embeddings"):
+            from domainbert.adapt.mlm_head import identity_transform
+
+            self._init_head_from_data = identity_transform(self.model)
         if head_warmup_steps is None:
             head_warmup_steps = 100 if self.head_missing else 0
         self.head_warmup_steps = int(head_warmup_steps)
@@ -136,8 +146,18 @@ class MaskedLMModule(HFModule):
         self.val_nsp_acc = MeanMetric()
 
     def setup(self, stage: str) -> None:
-        """Refuse data that does not fit the objective (sentence pairs exactly when the objective is mlm+nsp)."""
+        """Refuse data that does not fit the objective (sentence pairs exactly when the objective is mlm+nsp).
+
+        A missing head started from the embeddings gets its output bias from the training data here (a fresh
+        run only: a resumed run restores its trained head).
+        """
         dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        if stage == "fit" and self._init_head_from_data and dm is not None and not self.trainer.ckpt_path:
+            from domainbert.adapt.mlm_head import unigram_bias
+
+            if unigram_bias(self.model, dm.train_dataloader(), pad_id=self.tokenizer.pad_token_id):
+                log.info("MLM head: identity transform, output bias from the data's log unigram frequencies")
+            self._init_head_from_data = False
         nsp = (getattr(dm, "hparams", None) or {}).get("nsp") if dm is not None else None
         if nsp is None:
             return
