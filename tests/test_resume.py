@@ -162,7 +162,6 @@ def _assert_same_weights(a: dict, b: dict) -> None:
         torch.testing.assert_close(a[k], b[k], rtol=0, atol=1e-6, msg=k)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     "step", [3, EPOCH, EPOCH + 2], ids=["mid_first_epoch", "end_of_first_epoch", "mid_second_epoch"]
 )
@@ -271,18 +270,31 @@ def test_corpus_loader_restored_anywhere_continues_the_uninterrupted_order(stop)
     assert sorted(sum(full[:7], [])) == list(range(50)) and full[:7] != full[7:14]
 
 
+def test_a_position_saved_after_an_epochs_last_batch_gives_the_next_epoch_whole():
+    """Restored from a checkpoint taken after the last batch of epoch 0, Lightning sets epoch 1 before it draws
+    from the restored iterator: that iterator must give epoch 1 from its start, not skip its first 50 rows."""
+    full = _epochs(_loader(), 0, 2)
+    got, epoch, state = _stop_after(_loader(), 7)
+    assert epoch == 0 and state["_sampler_iter_state"]["sampler_iter_state"] == {"epoch": 0, "yielded": 50}
+    loader = _loader()
+    loader.load_state_dict(state)
+    it = iter(loader)
+    loader.sampler.set_epoch(1)  # the fit loop moves on: epoch 0 was complete
+    assert got + [b.tolist() for b in it] + _epochs(loader, 2, 2) == full
+
+
 def test_corpus_loader_order_is_sharded_across_ranks_and_resumes_per_rank():
     """Two DDP ranks: each takes every 2nd index of the one global order of (seed, epoch); restored mid-epoch-1
     each rank continues its own shard, and together they cover every row in every epoch."""
-    order = [ResumableEpochSampler(50, seed=0, num_replicas=1, rank=0) for _ in range(2)]
-    order[1].set_epoch(1)
+    global_orders = [ResumableEpochSampler(50, seed=0, num_replicas=1, rank=0) for _ in range(2)]
+    global_orders[1].set_epoch(1)
     ranks = []
     for rank in (0, 1):
         full = _epochs(_loader(rank=rank, replicas=2), 0, 2)  # 25 rows a rank: 4 batches an epoch
         got, epoch, state = _stop_after(_loader(rank=rank, replicas=2), 6)
         assert epoch == 1 and got + _resumed(state, epoch, 2, rank=rank, replicas=2) == full
         ranks.append(full)
-    for e, sampler in enumerate(order):
+    for e, sampler in enumerate(global_orders):
         expected = sampler.order()
         shards = [sum(r[4 * e : 4 * e + 4], []) for r in ranks]
         assert shards[0] == expected[0::2] and shards[1] == expected[1::2]
