@@ -134,6 +134,8 @@ def reproduce_command(module) -> str:
     # the first logger's folder: ``trainer.log_dir`` is a collective under DDP, and cards are written on rank 0 only
     loggers = (getattr(trainer, "loggers", None) or []) if trainer is not None else []
     log_dir = next((lg.log_dir for lg in loggers if getattr(lg, "log_dir", None)), None)
+    if log_dir is None and trainer is not None and getattr(trainer, "world_size", 1) == 1:
+        log_dir = getattr(trainer, "log_dir", None)
     if log_dir and (Path(log_dir) / "config.yaml").is_file():
         return f"domainbert fit --config {Path(log_dir).resolve() / 'config.yaml'}"
     return typed_command() or "(not recorded: this model was not trained by the domainbert command)"

@@ -2,12 +2,14 @@
 their log; the whole recipe runs end to end on the tiny models."""
 
 import json
+import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from domainbert.errors import DomainBertError
-from domainbert.pipeline import ExportSpec, StageSpec, VocabSpec, main, pipeline
+from domainbert.pipeline import ExportSpec, ProbeSpec, SelectSpec, StageSpec, VocabSpec, main, pipeline
 from domainbert.pipeline.runner import Runner
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,6 +37,38 @@ def test_runner_skips_done_stages_reruns_changed_ones_and_names_the_log_of_a_fai
     assert f"stage 'bad' failed (exit 2); its log is {log}" in str(err.value)
     assert "domainbert: error: x: no such file" in str(err.value)  # the last lines of the log
     assert json.loads((tmp_path / "state.json").read_text())["bad"]["status"] == "failed"
+
+
+def test_a_rerun_reruns_a_stage_whose_config_file_changed_and_what_follows_an_upstream_rerun(tmp_path, capsys):
+    config = tmp_path / "stage.yaml"
+    config.write_text("a: 1\n")
+    runner = Runner(tmp_path / "p")
+    first = runner.fingerprint(str(config))
+    assert runner.fingerprint(str(config)) == first
+    config.write_text("a: 2\n")
+    assert runner.fingerprint(str(config)) != first  # an edited config is a changed input
+    runner.tool("vocab", ["datamodules"], result="x")
+    after_vocab = runner.fingerprint(str(config), after=("vocab",))
+    runner.state["vocab"]["status"] = "failed"  # force the upstream tool stage to run again
+    runner.tool("vocab", ["datamodules"], result="x")
+    assert runner.fingerprint(str(config), after=("vocab",)) != after_vocab
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        ({"metric": "accuracy"}, "expected one of"),
+        ({"select": SelectSpec(enabled=True), "dapt": StageSpec(enabled=False)}, "select curates the DAPT data"),
+        ({"vocab": VocabSpec(enabled=True), "dapt": StageSpec(enabled=False)}, "new vocabulary rows need"),
+        ({"corpus": None}, "read the domain corpus"),
+    ],
+)
+def test_a_pipeline_that_cannot_work_is_refused_before_any_training(tiny_bert, tmp_path, kwargs, message):
+    base = dict(base_model=str(tiny_bert), task_train="t.jsonl", task_val="v.jsonl", corpus="c.txt", out=str(tmp_path))
+    base.update(probe=ProbeSpec(enabled=False))
+    with pytest.raises(DomainBertError, match=message):
+        pipeline(**{**base, **kwargs})
+    assert not (tmp_path / "state.json").exists() or "probe" not in (tmp_path / "state.json").read_text()
 
 
 def test_a_new_domain_is_only_paths_and_every_stage_reads_them(tiny_bert, tmp_path, capsys):
@@ -79,7 +113,15 @@ distill: {{enabled: false}}
     assert ft["val"] and state["finetune-dapt-seed0"]["metrics"]["val/f1_macro"] >= 0
     report = (tmp_path / "p" / "report.md").read_text()
     assert "| frozen embeddings + logistic regression |" in report and "| dapt |" in report
-    assert "adaptation helped" in report or "made no significant difference" in report or "hurt" in report
+    dapt_row = next(line for line in report.splitlines() if line.startswith("| dapt |"))
+    assert re.search(r"[+-]\d\.\d{4} \[[+-]\d\.\d{4}, [+-]\d\.\d{4}\]", dapt_row), dapt_row
+    assert re.search(r"\*\*dapt\*\*: adaptation (helped|made no significant difference|hurt)", report)
+    preds = json.loads(Path(state["finetune-dapt-seed0"]["predictions"]).read_text())
+    from domainbert.adapt.stats import macro_f1
+
+    assert macro_f1(np.array(preds["gold"]), np.array(preds["pred"]), 3) == pytest.approx(
+        state["finetune-dapt-seed0"]["metrics"]["test/f1_macro"], abs=1e-4
+    )
     assert "## The shipped model" in report and (tmp_path / "p" / "plots" / "comparison.png").is_file()
     probe = json.loads((tmp_path / "p" / "probe" / "result.json").read_text())
     assert set(probe) >= {"val", "test", "c"} and probe["labels"] == ["api", "graphics", "network"]

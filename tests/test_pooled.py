@@ -115,3 +115,41 @@ def test_a_mean_pooled_teacher_distils_into_a_mean_pooled_student_whose_export_r
         assert loaded(**batch).logits.argmax(-1).tolist() == student(**batch).logits.argmax(-1).tolist()
     remote = AutoModelForSequenceClassification.from_pretrained(tmp_path / "dep" / "student", trust_remote_code=True)
     torch.testing.assert_close(remote.eval()(**batch).logits, student(**batch).logits)
+
+
+def test_the_cli_starts_the_head_from_the_probe_when_head_init_resolves_to_it(tiny_bert, tmp_path, monkeypatch):
+    """LightningCLI saves the hyper-parameters as given ("auto"); the module must act on the resolved value."""
+    import domainbert.modules.probe_init as probe_init
+    from domainbert.cli import cli_main
+
+    calls = []
+    real = probe_init.init_head_from_probe
+    monkeypatch.setattr(probe_init, "init_head_from_probe", lambda *a: calls.append(a) or real(*a))
+    args = ["fit", "--config", "configs/finetune/tiny_classification.yaml", "--model.init_from", str(tiny_bert)]
+    args += ["--model.pooling", "mean", "--model.head_init", "auto", "--trainer.max_steps", "1"]
+    args += ["--trainer.default_root_dir", str(tmp_path)]
+    cli = cli_main(args)
+    assert len(calls) == 1 and cli.model.head_init == "probe" and cli.model.hparams.head_init == "auto"
+
+
+def test_the_probe_head_starts_lora_adapters_too(tiny_bert):
+    module = SequenceClassificationModule(
+        str(tiny_bert), label_names=["api", "graphics", "network"], pooling="mean", lora={}
+    )
+    dm = ClassificationDataModule(
+        train=str(FIX / "cls_sep_train.jsonl"), val=str(FIX / "cls_sep_val.jsonl"), batch_size=8
+    )
+    dm.connect(module.tokenizer)
+    dm.setup("fit")
+    init_head_from_probe(module.model, dm, 3)
+    wrapper = module.model.get_base_model().classifier
+    trained = next(iter(wrapper.modules_to_save.values()))
+    assert torch.equal(trained.weight, wrapper.original_module.weight) and trained.weight.abs().sum() > 0
+
+
+@pytest.mark.parametrize("family,attr", [("albert", "classifier_dropout_prob"), ("distilbert", "seq_classif_dropout")])
+def test_the_mean_pooled_head_takes_each_familys_classifier_dropout(tiny_models, family, attr):
+    module = SequenceClassificationModule(
+        str(tiny_models[family]), label_names=["a", "b"], pooling="mean", hidden_dropout=0.05, classifier_dropout=0.3
+    )
+    assert getattr(module.model.config, attr) == 0.3 and module.model.dropout.p == 0.3

@@ -1,8 +1,9 @@
 """Honest comparisons: mean ± std over seeds and a paired bootstrap interval on the same test rows.
 
-The bootstrap resamples *rows* of the test set (the source of sampling noise that a second domain would also
-have) and, for each resample, compares the seed-averaged metric of two starting models on exactly those rows.
-Seeds enter as the average over runs, so the interval covers row sampling with seed noise averaged out.
+The bootstrap resamples *rows* of the test set (the sampling noise a second domain would also have) and, where a
+side has several seeds, its *seeds* too (the run-to-run noise of fine-tuning), and compares the seed-averaged
+metric of the two starting models on exactly the same rows. With one seed a side's run-to-run noise is not
+covered, and the verdict says so.
 """
 
 from __future__ import annotations
@@ -43,14 +44,17 @@ class Interval:
     low: float
     high: float
     level: float
+    seeds_covered: bool = True
+    """Both sides had several seeds, so the interval covers run-to-run noise as well as row sampling."""
 
     def verdict(self) -> str:
         """``helped`` / ``made no significant difference`` / ``hurt``, from where the interval lies."""
+        caveat = "" if self.seeds_covered else " (one seed: run-to-run noise is not in the interval)"
         if self.low > 0:
-            return "helped"
+            return "helped" + caveat
         if self.high < 0:
-            return "hurt"
-        return "made no significant difference"
+            return "hurt" + caveat
+        return "made no significant difference" + caveat
 
 
 def mean_std(values: Sequence[float]) -> tuple[float, float]:
@@ -63,6 +67,10 @@ def mean_std(values: Sequence[float]) -> tuple[float, float]:
 
 def _seed_mean(metric, y_true: np.ndarray, preds: np.ndarray, idx: np.ndarray, k: int) -> float:
     return float(np.mean([metric(y_true[idx], p[idx], k) for p in preds]))
+
+
+def _resample_seeds(preds: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    return preds[rng.integers(0, len(preds), len(preds))] if len(preds) > 1 else preds
 
 
 def paired_bootstrap(
@@ -82,7 +90,7 @@ def paired_bootstrap(
         preds_a: predicted label ids of model ``a`` (the baseline), one list per seed, rows in the same order.
         preds_b: the same for model ``b`` (the adapted model); its seeds need not match ``a``'s in number.
         num_labels: the number of labels.
-        metric: ``f1_macro`` or ``acc``.
+        metric: ``f1_macro`` or ``acc`` (a key of :data:`METRICS`).
         resamples: bootstrap resamples.
         level: the interval's coverage (0.95: the 2.5th and 97.5th percentiles).
         seed: the resampling seed (the interval is reproducible).
@@ -101,7 +109,8 @@ def paired_bootstrap(
     diffs = np.empty(resamples)
     for i in range(resamples):
         idx = rng.integers(0, len(y), len(y))
-        diffs[i] = _seed_mean(fn, y, b, idx, num_labels) - _seed_mean(fn, y, a, idx, num_labels)
+        a_i, b_i = _resample_seeds(a, rng), _resample_seeds(b, rng)
+        diffs[i] = _seed_mean(fn, y, b_i, idx, num_labels) - _seed_mean(fn, y, a_i, idx, num_labels)
     tail = (1 - level) / 2 * 100
     low, high = np.percentile(diffs, [tail, 100 - tail])
-    return Interval(diff=diff, low=float(low), high=float(high), level=level)
+    return Interval(diff, float(low), float(high), level, seeds_covered=len(a) > 1 and len(b) > 1)

@@ -273,8 +273,9 @@ class SequenceClassificationModule(FineTuneModule):
         if head_init == "probe" and (pooling != "mean" or multi_label):
             raise DomainBertError("model.head_init=probe needs model.pooling=mean and single-label data")
         lora = _lora_hparam(lora)
-        self.save_hyperparameters(ignore=["optimizer"])
+        self.save_hyperparameters(ignore=["optimizer"])  # under LightningCLI: the values as given, "auto" included
         self.optimizer = optimizer
+        self.pooling, self.head_init = pooling, head_init  # as resolved
         self.label_names = labels_from(num_labels, label_names, init_from)
         n = len(self.label_names)
         self.build_model(
@@ -313,7 +314,7 @@ class SequenceClassificationModule(FineTuneModule):
 
     def setup(self, stage: str) -> None:  # noqa: D102
         self.check_datamodule()
-        if stage == "fit" and self.hparams.get("head_init") == "probe" and not self.trainer.ckpt_path:
+        if stage == "fit" and self.head_init == "probe" and not self.trainer.ckpt_path:
             from domainbert.modules.probe_init import init_head_from_probe
 
             init_head_from_probe(self.model, self.trainer.datamodule, len(self.label_names))

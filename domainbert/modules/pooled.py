@@ -37,10 +37,12 @@ class MeanPoolingHead:
         except TypeError:  # families without a pooler (DistilBERT, ELECTRA) take no such argument
             encoder = encoder_cls(config)
         setattr(self, self.base_model_prefix, encoder)
-        p = getattr(config, "classifier_dropout", None)
-        for name in ("hidden_dropout_prob", "dropout", "seq_classif_dropout"):
+        p = None  # each family's own name for the classifier dropout first, then its hidden dropout
+        for name in ("classifier_dropout", "classifier_dropout_prob", "seq_classif_dropout", "hidden_dropout_prob"):
             if p is None:
                 p = getattr(config, name, None)
+        if p is None:
+            p = getattr(config, "dropout", None)
         self.dropout = nn.Dropout(p or 0.0)
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
 

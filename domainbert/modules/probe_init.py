@@ -42,6 +42,14 @@ def embed_batches(model, loader) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.cat(xs), torch.cat(ys)
 
 
+def _linear_heads(head) -> list[torch.nn.Linear]:
+    """The linear layer(s) behind ``classifier``: itself, or with LoRA the original and every trained copy."""
+    if isinstance(head, torch.nn.Linear):
+        return [head]
+    copies = [getattr(head, "original_module", None), *getattr(head, "modules_to_save", {}).values()]
+    return [h for h in copies if isinstance(h, torch.nn.Linear)]
+
+
 def init_head_from_probe(model, datamodule, num_labels: int) -> float | None:
     """Fit the probe on the training batches, pick ``C`` on the validation batches, copy it into ``model.classifier``.
 
@@ -51,15 +59,17 @@ def init_head_from_probe(model, datamodule, num_labels: int) -> float | None:
     Raises:
         DomainBertError: when the model has no mean-pooling head (``classifier`` of ``num_labels`` outputs).
     """
-    head = getattr(model, "classifier", None)
-    if not isinstance(head, torch.nn.Linear) or head.out_features != num_labels:
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # LoRA: peft's wrapper
+    heads = _linear_heads(getattr(base, "classifier", None))
+    if not heads or any(h.out_features != num_labels for h in heads):
         raise DomainBertError("model.head_init=probe: the model has no mean-pooling linear head (set pooling: mean)")
-    x_train, y_train = embed_batches(model, datamodule.train_dataloader())
+    x_train, y_train = embed_batches(base, datamodule.train_dataloader())
     val = datamodule.val_dataloader()
-    x_val, y_val = embed_batches(model, val) if val else (None, None)
+    x_val, y_val = embed_batches(base, val) if val else (None, None)
     probe = select_probe(x_train, y_train, x_val, y_val, num_labels)
-    head.weight.data.copy_(probe.weight.to(head.weight))
-    head.bias.data.copy_(probe.bias.to(head.bias))
+    for head in heads:
+        head.weight.data.copy_(probe.weight.to(head.weight))
+        head.bias.data.copy_(probe.bias.to(head.bias))
     score = probe.val_scores.get(probe.c)
     log.info("head initialised from a logistic-regression probe (C=%s, validation macro-F1 %s)", probe.c, score)
     return score

@@ -27,6 +27,7 @@ def pipeline(
     task_val: str,
     task_test: str | None = None,
     corpus: str | None = None,
+    corpus_text_column: str = "text",
     text_column: str = "text",
     text_pair_column: str | None = None,
     label_column: str = "label",
@@ -50,7 +51,8 @@ def pipeline(
         task_val: validation rows: early stopping, the probe's regularisation, and the choice of the shipped model.
         task_test: test rows, read once for the report (the choice never looks at them).
         corpus: the unlabelled domain corpus (DAPT, vocabulary, curation); None when no stage needs it.
-        text_column: the text column of the task files (and of a JSONL/CSV corpus).
+        corpus_text_column: the corpus's text column (JSONL/CSV/Parquet; plain text files have ``text``).
+        text_column: the text column of the task files.
         text_pair_column: the second text of pair tasks.
         label_column: the label column of the task files.
         out: the pipeline's folder: each stage's runs and logs, ``state.json`` and the report.
@@ -65,11 +67,15 @@ def pipeline(
         distill: distillation of the chosen model into a smaller student.
         export: deployment variants of the student.
     """
+    from domainbert.adapt.stats import METRICS
+    from domainbert.errors import DomainBertError
     from domainbert.pipeline import recipe
     from domainbert.pipeline.report import write_report
     from domainbert.pipeline.runner import Runner
 
     metric = metric.split("/")[-1]
+    if metric not in METRICS:
+        raise DomainBertError(f"pipeline: metric={metric!r}; expected one of {sorted(METRICS)}")
     task = Task(task_train, task_val, task_test, text_column, text_pair_column, label_column)
     runner = Runner(Path(out))
     seeds = seeds or [0]
@@ -78,6 +84,7 @@ def pipeline(
         "vocab": vocab or VocabSpec(),
         "dapt": dapt or StageSpec(),
         "tapt": tapt or StageSpec(enabled=False),
+        "corpus_text_column": corpus_text_column,
     }
     probed = recipe.run_probe(runner, base_model, task, probe or ProbeSpec())
     starts = recipe.adapted_models(runner, base_model, corpus, task, stages)

@@ -25,15 +25,16 @@ def stage_config(spec: StageSpec, default: str) -> str:
 
 
 def _pooling_args(base_model: str) -> list[str]:
-    """``--model.pooling mean`` for every fine-tuning run when the base model was trained mean-pooled.
+    """``--model.pooling mean|cls`` for every fine-tuning run: mean when the base model was trained mean-pooled.
 
     Adapted models (MLM exports) no longer carry the sentence-transformers files that say so, so the pooling is
-    decided once, from the base model, and the baseline and the adapted runs use the same head.
+    decided once, from the base model, and the baseline and the adapted runs use the same head (a stage's own
+    ``finetune.args`` come later on the command line and can still override it).
     """
     from domainbert.adapt.embed import native_pooling
     from domainbert.models_local import resolve_local_alias
 
-    return ["--model.pooling", "mean"] if native_pooling(resolve_local_alias(base_model)) == "mean" else []
+    return ["--model.pooling", "mean" if native_pooling(resolve_local_alias(base_model)) == "mean" else "cls"]
 
 
 def run_probe(runner: Runner, base_model: str, task: Task, spec: ProbeSpec) -> dict | None:
@@ -47,31 +48,44 @@ def run_probe(runner: Runner, base_model: str, task: Task, spec: ProbeSpec) -> d
     return runner.tool("probe", [*args, "--out", str(folder)], result=str(folder))
 
 
-def adapted_models(runner: Runner, base_model: str, corpus: str | None, task: Task, stages: dict) -> dict[str, str]:
-    """Run curation, vocabulary, DAPT and TAPT as enabled; return ``{name: starting model}``, baseline first."""
+def check_stages(corpus: str | None, stages: dict) -> None:
+    """Refuse stage combinations that read a missing corpus or whose output nothing would use."""
     select, vocab, dapt, tapt = stages["select"], stages["vocab"], stages["dapt"], stages["tapt"]
     if (dapt.enabled or vocab.enabled or select.enabled) and not corpus:
         raise DomainBertError("pipeline: dapt, vocab and select read the domain corpus: set `corpus`")
+    if select.enabled and not dapt.enabled:
+        raise DomainBertError("pipeline: select curates the DAPT data: enable dapt too (or disable select)")
+    if vocab.enabled and not (dapt.enabled or tapt.enabled):
+        raise DomainBertError("pipeline: new vocabulary rows need pretraining: enable dapt or tapt with vocab")
+
+
+def adapted_models(runner: Runner, base_model: str, corpus: str | None, task: Task, stages: dict) -> dict[str, str]:
+    """Run curation, vocabulary, DAPT and TAPT as enabled; return ``{name: starting model}``, baseline first."""
+    select, vocab, dapt, tapt = stages["select"], stages["vocab"], stages["dapt"], stages["tapt"]
+    check_stages(corpus, stages)
+    column = stages.get("corpus_text_column", "text")
     starts, start, dapt_data, name = {BASELINE: base_model}, base_model, corpus, "dapt"
     if select.enabled:
         folder = runner.out / "select"
         args = ["select", "--model", base_model, "--corpus", corpus, "--task", task.train, "--k", str(select.k)]
-        args += ["--text_column", task.text_column, "--out", str(folder)]
+        args += ["--text_column", task.text_column, "--corpus_text_column", column, "--out", str(folder)]
         if select.max_documents:
             args += ["--max_documents", str(select.max_documents)]
         dapt_data, name = runner.tool("select", args, result=str(folder))["corpus"], "knn-dapt"
+        column = "text"  # select writes {"text": ...}
     if vocab.enabled:
         folder = str(runner.out / "vocab" / "hf")
         args = ["vocab", "extend", "--model", base_model, "--corpus", corpus, "--top_k", str(vocab.top_k)]
-        args += ["--min_freq", str(vocab.min_freq), "--out", folder, "--overwrite", "true"]
+        args += ["--min_freq", str(vocab.min_freq), "--text_column", stages.get("corpus_text_column", "text")]
+        args += ["--out", folder, "--overwrite", "true"]
         start = runner.tool("vocab", args, result=folder)["result"]
     if dapt.enabled:
-        args = ["--model.init_from", start, "--data.train", dapt_data, *dapt.args]
-        starts[name] = start = runner.fit("dapt", stage_config(dapt, "dapt"), args)["hf"]
+        args = ["--model.init_from", start, "--data.train", dapt_data, "--data.text_column", column, *dapt.args]
+        starts[name] = start = runner.fit("dapt", stage_config(dapt, "dapt"), args, after=("select", "vocab"))["hf"]
     if tapt.enabled:
         args = ["--model.init_from", start, "--data.train", task.train, "--data.text_column", task.text_column]
         name = f"{name}+tapt" if dapt.enabled else "tapt"
-        starts[name] = runner.fit("tapt", stage_config(tapt, "dapt"), [*args, *tapt.args])["hf"]
+        starts[name] = runner.fit("tapt", stage_config(tapt, "dapt"), [*args, *tapt.args], after=("vocab",))["hf"]
     return starts
 
 

@@ -15,7 +15,7 @@ def adaptation_minutes(runner, name: str) -> float:
     if name == BASELINE:
         return 0.0
     stages = ["select", "vocab"] + [s for s in ("dapt", "tapt") if s in name]
-    return sum(runner.seconds(s) for s in stages) / 60
+    return sum(runner.seconds(s) for s in stages if s in runner.called) / 60
 
 
 def _plot_setup():
@@ -115,7 +115,18 @@ def adaptation_section(runner, results: dict, probed: dict | None, metric: str, 
             verdicts.append(f"- **{name}**: adaptation {ci.verdict()} ({delta} test {metric}{per_min}).")
         cells = [name, f"{val[0]:.4f} ± {val[1]:.4f}", f"{test[0]:.4f} ± {test[1]:.4f}", f"{acc[0]:.4f}", delta]
         lines.append("| " + " | ".join([*cells, f"{minutes:.1f}"]) + " |")
-    lines += [""] + (verdicts or ["- No adapted model was trained, or no test predictions were recorded."]) + [""]
+    if not verdicts:
+        verdicts = [
+            "- This run trained no adapted model (DAPT, TAPT and curation were off), or recorded no test predictions:"
+            " it cannot show an adaptation gain. The full recipe (more stages and seeds) is the one to judge by."
+        ]
+    if probed is not None and probed.get("test", {}).get(metric) is not None and chart:
+        base, frozen = next(c for c in chart if c[0] == BASELINE)[1], probed["test"][metric]
+        verdicts.append(
+            "- What fine-tuning itself buys (baseline against the frozen-embedding probe):"
+            f" {base - frozen:+.4f} test {metric} ({base:.4f} against {frozen:.4f})."
+        )
+    lines += ["", *verdicts, ""]
     if any(c[1] == c[1] for c in chart):  # not all NaN
         if probed is not None and probed.get("test", {}).get(metric) is not None:
             chart.insert(0, ("frozen probe", probed["test"][metric], 0.0))
@@ -126,10 +137,11 @@ def adaptation_section(runner, results: dict, probed: dict | None, metric: str, 
 
 def _stage_lines(runner) -> list[str]:
     lines = ["## Stages and their cost", "", "| stage | minutes | output |", "|---|---|---|"]
-    for stage, entry in runner.state.items():
+    entries = {stage: runner.state.get(stage, {}) for stage in dict.fromkeys(runner.called)}
+    for stage, entry in entries.items():
         out = entry.get("hf") or entry.get("result") or ""
         lines.append(f"| {stage} | {float(entry.get('seconds') or 0) / 60:.1f} | `{out}` |")
-    total = sum(float(e.get("seconds") or 0) for e in runner.state.values()) / 60
+    total = sum(float(e.get("seconds") or 0) for e in entries.values()) / 60
     return [*lines, f"| **total** | **{total:.1f}** | |", ""]
 
 
@@ -155,7 +167,8 @@ def write_report(runner, results, probed, choice, student, deployed, metric: str
         lines += [ln for ln in body if not ln.startswith("# ")] + [""]
     lines += _stage_lines(runner)
     lines += ["## Training curves", ""]
-    for stage, entry in runner.state.items():
+    for stage in dict.fromkeys(runner.called):
+        entry = runner.state.get(stage, {})
         if entry.get("run") and _curves(entry["run"], out / "plots" / f"{stage}.png", stage):
             lines += [f"### {stage}", "", f"![{stage}](plots/{stage}.png)", ""]
     path = out / "report.md"

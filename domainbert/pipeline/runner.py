@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -23,15 +24,32 @@ class Runner:
         out.mkdir(parents=True, exist_ok=True)
         self.state_file = out / "state.json"
         self.state: dict[str, Any] = json.loads(self.state_file.read_text()) if self.state_file.exists() else {}
+        self.called: list[str] = []
+        """The stages of this invocation, in order (the report shows these, not older ones in ``state.json``)."""
 
     def _save(self) -> None:
         atomic_write_text(self.state_file, json.dumps(self.state, indent=2, sort_keys=True) + "\n")
 
-    def _done(self, stage: str, inputs: list[str]) -> dict | None:
-        """The stage's record if it finished earlier with the same inputs (command line), else None."""
+    def fingerprint(self, config: str | None, after: tuple[str, ...] = ()) -> str:
+        """What a stage depends on beyond its command line.
+
+        That is its config file's contents, and when each upstream stage in ``after`` last finished (an upstream
+        that wrote to the same path again makes this stage rerun).
+        """
+        h = hashlib.sha256()
+        if config and Path(config).is_file():
+            h.update(Path(config).read_bytes())
+        for name in after:
+            h.update(f"{name}:{self.state.get(name, {}).get('finished', '')}".encode())
+        return h.hexdigest()[:16]
+
+    def _done(self, stage: str, inputs: list[str], fingerprint: str | None = None) -> dict | None:
+        """The stage's record if it finished earlier with the same inputs (command line, config, upstream)."""
+        self.called.append(stage)
         entry = self.state.get(stage)
         if entry and entry.get("status") == "done":
-            if entry.get("inputs", inputs) != inputs:
+            changed = fingerprint is not None and entry.get("fingerprint", fingerprint) != fingerprint
+            if entry.get("inputs", inputs) != inputs or changed:
                 print(f"[{stage}] done earlier with other inputs (config, options or upstream output): running again")
                 return None
             print(f"[{stage}] done earlier: skipped ({entry.get('hf') or entry.get('result')})")
@@ -57,14 +75,16 @@ class Runner:
             )
         return seconds
 
-    def _finish(self, stage: str, record: dict, seconds: float, inputs: list[str]) -> dict:
-        record.update(status="done", seconds=round(seconds, 1), inputs=inputs)
+    def _finish(self, stage: str, record: dict, seconds: float, inputs: list[str], fingerprint: str = "") -> dict:
+        record.update(status="done", seconds=round(seconds, 1), inputs=inputs, finished=time.time())
+        if fingerprint:
+            record["fingerprint"] = fingerprint
         self.state[stage] = record
         self._save()
         print(f"[{stage}] done in {seconds:.0f} s: {record.get('hf') or record.get('result')}", flush=True)
         return record
 
-    def fit(self, stage: str, config: str, args: list[str], test: bool = False) -> dict:
+    def fit(self, stage: str, config: str, args: list[str], test: bool = False, after: tuple[str, ...] = ()) -> dict:
         """Run ``domainbert fit`` (then ``test`` on the best weights); return its record.
 
         The record holds ``run`` (the run folder), ``hf`` (the export), ``metrics`` (the best checkpoint's
@@ -72,14 +92,15 @@ class Runner:
         rows' gold and predicted label ids, for paired comparisons).
         """
         inputs = [config, *args, *(["--test"] if test else [])]
-        if (done := self._done(stage, inputs)) is not None:
+        fingerprint = self.fingerprint(config, after)
+        if (done := self._done(stage, inputs, fingerprint)) is not None:
             return done
         result = self.out / stage / "result.json"
         worker = ["--worker", str(result), *(["--test"] if test else [])]
         cmd = [sys.executable, "-m", "domainbert.pipeline", *worker, "--config", config, *args]
         cmd += ["--trainer.default_root_dir", str(self.out / stage), "--run_name", "run"]
         seconds = self._run(stage, cmd)
-        return self._finish(stage, json.loads(result.read_text()), seconds, inputs)
+        return self._finish(stage, json.loads(result.read_text()), seconds, inputs, fingerprint)
 
     def tool(self, stage: str, args: list[str], result: str) -> dict:
         """Run a ``domainbert`` tool subcommand for ``stage``; its record's ``result`` is ``result``.

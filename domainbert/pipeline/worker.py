@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import torch
@@ -43,7 +42,7 @@ def worker(result_path: str, args: list[str], test: bool) -> None:
     from domainbert.callbacks import HFExport
     from domainbert.cli import cli_main
 
-    sys.argv = ["domainbert", "fit", *args]  # what the model card's "Reproduce" line shows
+    # sys.argv stays this worker's own command line: Lightning relaunches it for each DDP rank
     cli = cli_main(args, run=False)
     trainer, model, dm = cli.trainer, cli.model, cli.datamodule
     trainer.fit(model, datamodule=dm)
@@ -55,10 +54,12 @@ def worker(result_path: str, args: list[str], test: bool) -> None:
     if test:
         trainer.test(model, datamodule=dm, ckpt_path=None, verbose=False)
         metrics.update(_floats(trainer.callback_metrics))
-        if hasattr(model, "label_names") and not model.hparams.get("multi_label", False):
+        if trainer.is_global_zero and hasattr(model, "label_names") and not model.hparams.get("multi_label", False):
             predictions = Path(result_path).with_name("test_predictions.json")
             atomic_write_text(predictions, json.dumps(test_predictions(trainer, model, dm)) + "\n")
             record["predictions"] = str(predictions)
+    if not trainer.is_global_zero:
+        return
     export = next((cb for cb in trainer.callbacks if isinstance(cb, HFExport)), None)
     if test and export and export.path:  # the export's model card now carries the test metrics too
         atomic_write_text(Path(export.path) / "README.md", model.model_card())
