@@ -22,7 +22,7 @@ def test_identity_transform_and_unigram_bias_equal_hand_computed_values(tiny_mod
         assert torch.equal(dense.weight, torch.eye(dense.weight.shape[0]))
     assert torch.equal(norm.weight, torch.ones_like(norm.weight)) and not norm.bias.any()
     batches = [{"input_ids": torch.tensor([[5, 5, 6, 0]])}, {"input_ids": torch.tensor([[5, 7, 0, 0]])}]
-    assert unigram_bias(model, batches, pad_id=0)
+    assert unigram_bias(model, batches, exclude=[0])
     n = bias.shape[0]
     total = n + 5  # add-one smoothing over the vocabulary, plus the 5 non-pad tokens seen
     assert bias[5].item() == pytest.approx(math.log(4 / total), rel=1e-5)  # 3 sightings + 1
@@ -40,15 +40,21 @@ def _val_loss(module, dm) -> float:
     return sum(losses) / len(losses)
 
 
-def test_a_headless_checkpoint_starts_with_a_far_lower_loss_than_a_random_head(tiny_models, corpus_file, tmp_path):
-    """The tiny BERT is saved without its head (as a sentence embedder is); its embeddings are trained-like random."""
+def _headless(source, tmp_path):
+    """A copy of a tiny checkpoint without its MLM head, as sentence embedders ship."""
     from transformers import AutoModel
 
     headless = tmp_path / "headless"
-    AutoModel.from_pretrained(tiny_models["bert"]).save_pretrained(headless)
-    for f in tiny_models["bert"].iterdir():
+    AutoModel.from_pretrained(source).save_pretrained(headless)
+    for f in source.iterdir():
         if f.name.startswith(("tokenizer", "vocab", "special")):
             (headless / f.name).write_bytes(f.read_bytes())
+    return headless
+
+
+def test_a_headless_checkpoint_starts_with_a_far_lower_loss_than_a_random_head(tiny_models, corpus_file, tmp_path):
+    """The tiny BERT is saved without its head (as a sentence embedder is); its embeddings are trained-like random."""
+    headless = _headless(tiny_models["bert"], tmp_path)
     losses = {}
     for init in ("random", "embeddings"):
         torch.manual_seed(0)
@@ -58,7 +64,7 @@ def test_a_headless_checkpoint_starts_with_a_far_lower_loss_than_a_random_head(t
         dm.connect(module.tokenizer)
         dm.setup("fit")
         if init == "embeddings":
-            unigram_bias(module.model, dm.train_dataloader(), pad_id=module.tokenizer.pad_token_id)
+            unigram_bias(module.model, dm.train_dataloader(), exclude=module.tokenizer.all_special_ids)
         losses[init] = _val_loss(module, dm)
     assert losses["embeddings"] < losses["random"] - 0.5, losses
 
@@ -69,3 +75,17 @@ def test_a_trained_head_is_never_reinitialised(tiny_bert):
     assert not module.head_missing
     after = module.model.state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before)
+
+
+def test_a_fit_sets_the_bias_from_the_training_data_without_special_tokens(tiny_models, tmp_path, monkeypatch):
+    import domainbert.adapt.mlm_head as mlm_head
+    from domainbert.cli import cli_main
+
+    headless = _headless(tiny_models["bert"], tmp_path)
+    calls = []
+    monkeypatch.setattr(mlm_head, "unigram_bias", lambda *a, **k: calls.append(k) or True)
+    args = ["fit", "--config", "configs/pretrain/tiny_debug.yaml", "--model.init_from", str(headless)]
+    args += ["--trainer.val_check_interval", "2", "--trainer.limit_val_batches", "1"]
+    args += ["--trainer.max_steps", "2", "--trainer.default_root_dir", str(tmp_path / "runs")]
+    cli_main(args)
+    assert len(calls) == 1 and 0 in calls[0]["exclude"]  # padding and special tokens are not counted

@@ -6,7 +6,8 @@ steps of continued pretraining train the encoder against noise. Here instead:
 
 - the transform's dense layer is the identity (where it is square) with a zero bias, and its LayerNorm the
   identity affine: the head scores each vocabulary entry by the dot product of its embedding with the
-  (normalised) hidden state, "predict the token whose embedding is nearest";
+  normalised GELU of the hidden state, close to "predict the token whose embedding is nearest" (GELU keeps the
+  positive part of each feature and damps the negative part);
 - the output bias is the log unigram frequency of each token in the training data, the prior a head learns
   first.
 """
@@ -51,14 +52,19 @@ def identity_transform(model) -> bool:
         dense.weight.copy_(torch.eye(dense.weight.shape[0], dtype=dense.weight.dtype))
         if dense.bias is not None:
             dense.bias.zero_()
+    else:  # ALBERT, and ELECTRA generators narrower than the encoder: the projection stays as initialised
+        log.info("MLM head: the %s transform is not square; only its LayerNorm and bias start from the data", dense)
     norm.weight.fill_(1.0)
     norm.bias.zero_()
     return True
 
 
 @torch.no_grad()
-def unigram_bias(model, batches, max_batches: int = 200, pad_id: int | None = None) -> bool:
-    """Set the output bias to the log unigram frequency of the token ids in ``batches`` (add-one smoothed)."""
+def unigram_bias(model, batches, max_batches: int = 200, exclude: list[int] | None = None) -> bool:
+    """Set the output bias to the log unigram frequency of the token ids in ``batches`` (add-one smoothed).
+
+    Ids in ``exclude`` (padding and the other special tokens, which are never prediction targets) are not counted.
+    """
     parts = HEAD_PARTS.get(model.config.model_type)
     bias = _get(model, parts[2]) if parts else None
     if bias is None:
@@ -69,8 +75,8 @@ def unigram_bias(model, batches, max_batches: int = 200, pad_id: int | None = No
         if i >= max_batches:
             break
         ids = batch["input_ids"].flatten()
-        if pad_id is not None:
-            ids = ids[ids != pad_id]
+        if exclude:
+            ids = ids[~torch.isin(ids, torch.tensor(exclude, dtype=ids.dtype))]
         counts += torch.bincount(ids.clamp(0, vocab_size - 1), minlength=vocab_size).double()
     logp = counts.log() - math.log(counts.sum().item())
     bias.copy_(logp.to(bias.dtype))

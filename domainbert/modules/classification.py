@@ -314,7 +314,7 @@ class SequenceClassificationModule(FineTuneModule):
 
     def setup(self, stage: str) -> None:  # noqa: D102
         self.check_datamodule()
-        if stage == "fit" and self.head_init == "probe" and not self.trainer.ckpt_path:
+        if stage == "fit" and self.head_init == "probe":  # a resumed fit restores its checkpoint over it
             from domainbert.modules.probe_init import init_head_from_probe
 
             init_head_from_probe(self.model, self.trainer.datamodule, len(self.label_names))

@@ -148,14 +148,14 @@ class MaskedLMModule(HFModule):
     def setup(self, stage: str) -> None:
         """Refuse data that does not fit the objective (sentence pairs exactly when the objective is mlm+nsp).
 
-        A missing head started from the embeddings gets its output bias from the training data here (a fresh
-        run only: a resumed run restores its trained head).
+        A missing head started from the embeddings gets its output bias from the training data here; a resumed
+        run then restores its trained head over it (Lightning restores checkpoints after ``setup``).
         """
         dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
-        if stage == "fit" and self._init_head_from_data and dm is not None and not self.trainer.ckpt_path:
+        if stage == "fit" and self._init_head_from_data and dm is not None:
             from domainbert.adapt.mlm_head import unigram_bias
 
-            if unigram_bias(self.model, dm.train_dataloader(), pad_id=self.tokenizer.pad_token_id):
+            if unigram_bias(self.model, dm.train_dataloader(), exclude=self.tokenizer.all_special_ids):
                 log.info("MLM head: identity transform, output bias from the data's log unigram frequencies")
             self._init_head_from_data = False
         nsp = (getattr(dm, "hparams", None) or {}).get("nsp") if dm is not None else None
