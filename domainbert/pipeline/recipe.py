@@ -119,6 +119,8 @@ def choose(results: dict[str, list[dict]], metric: str) -> tuple[str, str]:
     if base is None:
         raise DomainBertError(f"pipeline: the baseline runs recorded no {key}; give the task a validation split")
     best = max((n for n in scores if scores[n] is not None), key=lambda n: (scores[n], n == BASELINE))
+    if len(scores) == 1:
+        return BASELINE, f"the only starting model (no adaptation stage enabled); validation {key} {base:.4f}"
     if best == BASELINE:
         others = ", ".join(f"{n} {s:.4f}" for n, s in scores.items() if n != BASELINE and s is not None)
         why = f"no adapted model beat it on validation {key} (baseline {base:.4f}" + (f"; {others})" if others else ")")

@@ -56,13 +56,14 @@ def comparison_chart(rows: list[tuple[str, float, float]], metric: str, png: Pat
     plt = _plot_setup()
     fig, ax = plt.subplots(figsize=(1.6 * len(rows) + 2, 3.2))
     names, means, stds = zip(*rows)
-    ax.bar(names, means, yerr=stds, capsize=5, color=["#888"] + ["#3a7"] * (len(rows) - 1))
+    colors = ["#888" if n == "frozen probe" else "#37a" if n == BASELINE else "#3a7" for n in names]
+    ax.bar(names, means, yerr=stds, capsize=5, color=colors)
     low = min(m - s for _, m, s in rows)
     ax.set_ylim(max(0.0, low - 0.05), min(1.0, max(m + s for _, m, s in rows) + 0.03))
     ax.set_ylabel(f"test {metric}")
     ax.set_title(f"test {metric} by starting model (mean ± std over seeds)", fontsize=10)
-    for i, m in enumerate(means):
-        ax.text(i, m, f"{m:.3f}", ha="center", va="bottom", fontsize=8)
+    for i, (m, sd) in enumerate(zip(means, stds)):
+        ax.text(i + 0.12, m + sd + 0.002, f"{m:.3f}", ha="left", va="bottom", fontsize=8)
     fig.tight_layout()
     fig.savefig(png, dpi=90)
     plt.close(fig)
