@@ -153,3 +153,22 @@ def test_the_mean_pooled_head_takes_each_familys_classifier_dropout(tiny_models,
         str(tiny_models[family]), label_names=["a", "b"], pooling="mean", hidden_dropout=0.05, classifier_dropout=0.3
     )
     assert getattr(module.model.config, attr) == 0.3 and module.model.dropout.p == 0.3
+
+
+@pytest.mark.faults(bad_inputs=1)
+def test_domainbert_never_runs_the_modeling_file_of_an_export(tiny_bert, tmp_path):
+    import faults_summary
+
+    from domainbert.deploy import load_variant
+
+    out = SequenceClassificationModule(str(tiny_bert), label_names=["a", "b"], pooling="mean").export_hf(
+        tmp_path / "hf"
+    )
+    marker = tmp_path / "ran"
+    payload = f"import pathlib\npathlib.Path({str(marker)!r}).touch()\n"
+    (out / "modeling_domainbert.py").write_text(payload + (out / "modeling_domainbert.py").read_text())
+    load_model(AutoModelForSequenceClassification, str(out))
+    load_variant(out)
+    SequenceClassificationModule(str(out), label_names=["a", "b"])
+    faults_summary.record("code_executed", int(marker.exists()))
+    assert not marker.exists()
