@@ -1,35 +1,17 @@
 """The LightningCLI end to end: run folders, saved configs that rerun, HF export, clean errors."""
 
-from pathlib import Path
-
 import pytest
+from helpers import TINY_MLM, tiny_mlm_args
 from transformers import AutoModelForMaskedLM, AutoTokenizer
 
 from domainbert.cli import main
 from domainbert.errors import DomainBertError
 
-ROOT = Path(__file__).resolve().parents[1]
-TINY = str(ROOT / "configs/pretrain/tiny_debug.yaml")
-
 
 def _fit(tiny_bert, corpus_file, root, *extra):
     main(
-        [
-            "fit",
-            "--config",
-            TINY,
-            "--model.init_from",
-            str(tiny_bert),
-            "--data.train",
-            str(corpus_file),
-            "--trainer.default_root_dir",
-            str(root),
-            "--trainer.max_steps",
-            "4",
-            "--trainer.val_check_interval",
-            "2",
-            *extra,
-        ]
+        [*tiny_mlm_args("fit", tiny_bert, corpus_file, root), "--trainer.max_steps", "4"]
+        + ["--trainer.val_check_interval", "2", *extra]
     )
 
 
@@ -72,7 +54,7 @@ def test_bad_input_is_one_clear_line(tiny_bert, corpus_file, tmp_path, capsys, a
     base = [
         "fit",
         "--config",
-        TINY,
+        TINY_MLM,
         "--model.init_from",
         str(tiny_bert),
         "--data.train",
@@ -98,13 +80,13 @@ def test_tokenizer_that_does_not_fit_the_model(tiny_models, tmp_path, capsys, co
         f.unlink()
     big.save_pretrained(bad)
     with pytest.raises(SystemExit):
-        main(["fit", "--config", TINY, "--model.init_from", str(bad), "--data.train", str(corpus_file)])
+        main(["fit", "--config", TINY_MLM, "--model.init_from", str(bad), "--data.train", str(corpus_file)])
     assert "the tokenizer has 500 tokens but the model's embedding has 200 rows" in capsys.readouterr().err
 
 
 def test_unknown_config_key_is_named(tiny_bert, tmp_path, capsys):
     with pytest.raises(SystemExit):
-        main(["fit", "--config", TINY, "--model.init_args.learnin_rate", "0.1"])
+        main(["fit", "--config", TINY_MLM, "--model.init_args.learnin_rate", "0.1"])
     assert "learnin_rate" in capsys.readouterr().err
 
 

@@ -6,25 +6,13 @@ from pathlib import Path
 import faults_summary
 import pytest
 import torch
+from helpers import TINY_MLM, tiny_mlm_args
 
 from domainbert.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
-TINY = str(ROOT / "configs/pretrain/tiny_debug.yaml")
 
-
-def _base(sub, tiny_bert, corpus_file, root, config=TINY):
-    return [
-        sub,
-        "--config",
-        config,
-        "--model.init_from",
-        str(tiny_bert),
-        "--data.train",
-        str(corpus_file),
-        "--trainer.default_root_dir",
-        str(root),
-    ]
+def _base(sub, tiny_bert, corpus_file, root, config=TINY_MLM):
+    return tiny_mlm_args(sub, tiny_bert, corpus_file, root, config)
 
 
 def _fails(capsys, args) -> str:

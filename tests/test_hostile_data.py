@@ -8,33 +8,19 @@ from __future__ import annotations
 
 import gzip
 import json
-from pathlib import Path
 
 import pytest
+from helpers import TINY_MLM, bad_input, corpus
 from transformers import AutoTokenizer
 
 from domainbert.cli import main
 from domainbert.data.classification import ClassificationDataModule
-from domainbert.data.corpus import CorpusDataModule
 from domainbert.errors import DomainBertError
-
-ROOT = Path(__file__).resolve().parents[1]
-TINY_MLM = str(ROOT / "configs/pretrain/tiny_debug.yaml")
-TINY_CLS = str(ROOT / "configs/finetune/tiny_classification.yaml")
-
-bad_input = pytest.mark.faults(bad_inputs=1)
 
 
 @pytest.fixture(scope="module")
 def tok(tiny_bert):
     return AutoTokenizer.from_pretrained(tiny_bert)
-
-
-def corpus(tok, train, **kw) -> CorpusDataModule:
-    dm = CorpusDataModule(train=str(train), **kw)
-    dm.connect(tok)
-    dm.setup("fit")
-    return dm
 
 
 def cli_error(capsys, argv: list[str]) -> str:

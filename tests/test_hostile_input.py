@@ -18,17 +18,14 @@ import faults_summary
 import numpy as np
 import pytest
 import torch
+from helpers import FIX, ROOT, TINY_CLS, TINY_MLM, bad_input, corpus
 from transformers import AutoTokenizer
 
 from domainbert.checks import check_checkpoint_config, check_checkpoint_model, checkpoint_family
 from domainbert.cli import main
 from domainbert.data.classification import ClassificationDataModule
-from domainbert.data.corpus import CorpusDataModule
 from domainbert.errors import DomainBertError
 
-ROOT = Path(__file__).resolve().parents[1]
-TINY_MLM = str(ROOT / "configs/pretrain/tiny_debug.yaml")
-TINY_CLS = str(ROOT / "configs/finetune/tiny_classification.yaml")
 MLM = "domainbert.modules.mlm.MaskedLMModule"
 CLS = "domainbert.modules.classification.SequenceClassificationModule"
 
@@ -36,19 +33,10 @@ CLS = "domainbert.modules.classification.SequenceClassificationModule"
 #: tiny tokenizer (~3 s per MB, linear), so the suite uses 1 MB; DOMAINBERT_HOSTILE_MB=10 runs the full size.
 HUGE_MB = float(os.environ.get("DOMAINBERT_HOSTILE_MB", "1"))
 
-bad_input = pytest.mark.faults(bad_inputs=1)
-
 
 @pytest.fixture(scope="module")
 def tok(tiny_bert):
     return AutoTokenizer.from_pretrained(tiny_bert)
-
-
-def corpus(tok, train, **kw) -> CorpusDataModule:
-    dm = CorpusDataModule(train=str(train), **kw)
-    dm.connect(tok)
-    dm.setup("fit")
-    return dm
 
 
 def classification(tok, train, **kw) -> ClassificationDataModule:
@@ -282,8 +270,6 @@ def test_a_tokenizer_that_does_not_fit_the_model_is_refused(tiny_models, tmp_pat
 
 
 # -- the command line: one line per bad input, naming the file, row, field or option ----------------------------
-
-FIX = ROOT / "tests" / "fixtures"
 
 
 def _write(path: Path, text: str | bytes) -> str:

@@ -4,7 +4,7 @@ import json
 
 import pytest
 import torch
-from tests_paths import FIX
+from helpers import FIX
 from transformers import AutoModelForSequenceClassification
 
 from domainbert.data.classification import ClassificationDataModule

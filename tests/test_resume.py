@@ -9,27 +9,17 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import tiny_mlm_args
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from domainbert.cli import main
 from domainbert.data.corpus import ResumableEpochSampler
 from domainbert.errors import DomainBertError
 
-ROOT = Path(__file__).resolve().parents[1]
-TINY = str(ROOT / "configs/pretrain/tiny_debug.yaml")
-
 
 def _args(tiny_bert, corpus_file, root, steps):
     return [
-        "fit",
-        "--config",
-        TINY,
-        "--model.init_from",
-        str(tiny_bert),
-        "--data.train",
-        str(corpus_file),
-        "--trainer.default_root_dir",
-        str(root),
+        *tiny_mlm_args("fit", tiny_bert, corpus_file, root),
         "--trainer.max_steps",
         str(steps),
         "--trainer.val_check_interval",

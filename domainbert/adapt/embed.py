@@ -83,8 +83,15 @@ def embed_texts(
             padding=True,
             return_tensors="pt",
         ).to(device)
-        inputs = {k: v for k, v in enc.items() if k in tokenizer.model_input_names}
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-            hidden = encoder(**inputs).last_hidden_state
-        out[ids] = mean_pool(hidden.float(), enc["attention_mask"]).cpu()
+        out[ids] = encode(encoder, {k: v for k, v in enc.items() if k in tokenizer.model_input_names}, bf16)
     return out
+
+
+@torch.no_grad()
+def encode(encoder: torch.nn.Module, inputs: dict, bf16: bool) -> torch.Tensor:
+    """Mean-pooled float32 embeddings (on the CPU) of one tokenized batch; ``inputs`` hold ``attention_mask``."""
+    device = next(encoder.parameters()).device
+    inputs = {k: v.to(device) for k, v in inputs.items()}
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+        hidden = encoder(**inputs).last_hidden_state
+    return mean_pool(hidden.float(), inputs["attention_mask"]).cpu()

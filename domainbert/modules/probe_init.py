@@ -11,12 +11,16 @@ import logging
 
 import torch
 
-from domainbert.adapt.embed import mean_pool
+from domainbert.adapt.embed import encode
 from domainbert.adapt.probe import select_probe
 from domainbert.errors import DomainBertError
 from domainbert.hardware import auto_precision
 
 log = logging.getLogger(__name__)
+
+
+#: the batch entries an encoder takes
+_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
 @torch.no_grad()
@@ -30,12 +34,7 @@ def embed_batches(model, loader) -> tuple[torch.Tensor, torch.Tensor]:
     bf16 = auto_precision(device.type) == "bf16-mixed"
     try:
         for batch in loader:
-            inputs = {
-                k: v.to(device) for k, v in batch.items() if k in ("input_ids", "attention_mask", "token_type_ids")
-            }
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-                hidden = encoder(**inputs).last_hidden_state
-            xs.append(mean_pool(hidden.float(), inputs["attention_mask"]).cpu())
+            xs.append(encode(encoder, {k: v for k, v in batch.items() if k in _INPUTS}, bf16))
             ys.append(batch["labels"].long().cpu())
     finally:
         encoder.train(was_training)

@@ -7,9 +7,9 @@ choice, by validation only → distillation of the chosen model → export → r
 
 from __future__ import annotations
 
-import statistics
 from importlib import resources
 
+from domainbert.adapt.stats import mean_std
 from domainbert.errors import DomainBertError
 from domainbert.pipeline.runner import Runner
 from domainbert.pipeline.specs import ExportSpec, ProbeSpec, StageSpec, Task
@@ -101,12 +101,6 @@ def finetune_all(runner: Runner, starts: dict[str, str], task: Task, spec: Stage
     return results
 
 
-def mean_metric(runs: list[dict], key: str) -> float | None:
-    """The mean of ``metrics[key]`` over runs (None when no run has it)."""
-    vals = [r["metrics"][key] for r in runs if r.get("metrics", {}).get(key) is not None]
-    return statistics.fmean(vals) if vals else None
-
-
 def choose(results: dict[str, list[dict]], metric: str) -> tuple[str, str]:
     """The starting model whose fine-tuned runs score best on **validation** (mean over seeds), and why.
 
@@ -114,7 +108,10 @@ def choose(results: dict[str, list[dict]], metric: str) -> tuple[str, str]:
     the pipeline never ships a model that validated worse than plain fine-tuning. The test split is not read.
     """
     key = f"val/{metric}"
-    scores = {name: mean_metric(runs, key) for name, runs in results.items()}
+    scores = {}
+    for name, runs in results.items():
+        vals = [r["metrics"][key] for r in runs if r.get("metrics", {}).get(key) is not None]
+        scores[name] = mean_std(vals)[0] if vals else None
     base = scores.get(BASELINE)
     if base is None:
         raise DomainBertError(f"pipeline: the baseline runs recorded no {key}; give the task a validation split")
