@@ -126,3 +126,21 @@ def test_task_paths_and_columns_reach_the_data_options():
         "--data.label_column": "section",
         "--data.text_pair_column": "null",
     }
+
+
+def test_select_writes_the_nearest_unique_corpus_documents_as_a_corpus(tiny_bert, tmp_path):
+    import json
+
+    from helpers import FIX
+
+    from domainbert.adapt.select import select
+    from domainbert.data.corpus import documents
+
+    result = select(str(tiny_bert), str(FIX / "corpus.txt"), str(FIX / "cls_train.jsonl"), str(tmp_path), k=2)
+    rows = [json.loads(line)["text"] for line in (tmp_path / "corpus.jsonl").read_text().splitlines()]
+    corpus = list(dict.fromkeys(documents(str(FIX / "corpus.txt"))))
+    assert result["documents"] == len(rows) == len(set(rows)) and result["of"] == len(corpus)
+    assert set(rows) <= set(corpus) and 2 <= len(rows) <= 2 * 60  # at most k per training text
+    assert json.loads((tmp_path / "result.json").read_text())["corpus"] == str(tmp_path / "corpus.jsonl")
+    with pytest.raises(DomainBertError, match="k=0"):
+        select(str(tiny_bert), str(FIX / "corpus.txt"), str(FIX / "cls_train.jsonl"), str(tmp_path / "b"), k=0)
