@@ -31,7 +31,7 @@ class HFExport(L.Callback):
         """
         super().__init__()
         self.enabled = enabled
-        from domainbert.io import plain_name  # a name inside the run folder: never '', '.', '..' or a path
+        from domainbert.core.files import plain_name  # a name inside the run folder: never '', '.', '..' or a path
 
         self.dirname = plain_name(dirname, "export.dirname")
         self.restore_best = restore_best

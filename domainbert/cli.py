@@ -18,9 +18,9 @@ from domainbert.errors import DomainBertError
 
 #: Subcommands outside LightningCLI, and the module whose ``main(argv)`` runs each.
 TOOLS = {
-    "vocab": "domainbert.vocab",
-    "sweep": "domainbert.sweep",
-    "export": "domainbert.deploy",
+    "vocab": "domainbert.adapt.vocab",
+    "sweep": "domainbert.sweep.command",
+    "export": "domainbert.deploy.command",
     "pipeline": "domainbert.pipeline",
     "datamodules": "domainbert.data.registry",
     "probe": "domainbert.adapt.probe_cmd",
@@ -64,14 +64,14 @@ def help_text() -> str:
     )
 
 
-#: Names served lazily from :mod:`domainbert.lightning_cli`, so that the tool subcommands and ``--help`` start
+#: Names served lazily from :mod:`domainbert.core.lightning_cli`, so that the tool subcommands and ``--help`` start
 #: without importing Lightning.
 _LAZY = ("DomainBertCLI", "cli_main", "TRAINER_DEFAULTS")
 
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        from domainbert import lightning_cli
+        from domainbert.core import lightning_cli
 
         return getattr(lightning_cli, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> None:
         if argv and argv[0] in TOOLS:
             importlib.import_module(TOOLS[argv[0]]).main(argv[1:])
         else:
-            from domainbert.lightning_cli import cli_main
+            from domainbert.core.lightning_cli import cli_main
 
             cli_main(argv)
     except Exception as err:  # noqa: BLE001 - user errors are printed cleanly, the rest re-raised

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from domainbert.augment import Augmenter, AugmentSettings, as_settings, load_synonyms, random_delete, random_swap
+from domainbert.data.augment import Augmenter, AugmentSettings, as_settings, load_synonyms, random_delete, random_swap
 from domainbert.errors import DomainBertError
 
 FIX = Path(__file__).parent / "fixtures"

@@ -91,7 +91,7 @@ def test_unknown_config_key_is_named(tiny_bert, tmp_path, capsys):
 
 
 def test_ckpt_alias_without_an_earlier_fit_names_the_folder_it_searched(tmp_path):
-    from domainbert.runs import resolve_alias
+    from domainbert.core.runs import resolve_alias
 
     with pytest.raises(DomainBertError) as err:
         resolve_alias("best", tmp_path / "runs" / "tiny")
@@ -101,7 +101,7 @@ def test_ckpt_alias_without_an_earlier_fit_names_the_folder_it_searched(tmp_path
 def test_ckpt_aliases_pick_the_newest_run_with_checkpoints_and_its_recorded_best(tmp_path):
     import torch
 
-    from domainbert.runs import resolve_alias
+    from domainbert.core.runs import resolve_alias
 
     family = tmp_path / "runs" / "cfg"
     old, new, test_run = (family / f"version_{i}" / "checkpoints" for i in (0, 1, 2))

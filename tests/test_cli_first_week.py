@@ -111,8 +111,8 @@ class MemoryLogger(Logger):
 
 
 def test_any_logger_keeps_the_run_folder_and_metrics_csv(tiny_bert, tmp_path, monkeypatch):
-    from domainbert.lightning_cli import cli_main
-    from domainbert.runs import resolve_alias
+    from domainbert.core.lightning_cli import cli_main
+    from domainbert.core.runs import resolve_alias
 
     monkeypatch.chdir(ROOT)
     extra = tmp_path / "loggers.yaml"
@@ -145,7 +145,7 @@ def test_logger_false_still_writes_into_a_version_folder(tiny_bert, corpus_file,
 
 
 def test_resumed_csv_log_keeps_the_rows_already_written(tmp_path):
-    from domainbert.lightning_cli import RunCSVLogger
+    from domainbert.core.lightning_cli import RunCSVLogger
 
     run = tmp_path / "fam" / "version_0"
     run.mkdir(parents=True)
@@ -177,7 +177,7 @@ def test_lightning_cli_parses_before_it_reads_the_checkpoint_hparams():
 
     from lightning.pytorch.cli import LightningCLI
 
-    from domainbert.lightning_cli import DomainBertCLI
+    from domainbert.core.lightning_cli import DomainBertCLI
 
     src = inspect.getsource(LightningCLI.__init__)
     assert src.index("self.parse_arguments(") < src.index("self._parse_ckpt_path()") < src.index("instantiate_classes")

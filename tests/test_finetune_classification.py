@@ -217,7 +217,7 @@ def test_class_weights(tiny_bert):
 
 
 def test_starts_from_a_dapt_export_with_its_pooler(tmp_path, tiny_bert):
-    from domainbert.hf import export_hf
+    from domainbert.core.hf import export_hf
 
     # a pretraining stage's export: BertForMaskedLM whose folder carries the starting model's pooler
     torch.manual_seed(1)

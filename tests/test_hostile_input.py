@@ -21,8 +21,8 @@ import torch
 from helpers import FIX, ROOT, TINY_CLS, TINY_MLM, bad_input, corpus
 from transformers import AutoTokenizer
 
-from domainbert.checks import check_checkpoint_config, check_checkpoint_model, checkpoint_family
 from domainbert.cli import main
+from domainbert.core.checks import check_checkpoint_config, check_checkpoint_model, checkpoint_family
 from domainbert.data.classification import ClassificationDataModule
 from domainbert.errors import DomainBertError
 

@@ -7,8 +7,8 @@ import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 from domainbert.errors import DomainBertError
-from domainbert.lora import LoraSettings, head_modules, merged, target_modules
 from domainbert.modules.classification import SequenceClassificationModule
+from domainbert.modules.lora import LoraSettings, head_modules, merged, target_modules
 
 FIX = Path(__file__).parent / "fixtures"
 TARGETS = {

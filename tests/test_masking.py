@@ -2,7 +2,7 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from domainbert.masking import IGNORE, Masker, word_scheme
+from domainbert.data.masking import IGNORE, Masker, word_scheme
 
 TEXT = "The daemon provides network packets for embedded systems. The library renders vector graphics."
 

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from domainbert.metrics import (
+from domainbert.modules.metrics import (
     EntityF1,
     SquadExactMatch,
     SquadF1,

@@ -4,8 +4,8 @@ import torch
 from transformers import AutoModelForMaskedLM, AutoModelForSequenceClassification, AutoTokenizer, BertModel
 
 from domainbert.data.corpus import CorpusDataModule
+from domainbert.data.masking import IGNORE
 from domainbert.errors import DomainBertError
-from domainbert.masking import IGNORE
 from domainbert.modules.mlm import MaskedLMModule
 
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 from helpers import FIX
 
-from domainbert.lightning_cli import cli_main
+from domainbert.core.lightning_cli import cli_main
 
 OLD = FIX / "old_main"
 

@@ -7,9 +7,9 @@ import torch
 from helpers import FIX
 from transformers import AutoModelForSequenceClassification
 
+from domainbert.core.hf import load_model
 from domainbert.data.classification import ClassificationDataModule
 from domainbert.errors import DomainBertError
-from domainbert.hf import load_model
 from domainbert.modules.classification import SequenceClassificationModule, resolve_pooling
 from domainbert.modules.probe_init import embed_batches, init_head_from_probe
 
@@ -88,7 +88,7 @@ def test_probe_head_starts_at_the_probes_validation_score(tiny_bert):
 
 def test_a_mean_pooled_teacher_distils_into_a_mean_pooled_student_whose_export_reloads(tiny_bert, tmp_path):
     from domainbert.cli import cli_main
-    from domainbert.deploy import load_variant
+    from domainbert.deploy.command import load_variant
 
     teacher = SequenceClassificationModule(
         str(tiny_bert), label_names=["api", "graphics", "network"], pooling="mean"
@@ -159,7 +159,7 @@ def test_the_mean_pooled_head_takes_each_familys_classifier_dropout(tiny_models,
 def test_domainbert_never_runs_the_modeling_file_of_an_export(tiny_bert, tmp_path):
     import faults_summary
 
-    from domainbert.deploy import load_variant
+    from domainbert.deploy.command import load_variant
 
     out = SequenceClassificationModule(str(tiny_bert), label_names=["a", "b"], pooling="mean").export_hf(
         tmp_path / "hf"

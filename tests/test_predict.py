@@ -110,7 +110,7 @@ def test_an_export_with_reordered_labels_scores_as_the_original(tiny_bert, tmp_p
     b = b_module.export_hf(tmp_path / "b")
     assert json.loads((b / "config.json").read_text())["id2label"] == {"0": "network", "1": "api", "2": "graphics"}
 
-    from domainbert.lightning_cli import cli_main
+    from domainbert.core.lightning_cli import cli_main
 
     rows = [json.loads(line) for line in (FIX / "cls_val.jsonl").read_text(encoding="utf-8").splitlines()]
     keep = {"api": 5, "graphics": 2, "network": 1}  # unbalanced: a permuted mapping cannot score the same

@@ -13,10 +13,10 @@ import faults_summary
 import pytest
 import torch
 
-from domainbert import deploy
 from domainbert.cli import main
+from domainbert.core.files import MARKER, atomic_dir, atomic_write_text
+from domainbert.deploy import command as deploy
 from domainbert.errors import DomainBertError
-from domainbert.io import MARKER, atomic_dir, atomic_write_text
 
 TESTS = Path(__file__).parent
 ROOT = TESTS.parent
@@ -147,7 +147,7 @@ def test_atomic_dir_replaces_its_own_output(tmp_path):
 @bad_input
 @pytest.mark.parametrize("how", ["flag", "sweep file"])
 def test_a_study_name_cannot_leave_the_sweeps_folder(how, tmp_path, monkeypatch):
-    from domainbert import sweep
+    from domainbert.sweep import command as sweep
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "x").mkdir()
@@ -187,9 +187,9 @@ def modes(folder: Path) -> Counter:
 def test_outputs_follow_the_umask(umask, tmp_path, tiny_bert):
     from transformers import AutoModelForMaskedLM, AutoTokenizer
 
-    from domainbert.checkpoint_io import AtomicCheckpointIO
-    from domainbert.hf import export_hf
-    from domainbert.sweep_report import _save
+    from domainbert.core.checkpoint_io import AtomicCheckpointIO
+    from domainbert.core.hf import export_hf
+    from domainbert.sweep.report import _save
 
     out = tmp_path / "out"
     out.mkdir(mode=0o777 & ~umask)

@@ -8,8 +8,7 @@ from distill_tiny import make_teacher
 from tiny import make_tiny
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-from domainbert.errors import DomainBertError
-from domainbert.student import (
+from domainbert.distill.student import (
     check_same_tokenizer,
     copied_layer_map,
     num_layers,
@@ -18,6 +17,7 @@ from domainbert.student import (
     student_from_config,
     student_from_teacher,
 )
+from domainbert.errors import DomainBertError
 
 
 @pytest.fixture(scope="module")

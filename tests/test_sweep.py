@@ -15,11 +15,11 @@ import yaml
 from huggingface_hub import ModelCard
 from optuna.trial import TrialState
 
-from domainbert import sweep
 from domainbert.cli import cli_main
 from domainbert.errors import DomainBertError
-from domainbert.sweep_space import load_spec, parse_spec, resolve_paths
-from domainbert.sweep_trial import broadcast_params, parse_fit
+from domainbert.sweep import command as sweep
+from domainbert.sweep.space import load_spec, parse_spec, resolve_paths
+from domainbert.sweep.trial import broadcast_params, parse_fit
 
 TESTS = Path(__file__).parent
 ROOT = TESTS.parent
@@ -238,7 +238,7 @@ def test_flags_use_underscores_and_keep_the_hyphen_aliases():
 
 
 def test_report_needs_only_the_sweep_not_its_argument_namespace(tmp_path):
-    from domainbert.sweep_report import report
+    from domainbert.sweep.report import report
 
     out = tmp_path / "s"
     run_sweep(out, "--no_plots", n=1)

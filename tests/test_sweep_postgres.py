@@ -151,7 +151,7 @@ def test_workers_opening_a_fresh_database_at_once_all_succeed(postgres_url):
 
     import sqlalchemy
 
-    from domainbert import sweep
+    from domainbert.sweep import command as sweep
 
     fresh = f"fresh_{os.getpid()}_{time.time_ns()}"
     admin = sqlalchemy.create_engine(postgres_url, isolation_level="AUTOCOMMIT")

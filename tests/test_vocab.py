@@ -11,7 +11,8 @@ from safetensors.torch import load_file
 from tiny import FAMILIES
 from transformers import AutoModelForMaskedLM, AutoTokenizer, BertModel
 
-from domainbert import cli, vocab
+from domainbert import cli
+from domainbert.adapt import vocab
 from domainbert.errors import DomainBertError
 
 

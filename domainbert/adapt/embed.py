@@ -63,7 +63,7 @@ def embed_texts(
         max_length: truncation length in tokens.
         bf16: run under bf16 autocast; None: where bf16 is native on this machine.
     """
-    from domainbert.hardware import auto_precision
+    from domainbert.core.hardware import auto_precision
 
     device = next(encoder.parameters()).device
     if bf16 is None:

@@ -73,9 +73,9 @@ def probe(
     from domainbert.adapt.embed import embed_texts
     from domainbert.adapt.probe import select_probe
     from domainbert.adapt.stats import METRICS
-    from domainbert.hf import load_model, load_tokenizer
-    from domainbert.io import atomic_write_text
-    from domainbert.models_local import resolve_local_alias
+    from domainbert.core.files import atomic_write_text
+    from domainbert.core.hf import load_model, load_tokenizer
+    from domainbert.core.models_local import resolve_local_alias
 
     t0 = time.time()
     name = resolve_local_alias(model)

@@ -69,10 +69,10 @@ def select(
     from transformers import AutoModel
 
     from domainbert.adapt.embed import embed_texts
+    from domainbert.core.files import atomic_write_text
+    from domainbert.core.hf import load_model, load_tokenizer
+    from domainbert.core.models_local import resolve_local_alias
     from domainbert.data.corpus import documents
-    from domainbert.hf import load_model, load_tokenizer
-    from domainbert.io import atomic_write_text
-    from domainbert.models_local import resolve_local_alias
 
     t0 = time.time()
     docs = list(dict.fromkeys(documents(corpus, corpus_text_column)))  # unique, in corpus order

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import datasets
 
-from domainbert.augment import Augmenter, AugmentSettings, as_settings
+from domainbert.data.augment import Augmenter, AugmentSettings, as_settings
 from domainbert.data.labelled import EncodedRows, LabelledDataModule
 from domainbert.errors import DomainBertError
 
@@ -131,7 +131,7 @@ class ClassificationDataModule(LabelledDataModule):
             num_proc: processes for tokenizing with ``Dataset.map``.
             cache_dir: ``datasets`` cache folder for the read files.
             seed: seed of the training order (and of augmentation, unless ``augment.seed`` is set).
-            augment: augmentation of training text, applied on the fly (see ``domainbert.augment``).
+            augment: augmentation of training text, applied on the fly (see ``domainbert.data.augment``).
         """
         super().__init__(
             train=train,

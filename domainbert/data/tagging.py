@@ -13,7 +13,7 @@ import datasets
 
 from domainbert.data.labelled import LabelledDataModule
 from domainbert.errors import DomainBertError
-from domainbert.metrics import split_tag
+from domainbert.modules.metrics import split_tag
 
 
 def bio_order(found: set[str]) -> list[str]:

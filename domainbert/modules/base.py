@@ -13,8 +13,8 @@ from pathlib import Path
 import lightning.pytorch as L
 import torch
 
-from domainbert.hf import export_hf
-from domainbert.optim import build_optimizer, param_groups, warmup_linear
+from domainbert.core.hf import export_hf
+from domainbert.core.optim import build_optimizer, param_groups, warmup_linear
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +29,7 @@ class HFModule(L.LightningModule):
 
     model: torch.nn.Module
     optimizer = None
-    #: weights of the starting checkpoint to carry into exports (see ``domainbert.hf.carried_weights``)
+    #: weights of the starting checkpoint to carry into exports (see ``domainbert.core.hf.carried_weights``)
     export_source: str | None = None
 
     # -- optimisation -----------------------------------------------------------------------------
@@ -71,7 +71,7 @@ class HFModule(L.LightningModule):
 
     def model_card(self) -> str | None:
         """A Markdown model card for the export; None for none."""
-        from domainbert.card import model_card
+        from domainbert.core.card import model_card
 
         return model_card(self)
 

@@ -20,13 +20,13 @@ from lightning.pytorch.cli import OptimizerCallable
 from torch import nn
 from transformers import AutoModelForSequenceClassification
 
+from domainbert.core.hf import check_tokenizer_fits, load_config, load_model, load_tokenizer
+from domainbert.core.models_local import resolve_local_alias
 from domainbert.data.contract import align_labels
 from domainbert.errors import DomainBertError
-from domainbert.hf import check_tokenizer_fits, load_config, load_model, load_tokenizer
-from domainbert.lora import LoraSettings, apply_lora, as_settings, merged
-from domainbert.metrics import classification_metrics
-from domainbert.models_local import resolve_local_alias
 from domainbert.modules.base import HFModule
+from domainbert.modules.lora import LoraSettings, apply_lora, as_settings, merged
+from domainbert.modules.metrics import classification_metrics
 from domainbert.modules.pooled import POOLING_KEY, is_mean_pooled, mark_config, unmark_config
 
 log = logging.getLogger(__name__)
@@ -139,7 +139,7 @@ class FineTuneModule(HFModule):
 
     #: the ``transformers`` auto class of the task head
     auto_cls = None
-    #: the LoRA task kind (see ``domainbert.lora.TASK_TYPES``)
+    #: the LoRA task kind (see ``domainbert.modules.lora.TASK_TYPES``)
     lora_task = "seq_cls"
 
     def build_model(

@@ -6,7 +6,7 @@ tagger, or a masked-LM; it stays in eval mode, runs under ``no_grad`` (in bf16 a
 precision is bf16) and is left out of the Lightning checkpoints (it is reloaded from ``teacher``). Its
 outputs can be cached on disk once for all epochs and sweep trials (``teacher_cache``).
 
-The student is built in one of three ways (:mod:`domainbert.student`): ``student`` (a smaller checkpoint
+The student is built in one of three ways (:mod:`domainbert.distill.student`): ``student`` (a smaller checkpoint
 using the teacher's tokenizer), ``student_layers`` (the teacher's embeddings, head and every k-th layer,
 DistilBERT style) or ``student_config`` (the teacher's config with fewer layers or a smaller width, random
 weights). The ``hf/`` export is the student with the teacher's tokenizer.
@@ -28,8 +28,19 @@ from torchmetrics import MeanMetric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 from transformers.modeling_outputs import MaskedLMOutput
 
+from domainbert.core.hf import check_tokenizer_fits, load_config, load_model, load_tokenizer
+from domainbert.distill.student import (
+    auto_class,
+    check_same_tokenizer,
+    copied_layer_map,
+    hidden_width,
+    num_layers,
+    student_from_checkpoint,
+    student_from_config,
+    student_from_teacher,
+)
+from domainbert.distill.teacher_cache import TeacherCache, content_keys, fingerprint
 from domainbert.errors import DomainBertError
-from domainbert.hf import check_tokenizer_fits, load_config, load_model, load_tokenizer
 from domainbert.losses import (
     AttentionLoss,
     HardLabelLoss,
@@ -40,17 +51,6 @@ from domainbert.losses import (
     uniform_layer_map,
 )
 from domainbert.modules.base import HFModule
-from domainbert.student import (
-    auto_class,
-    check_same_tokenizer,
-    copied_layer_map,
-    hidden_width,
-    num_layers,
-    student_from_checkpoint,
-    student_from_config,
-    student_from_teacher,
-)
-from domainbert.teacher_cache import TeacherCache, content_keys, fingerprint
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ Task = Literal["sequence-classification", "token-classification", "masked-lm"]
 
 def _resolve(name: str) -> str:
     try:
-        from domainbert.models_local import resolve_local_alias
+        from domainbert.core.models_local import resolve_local_alias
     except ImportError:  # pragma: no cover - optional module
         return name
     return resolve_local_alias(name)
@@ -247,7 +247,7 @@ class DistillationModule(HFModule):
 
         # -- metrics ---------------------------------------------------------------------------------
         if task == "masked-lm":
-            from domainbert.masking import Masker
+            from domainbert.data.masking import Masker
 
             self.masker = Masker(self.tokenizer, probability=mlm_probability)
             self.val_metrics = MetricCollection({"acc": MeanMetric()})
@@ -260,7 +260,7 @@ class DistillationModule(HFModule):
                 }
             )
         else:
-            from domainbert.metrics import classification_metrics
+            from domainbert.modules.metrics import classification_metrics
 
             self.val_metrics = classification_metrics(len(self.label_names), self.multi_label)
         self.test_metrics = self.val_metrics.clone()

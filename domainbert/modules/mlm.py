@@ -11,11 +11,11 @@ from lightning.pytorch.cli import OptimizerCallable
 from torchmetrics import MeanMetric
 from transformers import AutoModelForMaskedLM, AutoModelForPreTraining
 
+from domainbert.core.hf import check_tokenizer_fits, load_config, load_model, load_tokenizer
+from domainbert.core.optim import warmup_linear
+from domainbert.data.masking import IGNORE, Masker
 from domainbert.errors import DomainBertError
-from domainbert.hf import check_tokenizer_fits, load_config, load_model, load_tokenizer
-from domainbert.masking import IGNORE, Masker
 from domainbert.modules.base import HFModule
-from domainbert.optim import warmup_linear
 
 log = logging.getLogger(__name__)
 

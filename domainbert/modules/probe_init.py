@@ -13,8 +13,8 @@ import torch
 
 from domainbert.adapt.embed import encode
 from domainbert.adapt.probe import select_probe
+from domainbert.core.hardware import auto_precision
 from domainbert.errors import DomainBertError
-from domainbert.hardware import auto_precision
 
 log = logging.getLogger(__name__)
 

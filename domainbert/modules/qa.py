@@ -13,9 +13,9 @@ import torch
 from lightning.pytorch.cli import OptimizerCallable
 from transformers import AutoModelForQuestionAnswering
 
-from domainbert.lora import LoraSettings
-from domainbert.metrics import SquadExactMatch, SquadF1
 from domainbert.modules.classification import FineTuneModule, _lora_hparam, enable_gradient_checkpointing
+from domainbert.modules.lora import LoraSettings
+from domainbert.modules.metrics import SquadExactMatch, SquadF1
 
 
 def best_span(

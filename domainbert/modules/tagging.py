@@ -6,14 +6,14 @@ import torch
 from lightning.pytorch.cli import OptimizerCallable
 from transformers import AutoModelForTokenClassification
 
-from domainbert.lora import LoraSettings
-from domainbert.metrics import EntityF1
 from domainbert.modules.classification import (
     FineTuneModule,
     _lora_hparam,
     enable_gradient_checkpointing,
     labels_from,
 )
+from domainbert.modules.lora import LoraSettings
+from domainbert.modules.metrics import EntityF1
 
 
 class TokenClassificationModule(FineTuneModule):

@@ -32,7 +32,7 @@ def _pooling_args(base_model: str) -> list[str]:
     ``finetune.args`` come later on the command line and can still override it).
     """
     from domainbert.adapt.embed import native_pooling
-    from domainbert.models_local import resolve_local_alias
+    from domainbert.core.models_local import resolve_local_alias
 
     return ["--model.pooling", "mean" if native_pooling(resolve_local_alias(base_model)) == "mean" else "cls"]
 

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from domainbert.adapt.stats import mean_std, paired_bootstrap
-from domainbert.io import atomic_write_text
+from domainbert.core.files import atomic_write_text
 from domainbert.pipeline.recipe import BASELINE
 
 

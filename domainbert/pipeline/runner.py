@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from domainbert.core.files import atomic_write_text
 from domainbert.errors import DomainBertError
-from domainbert.io import atomic_write_text
 
 
 class Runner:

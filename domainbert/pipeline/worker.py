@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from domainbert.io import atomic_write_text
+from domainbert.core.files import atomic_write_text
 
 
 def _floats(metrics) -> dict[str, float]:

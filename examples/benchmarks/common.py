@@ -290,7 +290,7 @@ def tiny_model(family: str = "bert") -> str:
 
 def resolve_model(name: str | None, quick: bool) -> str:
     """The model folder to benchmark: ``--model``, else a tiny one with ``--quick``, else all-MiniLM-L6-v2."""
-    from domainbert.hf import check_source
+    from domainbert.core.hf import check_source
 
     if name is None and quick:
         return tiny_model()

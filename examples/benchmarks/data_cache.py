@@ -28,8 +28,8 @@ def child(args) -> None:
     """Time one ``setup("fit")``; print a key=value line."""
     common.quiet()
     common.set_threads(args.threads)
+    from domainbert.core.hf import load_tokenizer
     from domainbert.data.corpus import CorpusDataModule
-    from domainbert.hf import load_tokenizer
 
     tokenizer = load_tokenizer(args.model)
     dm = CorpusDataModule(

@@ -74,7 +74,7 @@ def figures(rows: list[dict]) -> dict:
 
 
 def run(args) -> dict:
-    from domainbert.deploy import export
+    from domainbert.deploy.command import export
 
     result = export(
         model=args.student,
@@ -153,7 +153,7 @@ def quick_setup(root: Path, model: str | None = None) -> tuple[str, str, str]:
         BertForSequenceClassification,
     )
 
-    from domainbert.student import num_layers, student_from_teacher
+    from domainbert.distill.student import num_layers, student_from_teacher
 
     data = quick_data(root)
     labels = {"num_labels": 3, "id2label": dict(enumerate(QUICK_LABELS))}

@@ -481,7 +481,7 @@ def extend_command(
     """
     from transformers import AutoModelForMaskedLM
 
-    from domainbert.hf import export_hf, load_model, load_tokenizer
+    from domainbert.core.hf import export_hf, load_model, load_tokenizer
 
     t0 = time.perf_counter()
     dest = _check_out(out, overwrite)
@@ -600,7 +600,7 @@ def train_command(
         text_mode: for .txt files: "line" (a document a line) or "paragraph" (blank-line separated).
         overwrite: replace a non-empty --out.
     """
-    from domainbert.io import atomic_dir
+    from domainbert.core.files import atomic_dir
 
     t0 = time.perf_counter()
     dest = _check_out(out, overwrite)

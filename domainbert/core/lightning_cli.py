@@ -17,12 +17,12 @@ from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 
 from domainbert.callbacks import HFExport, TrainingGuard
+from domainbert.core.files import plain_name
+from domainbert.core.hardware import auto_precision
+from domainbert.core.hf import check_max_length
+from domainbert.core.runs import ALIASES, next_version, resolve_alias, version_of
 from domainbert.data.contract import TakesTokenizer, check_datamodule
 from domainbert.errors import DomainBertError
-from domainbert.hardware import auto_precision
-from domainbert.hf import check_max_length
-from domainbert.io import plain_name
-from domainbert.runs import ALIASES, next_version, resolve_alias, version_of
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ class DomainBertCLI(LightningCLI):
       config, the checkpoints, ``metrics.csv`` and the ``hf/`` export are written, whatever ``trainer.logger`` says
       (see :meth:`instantiate_trainer`); ``run_name`` must be a plain folder name.
     - ``fit --ckpt_path last`` resumes the newest run of the family in its own folder; ``validate``/``test``/
-      ``predict`` resolve ``best``/``last`` there (:mod:`domainbert.runs`).
+      ``predict`` resolve ``best``/``last`` there (:mod:`domainbert.core.runs`).
     - Values that would crash later (``max_steps`` below -1, ``max_steps 0`` for fit, a learning rate of 0, a
       ``ckpt_path`` that is a folder or missing) are one-line errors before anything is built.
     """
@@ -124,7 +124,7 @@ class DomainBertCLI(LightningCLI):
             if not path.is_file():
                 raise DomainBertError(f"--ckpt_path {ckpt}: no such file")
         if Path(str(cfg["ckpt_path"])).is_file():
-            from domainbert.checks import check_checkpoint_config
+            from domainbert.core.checks import check_checkpoint_config
 
             check_checkpoint_config(cfg["ckpt_path"], cfg.get("model"))
 
@@ -164,7 +164,7 @@ class DomainBertCLI(LightningCLI):
     def after_instantiate_classes(self) -> None:  # noqa: D102
         strategy = getattr(getattr(self, "trainer", None), "strategy", None)
         if strategy is not None and type(strategy.checkpoint_io).__name__ == "TorchCheckpointIO":  # the default
-            from domainbert.checkpoint_io import AtomicCheckpointIO  # no truncated checkpoint on a full disk
+            from domainbert.core.checkpoint_io import AtomicCheckpointIO  # no truncated checkpoint on a full disk
 
             strategy.checkpoint_io = AtomicCheckpointIO()
         max_length = getattr(self.datamodule, "max_length", None)
@@ -174,7 +174,7 @@ class DomainBertCLI(LightningCLI):
         cfg = self.config[self.subcommand] if self.subcommand else self.config
         ckpt = cfg.get("ckpt_path")
         if ckpt and Path(str(ckpt)).is_file():
-            from domainbert.checks import check_checkpoint_model
+            from domainbert.core.checks import check_checkpoint_model
 
             check_checkpoint_model(ckpt, self.model)
         check_datamodule(self.datamodule, self.model)

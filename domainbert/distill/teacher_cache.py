@@ -36,8 +36,8 @@ import numpy as np
 import torch
 from datasets.arrow_writer import ArrowWriter
 
+from domainbert.core.files import atomic_dir
 from domainbert.errors import DomainBertError
-from domainbert.io import atomic_dir
 
 log = logging.getLogger(__name__)
 

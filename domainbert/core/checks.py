@@ -48,7 +48,7 @@ def load_checkpoint(path: str | os.PathLike) -> dict:
     try:
         return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except Exception as err:  # noqa: BLE001 - torch raises many types for a file that is not a checkpoint
-        from domainbert.runs import load_failure
+        from domainbert.core.runs import load_failure
 
         raise DomainBertError(f"--ckpt_path {path}: not a readable Lightning checkpoint ({load_failure(err)})") from err
 
@@ -70,7 +70,7 @@ def source_family(init_from: str | None) -> str | None:
     name = str(init_from)
     if name.startswith("pkg:"):
         try:
-            from domainbert.hf import resolve_package
+            from domainbert.core.hf import resolve_package
 
             name = resolve_package(name)
         except DomainBertError:

@@ -219,7 +219,7 @@ def student_from_checkpoint(path: str, task: str, teacher_config):
     Returns:
         ``(student, missing_keys)``: weights the checkpoint lacked (a new task head) are random.
     """
-    from domainbert.hf import load_config, load_model
+    from domainbert.core.hf import load_config, load_model
 
     config = load_config(path)
     if task != "masked-lm":

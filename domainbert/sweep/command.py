@@ -42,14 +42,14 @@ from pathlib import Path
 import optuna
 from optuna.trial import TrialState
 
+from domainbert.core.files import plain_name
 from domainbert.errors import DomainBertError
-from domainbert.io import plain_name
 
 try:
     import fcntl
 except ImportError:  # Windows: workers may then start a few trials beyond --n_trials
     fcntl = None
-from domainbert.sweep_space import PerTrialSeedSampler, SweepSpec, load_spec, make_pruner, overrides, resolve_paths
+from domainbert.sweep.space import PerTrialSeedSampler, SweepSpec, load_spec, make_pruner, overrides, resolve_paths
 
 log = logging.getLogger(__name__)
 
@@ -218,7 +218,7 @@ class Sweep:
 
     def __init__(self, ns: argparse.Namespace, fit_overrides: list[str]) -> None:
         """Validate everything a trial needs, before any trial runs."""
-        from domainbert.sweep_trial import parse_fit  # imports Lightning: not needed for --help
+        from domainbert.sweep.trial import parse_fit  # imports Lightning: not needed for --help
 
         if ns.n_trials < 1 or ns.n_jobs < 1:
             raise DomainBertError("--n_trials and --n_jobs must be at least 1")
@@ -284,7 +284,7 @@ class Sweep:
     # -- one trial ----------------------------------------------------------------------------------
     def objective(self, trial: optuna.Trial) -> float:
         """Fit with this trial's parameters in ``<out>/trial_<n>``; return the metric."""
-        from domainbert.sweep_trial import MetricMissing, broadcast_params, run_trial
+        from domainbert.sweep.trial import MetricMissing, broadcast_params, run_trial
 
         self.claim.release()
 
@@ -428,7 +428,7 @@ def _spawn(argv: Sequence[str], n: int, out: Path, url: str) -> list[tuple[subpr
 
 def _pid_dead(worker: str) -> bool:
     """Whether ``worker`` (``host:pid``, as trials record it) ran on this machine and its process is gone."""
-    from domainbert.io import pid_alive
+    from domainbert.core.files import pid_alive
 
     host, _, pid = worker.rpartition(":")
     return host == socket.gethostname() and pid.isdigit() and not pid_alive(int(pid))
@@ -493,7 +493,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 print(f"[sweep] worker {logfile.stem} exited with status {code}; see {logfile}", flush=True)
     if ns.worker_index != 0:
         return
-    from domainbert.sweep_report import report
+    from domainbert.sweep.report import report
 
     try:
         report(sweep, plots=not ns.no_plots)

@@ -228,8 +228,8 @@ class MLMReplacer:
     def _load(self) -> None:
         from transformers import AutoModelForMaskedLM
 
-        from domainbert.hf import load_model, load_tokenizer
-        from domainbert.models_local import resolve_local_alias
+        from domainbert.core.hf import load_model, load_tokenizer
+        from domainbert.core.models_local import resolve_local_alias
 
         name = resolve_local_alias(self.name)
         self._tokenizer = load_tokenizer(name)

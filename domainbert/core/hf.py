@@ -13,8 +13,8 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import AutoConfig, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from domainbert.core.files import atomic_dir, atomic_write_text, newest_checkpoint
 from domainbert.errors import DomainBertError
-from domainbert.io import atomic_dir, atomic_write_text, newest_checkpoint
 
 log = logging.getLogger(__name__)
 

