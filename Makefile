@@ -27,9 +27,9 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q
 	$(BIN)/python -m pytest -q -m slow
 
-## The default suite alone.
+## The unit tier alone (tests/unit: no Trainer.fit, no subprocess): the check to run after every edit.
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q tests/unit
 
 lint: $(STAMP)
 	$(BIN)/ruff check domainbert tests examples

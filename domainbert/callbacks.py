@@ -11,6 +11,8 @@ import lightning.pytorch as L
 import torch
 from lightning.pytorch.utilities import rank_zero_only
 
+from domainbert.core.seeding import step_seed
+
 log = logging.getLogger(__name__)
 
 
@@ -154,7 +156,7 @@ class TrainingGuard(L.Callback):
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:  # noqa: D102
         if self.reseed_every_step:
             base = int(os.environ.get("PL_GLOBAL_SEED", "0"))
-            torch.manual_seed((base * 1_000_003 + trainer.fit_loop.total_batch_idx) % (2**63))
+            torch.manual_seed(step_seed(base, trainer.fit_loop.total_batch_idx))
 
     def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:  # noqa: D102
         if self.nonfinite == "ignore":

@@ -26,9 +26,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from domainbert.data.masking import IGNORE_INDEX
 from domainbert.errors import DomainBertError
-
-IGNORE = -100
 
 
 def uniform_layer_map(student_layers: int, teacher_layers: int) -> dict[int, int]:
@@ -70,7 +69,7 @@ def token_mask(logits: torch.Tensor, batch: dict) -> torch.Tensor | None:
         return None
     labels = batch.get("labels")
     if labels is not None and labels.shape == logits.shape[:2] and not labels.is_floating_point():
-        return labels != IGNORE
+        return labels != IGNORE_INDEX
     mask = batch.get("attention_mask")
     if mask is not None:
         return mask.bool()
@@ -175,9 +174,9 @@ class HardLabelLoss(DistillLoss):
             return F.binary_cross_entropy_with_logits(logits, labels.float())
         flat = logits.reshape(-1, logits.shape[-1])
         target = labels.reshape(-1).long()
-        if (target != IGNORE).sum() == 0:
+        if (target != IGNORE_INDEX).sum() == 0:
             return logits.sum() * 0.0
-        return F.cross_entropy(flat, target, ignore_index=IGNORE)
+        return F.cross_entropy(flat, target, ignore_index=IGNORE_INDEX)
 
 
 class HiddenStateLoss(DistillLoss):

@@ -30,13 +30,11 @@ if "datasets.config" in sys.modules:
     _config.DOWNLOADED_DATASETS_PATH = DATASETS_CACHE / _config.DOWNLOADED_DATASETS_DIR
     _config.EXTRACTED_DATASETS_PATH = _config.DOWNLOADED_DATASETS_PATH / _config.EXTRACTED_DATASETS_DIR
 
-sys.path.insert(0, str(Path(__file__).parent))
+from tests.helpers.tiny import CORPUS, FAMILIES, make_tiny  # noqa: E402
 
-from tiny import CORPUS, FAMILIES, make_tiny  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
-ROOT = Path(__file__).resolve().parents[1]
-
-pytest_plugins = ["faults_summary"]
+pytest_plugins = ["tests.helpers.faults_summary"]
 
 
 @pytest.fixture(scope="session")

@@ -18,12 +18,12 @@ The synonym file has one group of interchangeable words a line, separated by com
 
 from __future__ import annotations
 
-import dataclasses
 import random
 import string
 from dataclasses import dataclass
 from pathlib import Path
 
+from domainbert.core import settings
 from domainbert.errors import DomainBertError
 
 _EDGE = string.punctuation + "“”‘’«»"
@@ -58,14 +58,9 @@ class AugmentSettings:
 
 def as_settings(value: AugmentSettings | dict | None) -> AugmentSettings | None:
     """Accept :class:`AugmentSettings`, a dict of its fields, or None; check the probabilities."""
+    value = settings.as_settings(AugmentSettings, value, "augment")
     if value is None:
         return None
-    if isinstance(value, dict):
-        fields = {f.name for f in dataclasses.fields(AugmentSettings)}
-        unknown = sorted(set(value) - fields)
-        if unknown:
-            raise DomainBertError(f"augment: unknown setting(s) {unknown}; expected some of {sorted(fields)}")
-        value = AugmentSettings(**value)
     for name in ("synonym_prob", "insert_prob", "swap_prob", "delete_prob", "mlm_prob"):
         p = getattr(value, name)
         if not 0.0 <= p <= 1.0:

@@ -12,7 +12,8 @@ import string
 import torch
 from transformers import PreTrainedTokenizerBase
 
-IGNORE = -100
+#: the label value that losses and metrics skip (PyTorch's and Hugging Face's convention)
+IGNORE_INDEX = -100
 _PUNCT = set(string.punctuation)
 
 
@@ -126,7 +127,7 @@ class Masker:
             start_of = torch.where(starts, pos, torch.zeros_like(pos)).cummax(dim=1).values
             u = u.gather(1, start_of)
         picked = (u < self.probability) & candidates
-        labels = torch.where(picked, input_ids, torch.full_like(input_ids, IGNORE))
+        labels = torch.where(picked, input_ids, torch.full_like(input_ids, IGNORE_INDEX))
         r = torch.rand(input_ids.shape, device=input_ids.device, generator=generator)
         to_mask = picked & (r < self.mask_ratio)
         to_random = picked & (r >= self.mask_ratio) & (r < self.mask_ratio + self.random_ratio)

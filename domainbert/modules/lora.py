@@ -10,11 +10,11 @@ attention projections named in :data:`TARGET_MODULES`, and the task head (``clas
 from __future__ import annotations
 
 import copy
-import dataclasses
 from dataclasses import dataclass
 
 from torch import nn
 
+from domainbert.core import settings
 from domainbert.errors import DomainBertError
 
 #: Attention projections that receive adapters, per ``config.model_type``.
@@ -55,15 +55,7 @@ class LoraSettings:
 
 def as_settings(value: LoraSettings | dict | None) -> LoraSettings | None:
     """Accept a :class:`LoraSettings`, a plain dict of its fields (as stored in hparams), or None."""
-    if value is None or isinstance(value, LoraSettings):
-        return value
-    if isinstance(value, dict):
-        fields = {f.name for f in dataclasses.fields(LoraSettings)}
-        unknown = sorted(set(value) - fields)
-        if unknown:
-            raise DomainBertError(f"lora: unknown setting(s) {unknown}; expected some of {sorted(fields)}")
-        return LoraSettings(**value)
-    raise DomainBertError(f"lora: expected a mapping of settings or null, got {type(value).__name__}")
+    return settings.as_settings(LoraSettings, value, "lora")
 
 
 def target_modules(model_type: str) -> list[str]:

