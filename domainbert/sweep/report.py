@@ -4,21 +4,46 @@ from __future__ import annotations
 
 import logging
 import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import optuna
 from optuna.trial import TrialState
 
 from domainbert.core.files import atomic_file, atomic_write_text
 from domainbert.errors import DomainBertError
-from domainbert.sweep.space import overrides
+from domainbert.sweep.space import Param, overrides
 from domainbert.sweep.trial import parse_fit
 
-if TYPE_CHECKING:
-    from domainbert.sweep.command import Sweep
-
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ReportContext:
+    """What :func:`report` needs to know of a sweep.
+
+    Attributes:
+        study: the Optuna study.
+        out: the sweep folder, where ``trials.csv``, ``best.yaml`` and the plots are written.
+        name: the study name, for messages.
+        metric: the metric the study optimises.
+        direction: ``maximize`` or ``minimize``.
+        params: the search space, with each ``target`` resolved against the fit config.
+        fit_args: the fit arguments every trial shares (``--config a.yaml ... --key value``).
+        config: the last fit config file; ``best.yaml``'s ``run_name`` is ``<its stem>-best`` unless the config
+            names a run.
+    """
+
+    study: optuna.Study
+    out: Path
+    name: str
+    metric: str
+    direction: str
+    params: tuple[Param, ...]
+    fit_args: tuple[str, ...]
+    config: str
 
 
 def _short(path: str) -> str:
@@ -53,16 +78,16 @@ def trials_table(study: optuna.Study) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r[:5], widths)) + "  " + r[5] for r in rows)
 
 
-def best_config(sweep: Sweep, best: optuna.trial.FrozenTrial) -> str:
+def best_config(ctx: ReportContext, best: optuna.trial.FrozenTrial) -> str:
     """The complete fit config with the best trial's values merged in, as YAML for ``domainbert fit --config``."""
-    parser, cfg = parse_fit(sweep.base_args + overrides(best.params, sweep.spec.params))
+    parser, cfg = parse_fit([*ctx.fit_args, *overrides(best.params, ctx.params)])
     if not cfg.get("run_name"):
-        cfg["run_name"] = f"{Path(sweep.config_paths[-1]).stem}-best"
+        cfg["run_name"] = f"{Path(ctx.config).stem}-best"
     body = parser.dump(cfg)
-    lines = [f"#   {p.target}: {_fmt(best.params[p.path])}" for p in sweep.spec.params if p.path in best.params]
+    lines = [f"#   {p.target}: {_fmt(best.params[p.path])}" for p in ctx.params if p.path in best.params]
     header = (
-        f"# Best trial #{best.number} of sweep '{sweep.name}': {sweep.spec.metric}={best.value:.6g} "
-        f"({sweep.spec.direction}).\n# Run it with:  domainbert fit --config {sweep.out / 'best.yaml'}\n"
+        f"# Best trial #{best.number} of sweep '{ctx.name}': {ctx.metric}={best.value:.6g} "
+        f"({ctx.direction}).\n# Run it with:  domainbert fit --config {ctx.out / 'best.yaml'}\n"
         "# Swept values:\n" + "\n".join(lines) + "\n"
     )
     return header + body
@@ -74,7 +99,7 @@ def _save(fig, path: Path) -> None:
         fig.savefig(tmp, dpi=110, bbox_inches="tight", format="png")
 
 
-def write_plots(study: optuna.Study, out: Path, params: list[str]) -> list[Path]:
+def write_plots(study: optuna.Study, out: Path, params: Sequence[str]) -> list[Path]:
     """Optimisation history, parameter importances and learning rate vs warm-up as PNG files in ``out``."""
     import matplotlib
 
@@ -88,13 +113,13 @@ def write_plots(study: optuna.Study, out: Path, params: list[str]) -> list[Path]
         return []
     lr = next((p for p in params if p.endswith("learning_rate") or p.endswith(".lr")), None)
     warm = next((p for p in params if "warmup" in _short(p)), None)
-    pair = [lr, warm] if lr and warm else params[:2]
+    pair = [lr, warm] if lr and warm else list(params[:2])
     plots = {"history.png": lambda: vis.plot_optimization_history(study)}
     if len(complete) >= 2 and len(params) > 1:
         fanova = optuna.importance.FanovaImportanceEvaluator(n_trees=32, seed=0)
         plots["importances.png"] = lambda: vis.plot_param_importances(study, evaluator=fanova)
         plots["contour_" + "_".join(_short(p) for p in pair) + ".png"] = lambda: vis.plot_contour(study, params=pair)
-    plots["slice.png"] = lambda: vis.plot_slice(study, params=pair if len(params) > 1 else params)
+    plots["slice.png"] = lambda: vis.plot_slice(study, params=pair if len(params) > 1 else list(params))
     written = []
     for name, draw in plots.items():
         try:
@@ -110,8 +135,12 @@ def write_plots(study: optuna.Study, out: Path, params: list[str]) -> list[Path]
     return written
 
 
-def report(sweep: Sweep, plots: bool = True) -> Path | None:
+def report(ctx: ReportContext, plots: bool = True) -> Path:
     """Print the table, then write ``trials.csv``, ``best.yaml`` and the plots into the sweep folder.
+
+    Args:
+        ctx: the study and what the report says of it.
+        plots: whether to draw the PNG plots.
 
     Returns:
         The path of ``best.yaml``.
@@ -119,21 +148,21 @@ def report(sweep: Sweep, plots: bool = True) -> Path | None:
     Raises:
         DomainBertError: when no trial completed.
     """
-    study, out = sweep.study, sweep.out
+    study, out = ctx.study, ctx.out
     print("\n" + trials_table(study), flush=True)
     try:
         atomic_write_text(out / "trials.csv", study.trials_dataframe().to_csv(index=False))
-    except Exception as err:  # noqa: BLE001
+    except Exception as err:  # noqa: BLE001 - a table that cannot be written must not lose best.yaml
         log.warning("could not write trials.csv: %s", err)
     try:
         best = study.best_trial
     except ValueError:
-        raise DomainBertError(f"no trial of study '{sweep.name}' completed; see the errors in the table") from None
+        raise DomainBertError(f"no trial of study '{ctx.name}' completed; see the errors in the table") from None
     path = out / "best.yaml"
-    atomic_write_text(path, best_config(sweep, best))
-    pngs = write_plots(study, out, [p.path for p in sweep.spec.params]) if plots else []
+    atomic_write_text(path, best_config(ctx, best))
+    pngs = write_plots(study, out, [p.path for p in ctx.params]) if plots else []
     shown = ", ".join(f"{k}={_fmt(v)}" for k, v in best.params.items())
-    print(f"\n[sweep] best trial #{best.number}: {sweep.spec.metric}={best.value:.6g} with {shown}", flush=True)
+    print(f"\n[sweep] best trial #{best.number}: {ctx.metric}={best.value:.6g} with {shown}", flush=True)
     print(f"[sweep] wrote {path}" + (f" and {len(pngs)} plot(s) in {out}" if pngs else ""), flush=True)
     print(f"[sweep] run it with:  domainbert fit --config {path}", flush=True)
     return path

@@ -280,23 +280,23 @@ class PerTrialSeedSampler(optuna.samplers.BaseSampler):
         except (TypeError, ValueError, ImportError) as err:
             raise DomainBertError(f"sampler {self._type}: {err}") from err
 
-    def before_trial(self, study, trial) -> None:  # noqa: D102
+    def before_trial(self, study, trial) -> None:
         self._inner = self._make(self._seed + trial.number)
         self._inner.before_trial(study, trial)
 
-    def infer_relative_search_space(self, study, trial):  # noqa: D102
+    def infer_relative_search_space(self, study, trial):
         return self._inner.infer_relative_search_space(study, trial)
 
-    def sample_relative(self, study, trial, search_space):  # noqa: D102
+    def sample_relative(self, study, trial, search_space):
         return self._inner.sample_relative(study, trial, search_space)
 
-    def sample_independent(self, study, trial, param_name, param_distribution):  # noqa: D102
+    def sample_independent(self, study, trial, param_name, param_distribution):
         return self._inner.sample_independent(study, trial, param_name, param_distribution)
 
-    def after_trial(self, study, trial, state, values) -> None:  # noqa: D102
+    def after_trial(self, study, trial, state, values) -> None:
         self._inner.after_trial(study, trial, state, values)
 
-    def reseed_rng(self) -> None:  # noqa: D102
+    def reseed_rng(self) -> None:
         self._inner.reseed_rng()
 
 

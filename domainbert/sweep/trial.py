@@ -48,7 +48,7 @@ class StepPruning(L.Callback):
         """The last value seen, if any."""
         return self.history[max(self.history)] if self.history else None
 
-    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:  # noqa: D102
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.sanity_checking:
             return
         value = trainer.callback_metrics.get(self.metric)
@@ -65,7 +65,7 @@ class StepPruning(L.Callback):
         if trainer.strategy.broadcast(prune, src=0):
             raise optuna.TrialPruned(f"pruned at step {step} with {self.metric}={value:.6g}")
 
-    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:  # noqa: D102
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
         self.interrupted = isinstance(exception, KeyboardInterrupt)
 
 
@@ -106,7 +106,13 @@ def _prepare(args: Sequence[str]) -> list[str]:
 
 
 class _ParseOnlyCLI(DomainBertCLI):
-    """The fit CLI's parser and parsed config, without instantiating anything."""
+    """The fit CLI's parser and parsed config, without instantiating anything.
+
+    ``LightningCLI.__init__`` seeds every global generator (``seed_everything``) even with ``run=False``, and
+    writes the seed it drew for ``seed_everything: true`` into the config, which ``best.yaml`` would then fix.
+    A parse must do neither, and Lightning has no public switch for it: its private ``_set_seed`` is overridden
+    (pinned by ``tests/unit/test_sweep_trial.py``).
+    """
 
     def _set_seed(self) -> None:
         pass
@@ -154,7 +160,7 @@ class _TrialCLI(DomainBertCLI):
         """Only ``fit``: building the other subcommands' parsers would cost seconds per trial."""
         return {"fit": DomainBertCLI.subcommands()["fit"]}
 
-    def instantiate_trainer(self, **kwargs: Any) -> L.Trainer:  # noqa: D102
+    def instantiate_trainer(self, **kwargs: Any) -> L.Trainer:
         trainer = super().instantiate_trainer(**kwargs)
         trainer.callbacks.extend(self._extra_callbacks)
         return trainer
@@ -192,6 +198,7 @@ def run_trial(trial: optuna.Trial | None, fit_args: Sequence[str], metric: str, 
         optuna.TrialPruned: when the pruner stopped the fit.
         KeyboardInterrupt: when the user interrupted it (Lightning turns Ctrl-C into ``SystemExit``).
         MetricMissing: when the model does not log ``metric``.
+        DomainBertError: when the fit exited (``SystemExit``) for another reason.
     """
     pruning = StepPruning(trial, metric)
     try:
@@ -199,7 +206,7 @@ def run_trial(trial: optuna.Trial | None, fit_args: Sequence[str], metric: str, 
     except SystemExit as err:
         if pruning.interrupted:
             raise KeyboardInterrupt from err
-        raise RuntimeError(f"the fit exited with status {err.code}") from err
+        raise DomainBertError(f"the fit exited with status {err.code}") from err
     except Exception as err:
         # jsonargparse and Lightning may wrap our own errors
         cause = err

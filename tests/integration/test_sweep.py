@@ -18,8 +18,10 @@ from optuna.trial import TrialState
 from domainbert.cli import cli_main
 from domainbert.errors import DomainBertError
 from domainbert.sweep import command as sweep
-from domainbert.sweep.space import load_spec, parse_spec, resolve_paths
-from domainbert.sweep.trial import broadcast_params, parse_fit
+from domainbert.sweep.bookkeeping import tally
+from domainbert.sweep.report import ReportContext, report
+from domainbert.sweep.storage import open_storage
+from domainbert.sweep.worker import Sweep
 
 TESTS = Path(__file__).resolve().parents[1]
 ROOT = TESTS.parent
@@ -96,14 +98,14 @@ def test_ctrl_c_keeps_finished_trials_and_a_rerun_continues_the_study(tmp_path, 
     assert [t.state for t in trials] == [TrialState.COMPLETE, TrialState.FAIL, TrialState.WAITING]
     assert trials[1].user_attrs["interrupted"]
     assert trials[2].system_attrs["fixed_params"] == trials[1].params  # requeued
-    assert sweep.tally(trials) == (1, 0)  # the interrupted trial does not count
+    assert tally(trials) == (1, 0)  # the interrupted trial does not count
 
     study = run_sweep(out, *interrupting, n=3)  # the same command: only the remainder runs
     trials = study.get_trials()
     assert trials[0].value == first
     assert [t.state for t in trials[2:]] == [TrialState.COMPLETE] * 2
     assert trials[2].params == trials[1].params
-    assert sweep.tally(trials) == (3, 0) and len(trials) == 4
+    assert tally(trials) == (3, 0) and len(trials) == 4
 
 
 def test_median_pruner_stops_diverging_trials_at_the_first_validation(tmp_path):
@@ -150,111 +152,23 @@ def test_a_value_the_config_rejects_is_an_error_before_any_trial(tmp_path):
     assert not (tmp_path / "s").exists()
 
 
-FLOAT = {"type": "float", "low": 0, "high": 1}
-
-
 def test_multi_device_trials_are_refused_before_any_trial(tmp_path):
     with pytest.raises(DomainBertError, match="one device each.*--trainer.devices 1"):
         run_sweep(tmp_path / "s", "--trainer.devices", "2")
     assert not (tmp_path / "s").exists()
 
 
-@pytest.mark.parametrize(
-    ("change", "message"),
-    [
-        ({"metric": None}, "metric"),
-        ({"direction": "up"}, "direction"),
-        ({"params": {"a": {**FLOAT, "low": 1}}}, "low < high"),
-        ({"params": {"a": {**FLOAT, "log": True}}}, "low > 0"),
-        ({"params": {"a": {"type": "categorical", "choices": []}}}, "choices"),
-        ({"params": {"a": {**FLOAT, "type": "uniform"}}}, "params.a"),
-        ({"params": {"a": {**FLOAT, "lo": 0}}}, "unknown key"),
-        ({"pruner": "asha"}, "pruner"),
-        ({"metrics": "m"}, "unknown key"),
-    ],
-)
-def test_sweep_file_errors_name_the_key(change, message):
-    raw = {"metric": "m", "direction": "maximize", "params": {"a": FLOAT}, **change}
-    with pytest.raises(DomainBertError, match=message):
-        parse_spec({k: v for k, v in raw.items() if v is not None}, source="s.yaml")
-
-
-def test_shipped_spaces_resolve_against_the_pretraining_config():
-    _, cfg = parse_fit(["--config", str(ROOT / "configs/pretrain/tiny_debug.yaml")])
-    for name in ("lr_warmup", "lr_warmup_dropout"):
-        spec = load_spec(ROOT / f"configs/sweep/{name}.yaml")
-        resolve_paths(spec.params, cfg.keys())
-        assert {p.target for p in spec.params} >= {"model.init_args.learning_rate", "model.init_args.warmup_ratio"}
-    assert spec.params[-1].target == "model.init_args.hidden_dropout"
-
-
-def test_passwords_in_storage_urls_are_masked():
-    assert (
-        sweep.mask_url("postgresql://bob:s3cret@db.example:5432/optuna")
-        == "postgresql://bob:***@db.example:5432/optuna"
-    )
-    assert sweep.mask_url("mysql+pymysql://bob:p@ss:w0rd@h/db") == "mysql+pymysql://bob:***@h/db"
-    assert sweep.mask_url("postgresql://h/db?user=bob&password=s3cret") == "postgresql://h/db?user=bob&password=***"
-    assert sweep.mask_url("sqlite:////tmp/study.db") == "sqlite:////tmp/study.db"
-    with pytest.raises(DomainBertError) as err:
-        sweep.open_storage("postgresql://bob:s3cret@127.0.0.1:1/optuna", 60, None, 1)
-    assert "s3cret" not in str(err.value) and "bob:***@127.0.0.1" in str(err.value)
-
-
-def test_spawned_workers_get_the_storage_url_from_the_environment(tmp_path, monkeypatch):
-    url = "postgresql://bob:s3cret@db.example/optuna"
-    started = []
-
-    class Popen:
-        def __init__(self, cmd, env=None, **kw):
-            started.append((cmd, env))
-
-    monkeypatch.setattr(sweep.subprocess, "Popen", Popen)
-    argv = ["--config", "f.yaml", "--storage", url, "--n_jobs", "3", "--sweep", "s.yaml", f"--storage={url}"]
-    sweep._spawn(argv, 3, tmp_path, url)
-    assert len(started) == 2
-    for i, (cmd, env) in enumerate(started, 1):
-        assert not any("s3cret" in a or a.startswith("--storage") for a in cmd), cmd
-        assert cmd[-4:] == ["--n_jobs", "1", "--worker_index", str(i)] and "f.yaml" in cmd and "s.yaml" in cmd
-        assert env[sweep.STORAGE_ENV] == url
-    monkeypatch.setenv(sweep.STORAGE_ENV, url)  # what the worker reads
-    assert sweep.build_parser().parse_args(["--config", "f", "--sweep", "s"]).storage == url
-
-
-def test_flags_use_underscores_and_keep_the_hyphen_aliases():
-    names = ["n_trials", "n_jobs", "study_name", "heartbeat_interval", "grace_period", "max_retry"]
-    values = ["5", "2", "st", "7", "9", "3"]
-    under = sweep.build_parser().parse_args(
-        ["--config", "f", "--sweep", "s", "--no_plots", *(x for n, v in zip(names, values) for x in (f"--{n}", v))]
-    )
-    hyphen = sweep.build_parser().parse_args(
-        ["--config", "f", "--sweep", "s", "--no-plots"]
-        + [x for n, v in zip(names, values) for x in (f"--{n.replace('_', '-')}", v)]
-    )
-    assert vars(under) == vars(hyphen)
-    assert (under.n_trials, under.n_jobs, under.study_name, under.max_retry, under.no_plots) == (5, 2, "st", 3, True)
-    text = sweep.build_parser().format_help()
-    assert "--n_trials" in text and "--n-trials" in text
-
-
-def test_report_needs_only_the_sweep_not_its_argument_namespace(tmp_path):
-    from domainbert.sweep.report import report
-
+def test_report_needs_only_its_context_not_the_worker(tmp_path):
     out = tmp_path / "s"
     run_sweep(out, "--no_plots", n=1)
     ns, extra = sweep.build_parser().parse_known_args(
         ["--config", str(FIT), "--sweep", str(SPACE), "--n_trials", "1", "--out", str(out)]
     )
-    worker = sweep.Sweep(ns, extra)
-    del worker.ns
+    ctx = Sweep(ns, extra).report_context()
+    assert isinstance(ctx, ReportContext) and ctx.config == str(FIT) and ctx.out == out.resolve()
     (out / "best.yaml").unlink()
-    assert report(worker, plots=False) == out / "best.yaml"
+    assert report(ctx, plots=False) == out.resolve() / "best.yaml"
     assert yaml.safe_load((out / "best.yaml").read_text())["run_name"] == "sweep_fit-best"
-
-
-def test_broadcast_params_is_a_no_op_in_one_process():
-    params = {"model.learning_rate": 3e-5, "model.hidden_dropout": 0.1}
-    assert broadcast_params(params) is params
 
 
 def start_and_kill(args: list[str], log_path: Path, out: Path) -> list[optuna.trial.FrozenTrial]:
@@ -297,7 +211,7 @@ def test_a_rerun_retries_a_dead_workers_trial_at_once(tmp_path, toy_path, capsys
     assert after[killed.number].state == TrialState.FAIL
     retry = [t for t in after if t.system_attrs.get("failed_trial") == killed.number]
     assert len(retry) == 1 and retry[0].state == TrialState.COMPLETE and retry[0].params == killed.params
-    assert sweep.tally(after) == (2, 0)
+    assert tally(after) == (2, 0)
     assert "waiting for" not in capsys.readouterr().out
 
 
@@ -325,7 +239,7 @@ def test_killed_sweep_resumes_with_two_workers_without_losing_trials(tmp_path, t
     retry = [t for t in after if t.system_attrs.get("failed_trial") == killed.number]
     assert len(retry) == 1 and retry[0].state == TrialState.COMPLETE, log  # ...was run again
     assert retry[0].params == killed.params and retry[0].number > killed.number
-    assert sweep.tally(after) == (4, 0)
+    assert tally(after) == (4, 0)
     assert [t.number for t in after] == list(range(len(after)))  # numbering continued
     new = [t for t in after if t.number > killed.number]
     assert len({t.user_attrs["worker"] for t in new}) == 2, log  # both workers ran trials...
@@ -365,7 +279,7 @@ def test_postgres_storage_shared_study(tmp_path):
     args = ["--config", str(FIT), "--sweep", str(SPACE), "--n-trials", "2", "--out", str(tmp_path / "s")]
     sweep.main([*args, "--storage", url, "--study-name", name, "--no-plots"])
     assert not (tmp_path / "s" / "study.db").exists()  # the study lives in PostgreSQL, not in a SQLite file
-    storage = sweep.open_storage(url, 60, None, 1)  # the driver the sweep uses (psycopg2 where psycopg 3 is absent)
+    storage = open_storage(url, 60, None, 1)  # the driver the sweep uses (psycopg2 where psycopg 3 is absent)
     study = optuna.load_study(study_name=name, storage=storage)
     assert len(by_state(study, TrialState.COMPLETE)) == 2
     optuna.delete_study(study_name=name, storage=storage)

@@ -153,7 +153,7 @@ def test_workers_opening_a_fresh_database_at_once_all_succeed(postgres_url):
 
     import sqlalchemy
 
-    from domainbert.sweep import command as sweep
+    from domainbert.sweep.storage import open_storage
 
     fresh = f"fresh_{os.getpid()}_{time.time_ns()}"
     admin = sqlalchemy.create_engine(postgres_url, isolation_level="AUTOCOMMIT")
@@ -165,7 +165,7 @@ def test_workers_opening_a_fresh_database_at_once_all_succeed(postgres_url):
     def worker():
         start.wait()
         try:
-            sweep.open_storage(url, 60, None, 1).engine.dispose()
+            open_storage(url, 60, None, 1).engine.dispose()
         except Exception as err:  # noqa: BLE001 - collected and asserted below
             errors.append(err)
 
