@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import datasets
 
 from domainbert.data.augment import Augmenter, AugmentSettings, as_settings
-from domainbert.data.labelled import EncodedRows, LabelledDataModule
+from domainbert.data.base import TaskSettings
+from domainbert.data.batching import EncodedRows
+from domainbert.data.labelled import LabelledDataModule
 from domainbert.errors import DomainBertError
 
 
@@ -35,30 +39,31 @@ def split_labels(value, separator: str | None) -> list[str]:
     return [label_text(value)]
 
 
+@dataclass
 class ClassificationEncoder:
-    """Tokenize text (and text pairs) and turn labels into ids or multi-hot vectors; used with ``Dataset.map``."""
+    """Tokenize text (and text pairs) and turn labels into ids or multi-hot vectors; used with ``Dataset.map``.
 
-    def __init__(
-        self,
-        tokenizer,
-        text_column: str,
-        text_pair_column: str | None,
-        label_column: str,
-        label2id: dict[str, int] | None,
-        multi_label: bool,
-        max_length: int,
-        separator: str | None,
-    ) -> None:
-        self.tokenizer = tokenizer
-        self.text_column = text_column
-        self.text_pair_column = text_pair_column
-        self.label_column = label_column
-        self.label2id = label2id
-        self.multi_label = multi_label
-        self.max_length = max_length
-        self.separator = separator
+    Attributes:
+        tokenizer: the connected fast tokenizer.
+        text_column: the column with the text.
+        text_pair_column: the column with the second text of a pair; None for single texts.
+        label_column: the column with the label(s).
+        label2id: label name -> id; None encodes no labels (predict).
+        multi_label: encode labels as multi-hot vectors instead of ids.
+        max_length: longest tokenized input; longer ones are truncated.
+        separator: for multi-label string cells, the separator between labels.
+    """
 
-    def __call__(self, batch: dict[str, list]) -> dict[str, list]:  # noqa: D102
+    tokenizer: Any
+    text_column: str
+    text_pair_column: str | None
+    label_column: str
+    label2id: dict[str, int] | None
+    multi_label: bool
+    max_length: int
+    separator: str | None
+
+    def __call__(self, batch: dict[str, list]) -> dict[str, list]:
         texts = batch[self.text_column]
         pairs = batch[self.text_pair_column] if self.text_pair_column else None
         enc = dict(self.tokenizer(texts, pairs, truncation=True, max_length=self.max_length))
@@ -130,35 +135,20 @@ class ClassificationDataModule(LabelledDataModule):
             num_workers: dataloader worker processes.
             num_proc: processes for tokenizing with ``Dataset.map``.
             cache_dir: ``datasets`` cache folder for the read files.
-            seed: seed of the training order (and of augmentation, unless ``augment.seed`` is set).
+            seed: seed of the training order (augmentation draws from ``augment.seed``).
             augment: augmentation of training text, applied on the fly (see ``domainbert.data.augment``).
         """
-        super().__init__(
-            train=train,
-            val=val,
-            test=test,
-            predict=predict,
-            labels=labels,
-            batch_size=batch_size,
-            eval_batch_size=eval_batch_size,
-            max_length=max_length,
-            group_by_length=group_by_length,
-            num_workers=num_workers,
-            num_proc=num_proc,
-            cache_dir=cache_dir,
-            seed=seed,
-        )
+        super().__init__(TaskSettings.of(locals()), labels)
         self.text_column = text_column
         self.text_pair_column = text_pair_column
         self.label_column = label_column
         self.multi_label = multi_label
         self.label_separator = label_separator
         self.augment = as_settings(augment)
-        self.tensor_keys = ("labels",)
         if labels is not None and len(labels) < 2 and not multi_label:
             raise DomainBertError(f"data.labels={labels}: classification needs at least two labels")
 
-    def columns(self, split: str) -> list[str]:  # noqa: D102
+    def columns(self, split: str) -> list[str]:
         cols = [self.text_column] + ([self.text_pair_column] if self.text_pair_column else [])
         return cols if split == "predict" else cols + [self.label_column]
 
@@ -174,7 +164,7 @@ class ClassificationDataModule(LabelledDataModule):
             )
         return names
 
-    def row_labels(self, value) -> list[str]:  # noqa: D102
+    def row_labels(self, value) -> list[str]:
         if value is None:
             return []
         if self.multi_label:
@@ -183,15 +173,10 @@ class ClassificationDataModule(LabelledDataModule):
             raise ValueError(f"holds lists of labels ({value!r}); set data.multi_label: true")
         return [label_text(value)]
 
-    def check_rows(self, split: str, ds: datasets.Dataset) -> None:  # noqa: D102
-        for col in self.columns(split)[: 2 if self.text_pair_column else 1]:
-            for row, value in enumerate(ds[col], 1):
-                if not isinstance(value, str):
-                    raise DomainBertError(
-                        f"{self.path(split)}: row {row}: column {col!r} should hold text, found {value!r}"
-                    )
+    def check_rows(self, split: str, ds: datasets.Dataset) -> None:
+        self.check_text(split, ds, [c for c in (self.text_column, self.text_pair_column) if c])
 
-    def encoder(self, split: str) -> Callable[[dict], dict]:  # noqa: D102
+    def encoder(self, split: str) -> Callable[[dict], dict]:
         return ClassificationEncoder(
             self.tokenizer,
             self.text_column,
@@ -203,7 +188,7 @@ class ClassificationDataModule(LabelledDataModule):
             self.label_separator,
         )
 
-    def encode(self, split: str, ds: datasets.Dataset):  # noqa: D102
+    def encode(self, split: str, ds: datasets.Dataset):
         if split == "train" and self.augment is not None:
             augmenter = Augmenter(self.augment)
             if augmenter.active:
@@ -212,14 +197,19 @@ class ClassificationDataModule(LabelledDataModule):
         return super().encode(split, ds)
 
 
+@dataclass
 class AugmentRow:
-    """Augment the text fields of a row, seeded by the row and the epoch."""
+    """Augment the text fields of a row, seeded by the row and the epoch.
 
-    def __init__(self, augmenter: Augmenter, fields: list[str]) -> None:
-        self.augmenter = augmenter
-        self.fields = fields
+    Attributes:
+        augmenter: the configured augmenter.
+        fields: the text columns to augment.
+    """
 
-    def __call__(self, row: dict, index: int, epoch: int) -> dict:  # noqa: D102
+    augmenter: Augmenter
+    fields: list[str]
+
+    def __call__(self, row: dict, index: int, epoch: int) -> dict:
         for field in self.fields:
             row[field] = self.augmenter(row[field], self.augmenter.rng(epoch, index, field))
         return row

@@ -16,7 +16,8 @@ from torch.utils.data import DataLoader, Dataset
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from domainbert.data import readers
-from domainbert.data.labelled import EpochSampler
+from domainbert.data.base import MIN_LENGTH
+from domainbert.data.batching import EpochSampler
 from domainbert.errors import DomainBertError
 
 log = logging.getLogger(__name__)
@@ -135,7 +136,7 @@ class CorpusTokenizer:
         """Tokenize with ``tokenizer``; see the class docstring for ``max_length`` and ``sep_id``."""
         self.tokenizer, self.max_length, self.sep_id = tokenizer, max_length, sep_id
 
-    def __call__(self, batch: dict) -> dict:  # noqa: D102
+    def __call__(self, batch: dict) -> dict:
         opts = {"return_attention_mask": False, "return_token_type_ids": False, "verbose": False}
         if self.max_length is not None:
             enc = self.tokenizer(batch["text"], truncation=True, max_length=self.max_length, **opts)
@@ -155,7 +156,7 @@ class CorpusTokenizer:
 
 
 class ResumableEpochSampler(EpochSampler):
-    """An :class:`~domainbert.data.labelled.EpochSampler` whose place in the epoch is saved in checkpoints.
+    """An :class:`~domainbert.data.batching.EpochSampler` whose place in the epoch is saved in checkpoints.
 
     The order is a pure function of ``(seed, epoch)`` (sharded across DDP ranks by the parent), so an epoch
     started after a resume is the epoch an uninterrupted run draws. Each iteration is an :class:`EpochPosition`,
@@ -330,14 +331,14 @@ class CorpusDataModule(L.LightningDataModule):
             return PackedBlocks(stream, self.max_length, self._cls_id(), self._sep_id(), token_type)
         return LineByLine(tokenized)
 
-    def setup(self, stage: str | None = None) -> None:  # noqa: D102
+    def setup(self, stage: str | None = None) -> None:
         if self.train_ds is not None:
             return
         if self.tokenizer is None:
             raise DomainBertError("CorpusDataModule has no tokenizer: call connect(tokenizer) before setup()")
         hp = self.hparams
-        if self.max_length < 8:
-            raise DomainBertError(f"data.max_length={self.max_length}: expected at least 8 tokens")
+        if self.max_length < MIN_LENGTH:
+            raise DomainBertError(f"data.max_length={self.max_length}: expected at least {MIN_LENGTH} tokens")
         docs = self._read(self.train_spec)
         if self.val_spec is not None:
             train_docs, val_docs = docs, self._read(self.val_spec)
@@ -367,6 +368,10 @@ class CorpusDataModule(L.LightningDataModule):
         )
 
     # -- loaders ----------------------------------------------------------------------------------------------
+    def _loading(self) -> dict:
+        """The loader arguments every split shares: batch size, collate function, workers."""
+        return {"batch_size": self.batch_size, "collate_fn": self._collate(), "num_workers": self.hparams.num_workers}
+
     def _collate(self):
         token_type = "token_type_ids" in self.tokenizer.model_input_names
         if self.hparams.nsp:
@@ -383,31 +388,20 @@ class CorpusDataModule(L.LightningDataModule):
         """
         sampler = ResumableEpochSampler(len(self.train_ds), seed=self.hparams.seed)
         return StatefulDataLoader(
-            self.train_ds,
-            batch_size=self.batch_size,
-            sampler=sampler,
-            collate_fn=self._collate(),
-            num_workers=self.hparams.num_workers,
-            persistent_workers=self.hparams.num_workers > 0,
+            self.train_ds, sampler=sampler, persistent_workers=self.hparams.num_workers > 0, **self._loading()
         )
 
-    def val_dataloader(self) -> DataLoader | list:  # noqa: D102
+    def val_dataloader(self) -> DataLoader | list:
         if self.val_ds is None:
             return []
-        return DataLoader(
-            self.val_ds,
-            batch_size=self.batch_size,
-            shuffle=False,
-            collate_fn=self._collate(),
-            num_workers=self.hparams.num_workers,
-        )
+        return DataLoader(self.val_ds, shuffle=False, **self._loading())
 
-    def test_dataloader(self) -> DataLoader | list:  # noqa: D102
+    def test_dataloader(self) -> DataLoader | list:
         return self.val_dataloader()
 
 
 def documents(spec: str | Sequence[str], text_column: str = "text"):
-    """Iterate over the non-empty texts of a corpus (used by the vocabulary tools)."""
+    """The non-empty texts of a corpus, in file order (used by ``domainbert select`` and ``pseudolabel``)."""
     ds = readers.read(spec, columns=[text_column])
     for batch in ds.iter(batch_size=1000):
         for t in batch[text_column]:

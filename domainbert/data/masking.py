@@ -12,6 +12,8 @@ import string
 import torch
 from transformers import PreTrainedTokenizerBase
 
+from domainbert.errors import DomainBertError
+
 #: the label value that losses and metrics skip (PyTorch's and Hugging Face's convention)
 IGNORE_INDEX = -100
 _PUNCT = set(string.punctuation)
@@ -82,9 +84,12 @@ class Masker:
             whole_word: select whole words instead of single tokens.
         """
         if tokenizer.mask_token_id is None:
-            raise ValueError(f"the tokenizer {tokenizer.name_or_path!r} has no mask token; it cannot do masked LM")
+            raise DomainBertError(f"the tokenizer {tokenizer.name_or_path!r} has no mask token; it cannot do masked LM")
         if not 0 < probability < 1 or mask_ratio + random_ratio > 1:
-            raise ValueError(f"bad masking ratios: probability={probability}, mask={mask_ratio}, random={random_ratio}")
+            raise DomainBertError(
+                f"masking ratios: expected 0 < probability < 1 and mask + random <= 1, got probability={probability}, "
+                f"mask={mask_ratio}, random={random_ratio}"
+            )
         self.probability, self.mask_ratio, self.random_ratio = probability, mask_ratio, random_ratio
         self.whole_word = whole_word
         self.mask_id = tokenizer.mask_token_id

@@ -10,37 +10,40 @@ offsets of their context tokens, so a predicted span maps back to answer text.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import datasets
 
-from domainbert.data.labelled import LabelledDataModule
+from domainbert.data.base import TaskDataModule, TaskSettings
 from domainbert.errors import DomainBertError
 
 
+@dataclass
 class QAEncoder:
-    """Split (question, context) pairs into windows and find the answer's token span in each."""
+    """Split (question, context) pairs into windows and find the answer's token span in each.
 
-    def __init__(
-        self,
-        tokenizer,
-        question_column: str,
-        context_column: str,
-        answers_column: str,
-        id_column: str | None,
-        max_length: int,
-        stride: int,
-        keep_meta: bool,
-    ) -> None:
-        self.tokenizer = tokenizer
-        self.question_column = question_column
-        self.context_column = context_column
-        self.answers_column = answers_column
-        self.id_column = id_column
-        self.max_length = max_length
-        self.stride = stride
-        self.keep_meta = keep_meta
+    Attributes:
+        tokenizer: the connected fast tokenizer.
+        question_column: the column with the question.
+        context_column: the column with the context passage.
+        answers_column: the column with ``{"text": [...], "answer_start": [...]}``.
+        id_column: a column identifying each question, or None.
+        max_length: tokens per window.
+        stride: tokens of overlap between consecutive windows.
+        keep_meta: keep per-window offsets, context, gold answers and ids (evaluation and predict).
+    """
 
-    def __call__(self, batch: dict[str, list], indices: list[int] | None = None) -> dict[str, list]:  # noqa: D102
+    tokenizer: Any
+    question_column: str
+    context_column: str
+    answers_column: str
+    id_column: str | None
+    max_length: int
+    stride: int
+    keep_meta: bool
+
+    def __call__(self, batch: dict[str, list], indices: list[int] | None = None) -> dict[str, list]:
         tok = self.tokenizer
         questions = [q.strip() for q in batch[self.question_column]]
         contexts = batch[self.context_column]
@@ -88,7 +91,7 @@ class QAEncoder:
         return out
 
 
-class QADataModule(LabelledDataModule):
+class QADataModule(TaskDataModule):
     """SQuAD-style extractive QA from JSONL, Parquet or ``datasets`` folders, in overlapping windows."""
 
     tensor_keys = ("start_positions", "end_positions")
@@ -136,21 +139,7 @@ class QADataModule(LabelledDataModule):
         """
         if not 0 <= stride < max_length:
             raise DomainBertError(f"data.stride={stride}: expected 0 <= stride < max_length ({max_length})")
-        super().__init__(
-            train=train,
-            val=val,
-            test=test,
-            predict=predict,
-            labels=None,
-            batch_size=batch_size,
-            eval_batch_size=eval_batch_size,
-            max_length=max_length,
-            group_by_length=group_by_length,
-            num_workers=num_workers,
-            num_proc=num_proc,
-            cache_dir=cache_dir,
-            seed=seed,
-        )
+        super().__init__(TaskSettings.of(locals()))
         self.question_column = question_column
         self.context_column = context_column
         self.answers_column = answers_column
@@ -158,7 +147,7 @@ class QADataModule(LabelledDataModule):
         self.stride = stride
         self.label_column = answers_column
 
-    def columns(self, split: str) -> list[str]:  # noqa: D102
+    def columns(self, split: str) -> list[str]:
         cols = [self.question_column, self.context_column]
         return cols if split == "predict" else cols + [self.answers_column]
 
@@ -185,25 +174,10 @@ class QADataModule(LabelledDataModule):
                         f"(found {context[start : start + len(text)]!r})"
                     )
 
-    def check_rows(self, split: str, ds: datasets.Dataset) -> None:  # noqa: D102
-        for col in (self.question_column, self.context_column):
-            for row, value in enumerate(ds[col], 1):
-                if not isinstance(value, str) or not value.strip():
-                    raise DomainBertError(
-                        f"{self.path(split)}: row {row}: column {col!r} should hold text, found {value!r}"
-                    )
+    def check_rows(self, split: str, ds: datasets.Dataset) -> None:
+        self.check_text(split, ds, (self.question_column, self.context_column), blank=False)
 
-    @property
-    def label_names(self) -> list[str]:
-        """QA has no label set (raises AttributeError, so the CLI links no labels into the model)."""
-        raise AttributeError("QADataModule has no label set")
-
-    @property
-    def num_labels(self) -> int:
-        """QA has no label set (raises AttributeError, so the CLI links no ``num_labels``)."""
-        raise AttributeError("QADataModule has no label set")
-
-    def encoder(self, split: str) -> Callable[[dict], dict]:  # noqa: D102
+    def encoder(self, split: str) -> Callable[[dict], dict]:
         return QAEncoder(
             self.tokenizer,
             self.question_column,
@@ -215,7 +189,7 @@ class QADataModule(LabelledDataModule):
             keep_meta=split != "train",
         )
 
-    def encode(self, split: str, ds: datasets.Dataset):  # noqa: D102
+    def encode(self, split: str, ds: datasets.Dataset):
         return ds.map(
             self.encoder(split),
             batched=True,

@@ -8,40 +8,39 @@ evaluation.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import datasets
 
+from domainbert.data.base import TaskSettings
 from domainbert.data.labelled import LabelledDataModule
+from domainbert.data.masking import IGNORE_INDEX
+from domainbert.data.tags import bio_order, split_tag
 from domainbert.errors import DomainBertError
-from domainbert.modules.metrics import split_tag
 
 
-def bio_order(found: set[str]) -> list[str]:
-    """``O`` first, then per entity type ``B-TYPE``, ``I-TYPE`` (both, even if only one was seen)."""
-    types = sorted({split_tag(t)[1] for t in found if t != "O"})
-    return ["O"] + [f"{p}-{t}" for t in types for p in ("B", "I")]
-
-
+@dataclass
 class TaggingEncoder:
-    """Tokenize pre-split words and put each word's tag id on its first sub-token (-100 elsewhere)."""
+    """Tokenize pre-split words and put each word's tag id on its first sub-token (-100 elsewhere).
 
-    def __init__(
-        self,
-        tokenizer,
-        tokens_column: str,
-        tags_column: str,
-        label2id: dict[str, int] | None,
-        max_length: int,
-        keep_word_starts: bool = False,
-    ) -> None:
-        self.tokenizer = tokenizer
-        self.tokens_column = tokens_column
-        self.tags_column = tags_column
-        self.label2id = label2id
-        self.max_length = max_length
-        self.keep_word_starts = keep_word_starts
+    Attributes:
+        tokenizer: the connected fast tokenizer.
+        tokens_column: the column with each row's list of words.
+        tags_column: the column with each row's list of tags.
+        label2id: tag -> id; None encodes no tags (predict: every word start gets 0).
+        max_length: longest tokenized input; words beyond it are dropped.
+        keep_word_starts: also return each row's word start positions and word count (predict).
+    """
 
-    def __call__(self, batch: dict[str, list]) -> dict[str, list]:  # noqa: D102
+    tokenizer: Any
+    tokens_column: str
+    tags_column: str
+    label2id: dict[str, int] | None
+    max_length: int
+    keep_word_starts: bool = False
+
+    def __call__(self, batch: dict[str, list]) -> dict[str, list]:
         words = batch[self.tokens_column]
         enc = self.tokenizer(words, is_split_into_words=True, truncation=True, max_length=self.max_length)
         tags = batch.get(self.tags_column) if self.label2id is not None else None
@@ -50,7 +49,7 @@ class TaggingEncoder:
             row, first, prev = [], [], None
             for w in enc.word_ids(i):
                 if w is None or w == prev:
-                    row.append(-100)
+                    row.append(IGNORE_INDEX)
                 else:
                     row.append(self.label2id[tags[i][w]] if tags is not None else 0)
                     first.append(w)
@@ -118,29 +117,15 @@ class TaggingDataModule(LabelledDataModule):
                     split_tag(str(tag))
                 except ValueError as err:
                     raise DomainBertError(f"data.labels: {err}") from None
-        super().__init__(
-            train=train,
-            val=val,
-            test=test,
-            predict=predict,
-            labels=labels,
-            batch_size=batch_size,
-            eval_batch_size=eval_batch_size,
-            max_length=max_length,
-            group_by_length=group_by_length,
-            num_workers=num_workers,
-            num_proc=num_proc,
-            cache_dir=cache_dir,
-            seed=seed,
-        )
+        super().__init__(TaskSettings.of(locals()), labels)
         self.tokens_column = tokens_column
         self.tags_column = tags_column
         self.label_column = tags_column
 
-    def columns(self, split: str) -> list[str]:  # noqa: D102
+    def columns(self, split: str) -> list[str]:
         return [self.tokens_column] if split == "predict" else [self.tokens_column, self.tags_column]
 
-    def row_labels(self, value) -> list[str]:  # noqa: D102
+    def row_labels(self, value) -> list[str]:
         return [str(v) for v in value or []]
 
     def text_rows(self, ds: datasets.Dataset) -> datasets.Dataset:
@@ -149,10 +134,10 @@ class TaggingDataModule(LabelledDataModule):
         col = self.tokens_column
         return ds.map(lambda b: {col: [t.split() for t in b[col]]}, batched=True)
 
-    def order_labels(self, found: set[str]) -> list[str]:  # noqa: D102
+    def order_labels(self, found: set[str]) -> list[str]:
         return bio_order(found)
 
-    def check_rows(self, split: str, ds: datasets.Dataset) -> None:  # noqa: D102
+    def check_rows(self, split: str, ds: datasets.Dataset) -> None:
         path = self.path(split)
         words_col = ds[self.tokens_column]
         tags_col = ds[self.tags_column] if self.tags_column in ds.column_names else None
@@ -175,7 +160,7 @@ class TaggingDataModule(LabelledDataModule):
                 except ValueError as err:
                     raise DomainBertError(f"{path}: row {row}: {err}") from None
 
-    def encoder(self, split: str) -> Callable[[dict], dict]:  # noqa: D102
+    def encoder(self, split: str) -> Callable[[dict], dict]:
         predict = split == "predict"
         return TaggingEncoder(
             self.tokenizer,

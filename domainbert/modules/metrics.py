@@ -1,20 +1,17 @@
 """Task metrics as torchmetrics ``Metric`` objects: classification, entity-level tagging F1, SQuAD EM/F1.
 
-Classification uses torchmetrics' own accuracy and F1. Tagging and QA metrics are written here:
-
-- :class:`EntityF1` matches BIO entity spans the way ``seqeval`` does by default (conlleval rules: an
-  ``I-X`` after ``O`` or after another type opens a new entity), counting true positives, false
-  positives and false negatives over the whole epoch (micro average over entities).
-- :class:`SquadExactMatch` and :class:`SquadF1` follow the official SQuAD v1.1 evaluation script:
-  answers are lower-cased and stripped of punctuation, articles and extra spaces; a prediction scores
-  the best value over the gold answers.
+- Classification uses torchmetrics' accuracy and F1.
+- :class:`EntityF1` matches BIO entity spans the way ``seqeval`` does by default (conlleval rules, see
+  :func:`domainbert.data.tags.get_entities`), counting true positives, false positives and false negatives
+  over the whole epoch (micro average over entities).
+- :class:`SquadExactMatch` and :class:`SquadF1` are torchmetrics' ``SQuAD`` (the official SQuAD v1.1
+  evaluation: answers lower-cased and stripped of punctuation, articles and extra spaces; a prediction scores
+  the best value over the gold answers) on answer texts, reported as fractions in [0, 1] rather than
+  torchmetrics' percentages.
 """
 
 from __future__ import annotations
 
-import collections
-import re
-import string
 from collections.abc import Sequence
 
 import torch
@@ -25,6 +22,9 @@ from torchmetrics.classification import (
     MultilabelExactMatch,
     MultilabelF1Score,
 )
+from torchmetrics.text import SQuAD
+
+from domainbert.data.tags import get_entities
 
 # -- classification ---------------------------------------------------------------------------------
 
@@ -52,40 +52,6 @@ def classification_metrics(num_labels: int, multi_label: bool = False) -> Metric
 
 
 # -- tagging ----------------------------------------------------------------------------------------
-
-
-def split_tag(tag: str) -> tuple[str, str]:
-    """``"B-PER"`` -> ``("B", "PER")``; ``"O"`` -> ``("O", "")``.
-
-    Raises:
-        ValueError: a tag that is neither ``O`` nor ``B-``/``I-`` followed by a type.
-    """
-    if tag == "O":
-        return "O", ""
-    if len(tag) > 2 and tag[0] in "BI" and tag[1] in "-_":
-        return tag[0], tag[2:]
-    raise ValueError(f"tag {tag!r} is not in BIO form (O, B-TYPE or I-TYPE)")
-
-
-def get_entities(tags: Sequence[str]) -> list[tuple[str, int, int]]:
-    """Entity spans ``(type, first, last)`` (inclusive) of one BIO sequence, by conlleval/seqeval rules.
-
-    An entity starts at ``B-X``, or at ``I-X`` when the previous tag is ``O`` or of another type; it
-    continues over ``I-X`` of the same type and ends before anything else.
-    """
-    out: list[tuple[str, int, int]] = []
-    start, kind = None, ""
-    for i, tag in enumerate(tags):
-        prefix, typ = split_tag(tag)
-        begins = prefix == "B" or (prefix == "I" and (start is None or typ != kind))
-        if start is not None and (prefix == "O" or begins):
-            out.append((kind, start, i - 1))
-            start = None
-        if begins:
-            start, kind = i, typ
-    if start is not None:
-        out.append((kind, start, len(tags) - 1))
-    return out
 
 
 class EntityF1(Metric):
@@ -137,76 +103,44 @@ class EntityF1(Metric):
 
 # -- question answering -----------------------------------------------------------------------------
 
-_ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
-_PUNCT = set(string.punctuation)
+
+def squad_inputs(preds: Sequence[str], targets: Sequence[Sequence[str]]) -> tuple[list[dict], list[dict]]:
+    """Answer texts and lists of gold answer texts in torchmetrics' SQuAD format (ids are the positions).
+
+    An empty gold list stands for "no answer": only an empty prediction matches it.
+    """
+    if len(preds) != len(targets):
+        raise ValueError(f"{len(preds)} predictions but {len(targets)} gold answer lists")
+    predictions = [{"prediction_text": text, "id": str(i)} for i, text in enumerate(preds)]
+    golds = [{"answers": {"text": list(g) or [""]}, "id": str(i)} for i, g in enumerate(targets)]
+    return predictions, golds
 
 
-def normalize_answer(text: str) -> str:
-    """SQuAD normalisation: lower case, no punctuation, no articles, single spaces."""
-    text = "".join(ch for ch in text.lower() if ch not in _PUNCT)
-    text = _ARTICLES.sub(" ", text)
-    return " ".join(text.split())
+class _SquadScore(SQuAD):
+    """torchmetrics' SQuAD over answer texts; :meth:`compute` gives one of its two scores as a fraction."""
 
-
-def exact_match(prediction: str, golds: Sequence[str]) -> float:
-    """1.0 when the normalised prediction equals a normalised gold answer, else 0.0."""
-    golds = list(golds) or [""]
-    return float(any(normalize_answer(prediction) == normalize_answer(g) for g in golds))
-
-
-def token_f1(prediction: str, golds: Sequence[str]) -> float:
-    """The best bag-of-tokens F1 of the prediction against each gold answer."""
-    golds = list(golds) or [""]
-    pred = normalize_answer(prediction).split()
-    best = 0.0
-    for gold in golds:
-        ref = normalize_answer(gold).split()
-        if not pred or not ref:
-            best = max(best, float(pred == ref))
-            continue
-        common = sum((collections.Counter(pred) & collections.Counter(ref)).values())
-        if common == 0:
-            continue
-        p, r = common / len(pred), common / len(ref)
-        best = max(best, 2 * p * r / (p + r))
-    return best
-
-
-class _SquadMetric(Metric):
-    full_state_update = False
-    higher_is_better = True
-    is_differentiable = False
-
-    def __init__(self, **kwargs) -> None:
-        super().__init__(**kwargs)
-        self.add_state("total", default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
-        self.add_state("count", default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
-
-    @staticmethod
-    def score(prediction: str, golds: Sequence[str]) -> float:  # pragma: no cover - overridden
-        raise NotImplementedError
+    #: the score of torchmetrics' result: ``exact_match`` or ``f1``.
+    key: str
+    plot_upper_bound = 1.0
 
     def update(self, preds: Sequence[str], targets: Sequence[Sequence[str]]) -> None:
         """Score predicted answer texts against each example's list of gold answer texts."""
-        if len(preds) != len(targets):
-            raise ValueError(f"{len(preds)} predictions but {len(targets)} gold answer lists")
-        self.total += sum(self.score(p, g) for p, g in zip(preds, targets))
-        self.count += len(preds)
+        super().update(*squad_inputs(preds, targets))
 
     def compute(self) -> torch.Tensor:
-        """The mean score, a fraction in [0, 1]."""
-        if self.count == 0:
-            return torch.zeros((), dtype=torch.float32, device=self.total.device)
-        return (self.total / self.count).float()
+        """The mean score over the questions seen since the last reset, a fraction in [0, 1] (0 before any)."""
+        if self.total == 0:
+            return torch.zeros((), device=self.total.device)
+        return super().compute()[self.key] / 100
 
 
-class SquadExactMatch(_SquadMetric):
+class SquadExactMatch(_SquadScore):
     """SQuAD exact match: the fraction of predictions equal to a gold answer after normalisation."""
 
-    score = staticmethod(exact_match)
+    key = "exact_match"
 
 
-class SquadF1(_SquadMetric):
+class SquadF1(_SquadScore):
     """SQuAD F1: the mean over examples of the best token-overlap F1 against the gold answers."""
 
-    score = staticmethod(token_f1)
+    key = "f1"

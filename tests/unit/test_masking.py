@@ -3,6 +3,7 @@ import torch
 from transformers import AutoTokenizer
 
 from domainbert.data.masking import IGNORE_INDEX, Masker, word_scheme
+from domainbert.errors import DomainBertError
 
 TEXT = "The daemon provides network packets for embedded systems. The library renders vector graphics."
 
@@ -70,3 +71,13 @@ def test_whole_words_masked_together(tiny_models, family, scheme):
             assert len(states) == 1, f"{family}: word {w} partly masked in row {row}"
     assert n_words_split > 0, "the fixture must contain words split into several pieces"
     assert picked.any()
+
+
+def test_bad_ratios_and_a_tokenizer_without_mask_token_are_user_errors(tiny_bert):
+    tok = AutoTokenizer.from_pretrained(tiny_bert)
+    for kwargs in ({"probability": 0.0}, {"probability": 1.0}, {"mask_ratio": 0.8, "random_ratio": 0.3}):
+        with pytest.raises(DomainBertError, match="masking ratios"):
+            Masker(tok, **kwargs)
+    tok.mask_token = None
+    with pytest.raises(DomainBertError, match="has no mask token"):
+        Masker(tok)

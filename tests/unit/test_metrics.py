@@ -1,18 +1,12 @@
-"""Task metrics against hand-computed values: accuracy/macro-F1, seqeval-style entity F1, SQuAD EM/F1."""
+"""Task metrics against hand-computed values: accuracy/macro-F1, seqeval-style entity F1, SQuAD EM/F1.
+
+Entity spans themselves (``get_entities``) are tested with the tag scheme, in ``test_tags.py``.
+"""
 
 import pytest
 import torch
 
-from domainbert.modules.metrics import (
-    EntityF1,
-    SquadExactMatch,
-    SquadF1,
-    classification_metrics,
-    exact_match,
-    get_entities,
-    normalize_answer,
-    token_f1,
-)
+from domainbert.modules.metrics import EntityF1, SquadExactMatch, SquadF1, classification_metrics
 
 
 def test_accuracy_is_micro_and_f1_is_macro():
@@ -33,21 +27,6 @@ def test_multilabel_accuracy_is_subset_accuracy():
     assert out["acc"].item() == pytest.approx(0.5)
     # label 0: F1 1; label 1: P=1 R=1/2 -> 2/3; label 2: no positives, none predicted -> 0 in torchmetrics
     assert out["f1_macro"].item() == pytest.approx((1 + 2 / 3 + 0) / 3, abs=1e-6)
-
-
-@pytest.mark.parametrize(
-    "tags,entities",
-    [
-        (["O", "B-PER", "I-PER", "O"], [("PER", 1, 2)]),
-        (["I-PER", "I-PER", "O"], [("PER", 0, 1)]),  # conlleval: I- after O opens an entity
-        (["B-PER", "I-LOC"], [("PER", 0, 0), ("LOC", 1, 1)]),  # a type change opens a new one
-        (["B-PER", "B-PER"], [("PER", 0, 0), ("PER", 1, 1)]),
-        (["O", "B-ORG", "I-ORG"], [("ORG", 1, 2)]),  # entity running to the end
-        (["O", "O"], []),
-    ],
-)
-def test_entity_spans(tags, entities):
-    assert get_entities(tags) == entities
 
 
 def test_entity_f1_seqeval_documentation_example():
@@ -85,16 +64,26 @@ def test_entity_f1_rejects_non_bio_tags_and_length_mismatch():
         metric.update([["O", "O"]], [["O"]])
 
 
+def score(metric, prediction: str, golds: list[str]) -> float:
+    """The score of one answer: a fresh metric, one update."""
+    m = metric()
+    m.update([prediction], [golds])
+    return m.compute().item()
+
+
 def test_squad_normalisation_and_scores():
-    assert normalize_answer("The  Cat, sat!") == "cat sat"
-    assert exact_match("the Cat sat.", ["a dog", "cat sat"]) == 1.0
-    assert exact_match("cat", ["cat sat"]) == 0.0
+    # lower case, no punctuation, no articles, single spaces
+    assert score(SquadExactMatch, "The  Cat, sat!", ["cat sat"]) == 1.0
+    assert score(SquadExactMatch, "the Cat sat.", ["a dog", "cat sat"]) == 1.0
+    assert score(SquadExactMatch, "cat", ["cat sat"]) == 0.0
     # "cat sat" vs "cat sat on": common 2, P = 2/2, R = 2/3 -> F1 = 0.8
-    assert token_f1("the cat sat", ["a cat sat on"]) == pytest.approx(0.8)
+    assert score(SquadF1, "the cat sat", ["a cat sat on"]) == pytest.approx(0.8)
     # best over the gold answers
-    assert token_f1("the cat sat", ["dog", "a cat sat on", "mat"]) == pytest.approx(0.8)
-    assert token_f1("dog", ["cat"]) == 0.0
-    assert token_f1("", [""]) == 1.0
+    assert score(SquadF1, "the cat sat", ["dog", "a cat sat on", "mat"]) == pytest.approx(0.8)
+    assert score(SquadF1, "dog", ["cat"]) == 0.0
+    assert score(SquadF1, "", [""]) == 1.0
+    # no gold answer: only an empty prediction matches
+    assert (score(SquadExactMatch, "", []), score(SquadExactMatch, "x", []), score(SquadF1, "x", [])) == (1, 0, 0)
 
 
 def test_squad_metrics_average_over_questions():
@@ -107,3 +96,11 @@ def test_squad_metrics_average_over_questions():
     assert f1.compute().item() == pytest.approx((1.0 + 0.8) / 2)
     em.update(["x"], [["y"]])
     assert em.compute().item() == pytest.approx(1 / 3)
+    # fractions, not torchmetrics' percentages; 0 before any question
+    em.reset()
+    assert em.compute().item() == 0.0
+
+
+def test_squad_metrics_reject_unpaired_lists():
+    with pytest.raises(ValueError, match="2 predictions but 1 gold"):
+        SquadExactMatch().update(["a", "b"], [["a"]])

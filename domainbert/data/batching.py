@@ -1,0 +1,178 @@
+"""Batching for the task datamodules: a seeded per-epoch sampler, a dynamic-padding collator, on-the-fly rows.
+
+:class:`EpochSampler` draws a fresh seeded order each epoch (optionally grouping rows of similar length) and
+shards it across DDP ranks; :class:`Collator` pads model inputs to the longest row of a batch; :class:`EncodedRows`
+encodes raw rows on access, after a per-epoch transform (training-time augmentation).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import datasets
+import torch
+from torch.utils.data import Dataset, DistributedSampler
+from transformers import DataCollatorWithPadding
+
+from domainbert.data.masking import IGNORE_INDEX
+
+
+class EpochSampler(DistributedSampler):
+    """Indices in a fresh seeded order each epoch (Lightning calls :meth:`set_epoch`), sharded across ranks.
+
+    With ``lengths``, indices are grouped by length: the shuffled order is cut into chunks of
+    ``50 * batch_size``, each sorted by decreasing length, so a batch holds rows of similar length and
+    pads little, while the order of batches stays random. With ``with_epoch`` it yields
+    ``(index, epoch)`` pairs, for datasets that draw per-epoch augmentations.
+
+    Under DDP every rank computes the same global order and takes every ``num_replicas``-th index from its
+    rank on (as ``DistributedSampler`` does; the order is padded by repeating its head to a multiple of the
+    world size). It *is* a ``DistributedSampler``, so Lightning neither wraps it (a wrapper would swallow
+    ``set_epoch``, giving every epoch the same order) nor shuffles it again.
+    """
+
+    def __init__(
+        self,
+        size: int,
+        seed: int = 0,
+        shuffle: bool = True,
+        lengths: Sequence[int] | None = None,
+        batch_size: int = 1,
+        with_epoch: bool = False,
+        num_replicas: int | None = None,
+        rank: int | None = None,
+    ) -> None:
+        """Configure the order.
+
+        Args:
+            size: number of rows.
+            seed: base seed; epoch ``e`` uses ``seed + e``.
+            shuffle: shuffle (else keep file order).
+            lengths: per-row lengths, to group rows of similar length.
+            batch_size: the batch size (sets the grouping chunk).
+            with_epoch: yield ``(index, epoch)`` instead of ``index``.
+            num_replicas: number of ranks (default: the initialised process group's world size, else 1).
+            rank: this rank (default: the process group's rank, else 0).
+        """
+        dist_on = torch.distributed.is_available() and torch.distributed.is_initialized()
+        self.num_replicas = num_replicas or (torch.distributed.get_world_size() if dist_on else 1)
+        self.rank = rank if rank is not None else (torch.distributed.get_rank() if dist_on else 0)
+        self.size = size
+        self.seed = seed
+        self.shuffle = shuffle
+        self.lengths = list(lengths) if lengths is not None else None
+        self.batch_size = max(1, batch_size)
+        self.with_epoch = with_epoch
+        self.epoch = 0
+        self.drop_last = False
+        self.num_samples = math.ceil(size / self.num_replicas)
+        self.total_size = self.num_samples * self.num_replicas
+
+    def set_epoch(self, epoch: int) -> None:
+        """Use the order of ``epoch``."""
+        self.epoch = epoch
+
+    def order(self) -> list[int]:
+        """The indices of the current epoch, in global order (all ranks)."""
+        g = torch.Generator().manual_seed(self.seed + self.epoch)
+        idx = torch.randperm(self.size, generator=g).tolist() if self.shuffle else list(range(self.size))
+        if self.lengths is None:
+            return idx
+        chunk = 50 * self.batch_size * self.num_replicas
+        out: list[int] = []
+        for start in range(0, len(idx), chunk):
+            out += sorted(idx[start : start + chunk], key=lambda i: -self.lengths[i])
+        # shuffle whole (global) batches, so that long batches do not always come first in each chunk
+        step = self.batch_size * self.num_replicas
+        batches = [out[i : i + step] for i in range(0, len(out), step)]
+        perm = torch.randperm(len(batches), generator=g).tolist() if self.shuffle else range(len(batches))
+        return [i for b in perm for i in batches[b]]
+
+    def __iter__(self) -> Iterator:
+        order = self.order()
+        if self.num_replicas > 1:
+            order = (order * math.ceil(self.total_size / max(1, len(order))))[: self.total_size]
+            order = order[self.rank : self.total_size : self.num_replicas]
+        for i in order:
+            yield (i, self.epoch) if self.with_epoch else i
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+
+class Collator:
+    """Dynamic padding: model inputs through ``DataCollatorWithPadding``, per-token labels with -100.
+
+    Keys of a row:
+    - the tokenizer's ``model_input_names`` are padded to the longest row of the batch;
+    - ``token_keys`` (per-token labels) are padded with -100 to the same width;
+    - ``tensor_keys`` (labels, start/end positions) become one tensor;
+    - anything else is kept as Python values under ``batch["meta"]``, one dict per row.
+    """
+
+    def __init__(
+        self,
+        tokenizer,
+        token_keys: Sequence[str] = (),
+        tensor_keys: Sequence[str] = ("labels",),
+        pad_to_multiple_of: int | None = None,
+    ) -> None:
+        """Build the collator.
+
+        Args:
+            tokenizer: the connected fast tokenizer.
+            token_keys: per-token label keys, padded with -100.
+            tensor_keys: per-row numeric keys stacked into tensors.
+            pad_to_multiple_of: round the padded width up to a multiple of this.
+        """
+        self.inputs = list(tokenizer.model_input_names)
+        self.pad = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=pad_to_multiple_of, return_tensors="pt")
+        self.left = tokenizer.padding_side == "left"
+        self.token_keys = list(token_keys)
+        self.tensor_keys = list(tensor_keys)
+
+    def __call__(self, rows: list[dict]) -> dict[str, Any]:
+        rows = [dict(r) for r in rows]
+        model_rows = [{k: r.pop(k) for k in self.inputs if k in r} for r in rows]
+        batch = dict(self.pad(model_rows))
+        width = batch["input_ids"].shape[1]
+        for key in self.token_keys:
+            if key in rows[0]:
+                seqs = [list(r.pop(key))[:width] for r in rows]
+                pad = [[IGNORE_INDEX] * (width - len(s)) for s in seqs]
+                batch[key] = torch.tensor([p + s if self.left else s + p for s, p in zip(seqs, pad)], dtype=torch.long)
+        for key in self.tensor_keys:
+            if key in rows[0]:
+                batch[key] = torch.tensor([r.pop(key) for r in rows])
+        if rows and rows[0]:
+            batch["meta"] = rows
+        return batch
+
+
+class EncodedRows(Dataset):
+    """Rows encoded on access, after an optional per-epoch transform (training-time augmentation)."""
+
+    def __init__(self, raw: datasets.Dataset, encoder: Callable, transform: Callable | None = None) -> None:
+        """Wrap raw rows.
+
+        Args:
+            raw: the raw split.
+            encoder: the batched encoder used with ``Dataset.map`` (a dict of lists in, a dict of lists out).
+            transform: ``transform(row, index, epoch) -> row``, applied before encoding.
+        """
+        self.raw = raw
+        self.encoder = encoder
+        self.transform = transform
+
+    def __len__(self) -> int:
+        return len(self.raw)
+
+    def __getitem__(self, key) -> dict:
+        index, epoch = key if isinstance(key, tuple) else (key, 0)
+        row = dict(self.raw[int(index)])
+        if self.transform is not None:
+            row = self.transform(row, int(index), int(epoch))
+        enc = self.encoder({k: [v] for k, v in row.items()})
+        return {k: v[0] for k, v in enc.items()}
