@@ -51,7 +51,7 @@ class HFExport(L.Callback):
                 return cb.best_model_path
         return None
 
-    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:  # noqa: D102
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not self.enabled or trainer.sanity_checking:
             return
         best = self.best_path(trainer) if self.restore_best else None
@@ -93,11 +93,11 @@ class EarlyStopping(L.callbacks.EarlyStopping):
             self._warned = True
         return True
 
-    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:  # noqa: D102
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not self._missing(trainer):
             super().on_train_epoch_end(trainer, pl_module)
 
-    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:  # noqa: D102
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not trainer.sanity_checking:
             self._validated = True
             if self.monitor not in trainer.callback_metrics and self.strict:
@@ -153,12 +153,12 @@ class TrainingGuard(L.Callback):
 
     on_validation_batch_end = on_test_batch_end = on_predict_batch_end = _release
 
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:  # noqa: D102
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if self.reseed_every_step:
             base = int(os.environ.get("PL_GLOBAL_SEED", "0"))
             torch.manual_seed(step_seed(base, trainer.fit_loop.total_batch_idx))
 
-    def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:  # noqa: D102
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
         if self.nonfinite == "ignore":
             return
         grads = [p.grad for g in optimizer.param_groups for p in g["params"] if p.grad is not None]

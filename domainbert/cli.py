@@ -25,6 +25,7 @@ TOOLS = {
     "datamodules": "domainbert.data.registry",
     "probe": "domainbert.adapt.probe_cmd",
     "select": "domainbert.adapt.select",
+    "pseudolabel": "domainbert.adapt.pseudo",
 }
 
 #: One line per subcommand for ``domainbert --help`` (printed without importing Lightning or transformers).
@@ -40,6 +41,7 @@ COMMANDS = {
     "datamodules": "list the datamodules registered by plugins (entry points)",
     "probe": "logistic regression on a model's frozen embeddings: the cheapest baseline (--model, --train, --val)",
     "select": "the corpus documents nearest a task's texts, for curated DAPT (--model, --corpus, --task, --k)",
+    "pseudolabel": "label corpus documents with a fine-tuned classifier, for self-training (--model, --corpus, --task)",
 }
 
 USAGE = "usage: domainbert <command> [options]"

@@ -60,7 +60,7 @@ class PredictionWriter(BasePredictionWriter):
             return Path(os.path.expanduser(self.output))
         return Path(trainer.log_dir or trainer.default_root_dir) / "predictions.jsonl"
 
-    def on_predict_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:  # noqa: D102
+    def on_predict_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not trainer.is_global_zero:
             return
         self.path = self._target(trainer)
@@ -72,7 +72,7 @@ class PredictionWriter(BasePredictionWriter):
         self._fh = os.fdopen(fd, "w", encoding="utf-8")
         self.count = 0
 
-    def write_on_batch_end(  # noqa: D102
+    def write_on_batch_end(
         self, trainer, pl_module, prediction, batch_indices, batch, batch_idx, dataloader_idx
     ) -> None:
         if self._fh is None:
@@ -81,7 +81,7 @@ class PredictionWriter(BasePredictionWriter):
             self._fh.write(json.dumps(_plain(row), ensure_ascii=False) + "\n")
             self.count += 1
 
-    def on_predict_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:  # noqa: D102
+    def on_predict_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self._fh is None:
             return
         try:
@@ -95,7 +95,7 @@ class PredictionWriter(BasePredictionWriter):
         self._fh = self._tmp = None
         print(f"Wrote {self.count} predictions to {self.path}")
 
-    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:  # noqa: D102
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
         self._discard()
 
     def _discard(self) -> None:

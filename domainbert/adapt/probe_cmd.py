@@ -10,7 +10,6 @@ Writes ``<out>/result.json`` (validation and test macro-F1 and accuracy, the cho
 from __future__ import annotations
 
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -113,9 +112,6 @@ def probe(
 
 def main(argv: list[str] | None = None) -> None:
     """``domainbert probe``; ``--help`` lists every option."""
-    from jsonargparse import ArgumentParser
+    from domainbert.core.tool_cli import run_function
 
-    parser = ArgumentParser(prog="domainbert probe", description=__doc__.split("\n\n")[0], allow_abbrev=False)
-    parser.add_function_arguments(probe, as_positional=False)
-    cfg = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
-    probe(**cfg.as_dict())
+    run_function(probe, argv, prog="domainbert probe", description=__doc__.split("\n\n")[0])

@@ -13,7 +13,6 @@ stage reads like any corpus.
 from __future__ import annotations
 
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -100,9 +99,6 @@ def select(
 
 def main(argv: list[str] | None = None) -> None:
     """``domainbert select``; ``--help`` lists every option."""
-    from jsonargparse import ArgumentParser
+    from domainbert.core.tool_cli import run_function
 
-    parser = ArgumentParser(prog="domainbert select", description=__doc__.split("\n\n")[0], allow_abbrev=False)
-    parser.add_function_arguments(select, as_positional=False)
-    cfg = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
-    select(**cfg.as_dict())
+    run_function(select, argv, prog="domainbert select", description=__doc__.split("\n\n")[0])

@@ -332,13 +332,13 @@ def resize_and_init(model: PreTrainedModel, cands: list[Candidate], vocab_size: 
     log.info("initialised new rows of %s as the mean of each word's old pieces", ", ".join(names))
 
 
-def extend_vocabulary(
+def extend(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
     corpus_iter: Iterable[str],
     top_k: int = 500,
     min_freq: int = 20,
-) -> list[str]:
+) -> list[Candidate]:
     """Add the ``top_k`` most frequent multi-piece words of ``corpus_iter`` to ``tokenizer`` and ``model``.
 
     Both change in place: the tokenizer gains the words (each one token in running text), the model's embeddings
@@ -352,19 +352,12 @@ def extend_vocabulary(
         min_freq: the fewest occurrences a word needs.
 
     Returns:
-        The added tokens (their vocabulary entries), most frequent first.
+        The added words as :class:`Candidate` records (token, count, old pieces, new id), most frequent first.
+
+    Raises:
+        DomainBertError: for bad ``top_k``/``min_freq``, a tokenizer larger than the model's embedding, or a corpus
+            without words.
     """
-    return [c.token for c in extend(model, tokenizer, corpus_iter, top_k, min_freq)]
-
-
-def extend(
-    model: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerBase,
-    corpus_iter: Iterable[str],
-    top_k: int = 500,
-    min_freq: int = 20,
-) -> list[Candidate]:
-    """Like :func:`extend_vocabulary`, returning the full :class:`Candidate` records (counts, old pieces, ids)."""
     if top_k < 0 or min_freq < 1:
         raise DomainBertError(f"top_k={top_k}, min_freq={min_freq}: expected top_k >= 0 and min_freq >= 1")
     if len(tokenizer) > model.get_input_embeddings().weight.shape[0]:
@@ -378,8 +371,25 @@ def extend(
     cands = find_candidates(tokenizer, counts, min_freq)[:top_k]
     new, cands = add_words(tokenizer, cands)
     resize_and_init(model, cands, len(new))
-    tokenizer._tokenizer = new._tokenizer  # in place: TokenizersBackend keeps all its state in the Rust backend
+    adopt_backend(tokenizer, new)
     return cands
+
+
+def extend_vocabulary(*args, **kwargs) -> list[str]:
+    """:func:`extend` (same arguments), returning only the added tokens (their vocabulary entries)."""
+    return [c.token for c in extend(*args, **kwargs)]
+
+
+def adopt_backend(tokenizer: PreTrainedTokenizerBase, new: PreTrainedTokenizerBase) -> None:
+    """Make ``tokenizer`` (in place) tokenize exactly as ``new``: it takes over ``new``'s Rust backend.
+
+    A transformers 5 fast tokenizer (``TokenizersBackend``) keeps all its vocabulary state in the Rust
+    ``tokenizers.Tokenizer`` that ``backend_tokenizer`` returns, a read-only property over the attribute
+    ``_tokenizer``; transformers has no public setter, so that attribute is assigned here, in this one place.
+    ``tests/unit/test_vocab_extend.py`` pins the behaviour (the ``backend_tokenizer``, length, vocabulary and
+    encodings all follow), so a transformers release that moves the state fails there first.
+    """
+    tokenizer._tokenizer = new.backend_tokenizer
 
 
 def tokens_per_word(tokenizer: PreTrainedTokenizerBase, texts: Iterable[str], batch_size: int = BATCH) -> float:
@@ -494,9 +504,8 @@ def extend_command(
     net, missing = load_model(AutoModelForMaskedLM, model)
     if missing:
         log.info("%s lacks %d MLM weights (initialised at random): %s", model, len(missing), missing[:6])
-    before_tok = copy.deepcopy(tokenizer)
-    before = tokens_per_word(before_tok, texts(coverage_lines))
-    rows_before = net.get_input_embeddings().weight.shape[0]
+    size_before, rows_before = len(tokenizer), net.get_input_embeddings().weight.shape[0]
+    before = tokens_per_word(tokenizer, texts(coverage_lines))
     cands = extend(net, tokenizer, texts(), top_k, min_freq)
     after = tokens_per_word(tokenizer, texts(coverage_lines))
     summary = {
@@ -505,7 +514,7 @@ def extend_command(
         "top_k": top_k,
         "min_freq": min_freq,
         "added": len(cands),
-        "vocab_size": {"before": len(before_tok), "after": len(tokenizer)},
+        "vocab_size": {"before": size_before, "after": len(tokenizer)},
         "tokens_per_word": {"before": round(before, 5), "after": round(after, 5), "records": coverage_lines},
         "words": [{"token": c.token, "count": c.count, "old_pieces": c.pieces, "id": c.new_id} for c in cands],
     }
@@ -518,19 +527,27 @@ def extend_command(
         extra_files={"vocab_extension.json": json.dumps(summary, indent=2, ensure_ascii=False) + "\n"},
         replace_foreign=overwrite,
     )
+    rows = (rows_before, net.get_input_embeddings().weight.shape[0])
+    _print_extension(summary, cands, rows, (before, after))
     secs = time.perf_counter() - t0
-    print(
-        f"added {len(cands)} tokens (vocabulary {len(before_tok)} -> {len(tokenizer)}, "
-        f"embedding rows {rows_before} -> {net.get_input_embeddings().weight.shape[0]})"
-    )
+    print(f"saved to {dest} in {secs:.1f}s; next: domainbert fit --config <config> --model.init_from {dest}")
+
+
+def _print_extension(summary: dict, cands: list[Candidate], rows: tuple[int, int], tpw: tuple[float, float]) -> None:
+    """What ``vocab extend`` added: vocabulary and embedding sizes, the top words, tokens per word before/after."""
+    sizes, records = summary["vocab_size"], summary["tokens_per_word"]["records"]
+    vocab = f"vocabulary {sizes['before']} -> {sizes['after']}"
+    print(f"added {len(cands)} tokens ({vocab}, embedding rows {rows[0]} -> {rows[1]})")
     if not cands:
-        print(f"note: no word occurs {min_freq}+ times and is split by the tokenizer; try a lower --min_freq")
+        print(
+            f"note: no word occurs {summary['min_freq']}+ times and is split by the tokenizer; try a lower --min_freq"
+        )
     for c in cands[:10]:
         print(f"  {c.token!r:<24} x{c.count:<8} was {' '.join(c.pieces)}")
+    before, after = tpw
     pct = 100.0 * (after - before) / before if before else 0.0
-    scope = "all records" if coverage_lines is None else f"the first {coverage_lines} records"
+    scope = "all records" if records is None else f"the first {records} records"
     print(f"tokens per word on {scope}: {before:.4f} -> {after:.4f} ({pct:+.1f}%)")
-    print(f"saved to {dest} in {secs:.1f}s; next: domainbert fit ... --model.init_args.model_name_or_path {dest}")
 
 
 def _check_not_empty(texts: Iterator[str], corpus) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib
-import json
 import logging
 import os
 from pathlib import Path
@@ -13,7 +12,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import AutoConfig, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from domainbert.core.files import atomic_dir, atomic_write_text, newest_checkpoint
+from domainbert.core.files import atomic_dir, newest_checkpoint
 from domainbert.errors import DomainBertError
 
 log = logging.getLogger(__name__)
@@ -247,8 +246,3 @@ def export_hf(
         for fname, text in (extra_files or {}).items():
             (tmp / fname).write_text(text, encoding="utf-8")
     return out_dir
-
-
-def write_json(path: str | os.PathLike, obj: Any) -> None:
-    """Write JSON atomically."""
-    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")

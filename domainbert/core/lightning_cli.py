@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 import logging
 import sys
@@ -69,7 +70,7 @@ class DomainBertCLI(LightningCLI):
             **kwargs,
         )
 
-    def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:  # noqa: D102
+    def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_lightning_class_args(HFExport, "export")
         parser.add_lightning_class_args(TrainingGuard, "guard")
         parser.add_argument(
@@ -128,7 +129,7 @@ class DomainBertCLI(LightningCLI):
 
             check_checkpoint_config(cfg["ckpt_path"], cfg.get("model"))
 
-    def before_instantiate_classes(self) -> None:  # noqa: D102
+    def before_instantiate_classes(self) -> None:
         cfg = self.config[self.subcommand] if self.subcommand else self.config
         trainer = cfg.get("trainer")
         if trainer is not None and trainer.get("precision") is None:
@@ -161,7 +162,7 @@ class DomainBertCLI(LightningCLI):
             kwargs.setdefault("logger", run_loggers(given, family, version, resume=self._resume_version is not None))
         return super().instantiate_trainer(**kwargs)
 
-    def after_instantiate_classes(self) -> None:  # noqa: D102
+    def after_instantiate_classes(self) -> None:
         strategy = getattr(getattr(self, "trainer", None), "strategy", None)
         if strategy is not None and type(strategy.checkpoint_io).__name__ == "TorchCheckpointIO":  # the default
             from domainbert.core.checkpoint_io import AtomicCheckpointIO  # no truncated checkpoint on a full disk
@@ -196,7 +197,7 @@ class RunCSVLogger(CSVLogger):
         self._resume = resume
 
     @property
-    def experiment(self) -> ExperimentWriter:  # noqa: D102
+    def experiment(self) -> ExperimentWriter:
         if self._experiment is None and self._resume:
             self._experiment = _AppendingWriter(log_dir=self.log_dir)
         return super().experiment
@@ -308,11 +309,7 @@ def check_config_files(args: list[str]) -> None:
 
 
 def _has_omegaconf() -> bool:
-    try:
-        import omegaconf  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    return importlib.util.find_spec("omegaconf") is not None
 
 
 def _config_stem(cfg) -> str | None:

@@ -1,4 +1,14 @@
-"""``domainbert export``: deployment variants of a model (pruned, int8, bf16, ONNX), their checks and report."""
+"""``domainbert export``: deployment variants of a model (pruned, int8, bf16, ONNX), their checks and report.
+
+- ``command``: the options, :func:`~domainbert.deploy.command.main` and the ``export()`` steps;
+- ``variants``: writing each variant's folder, with its check and report row;
+- ``load``: :func:`load_variant`, reading any variant back without running code from the folder;
+- ``prune``: head importance, head pruning and the re-fit; ``quantize``: int8 and bf16 copies;
+- ``onnx_export``: ONNX export, onnxruntime runner and int8 quantization; ``bench``: latency and task metrics;
+- ``report``: the report rows, each folder's ``report.json``/``report.md`` and the summary.
+
+``domainbert.deploy.load_variant`` is imported on first use, so ``import domainbert.deploy`` stays cheap.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +17,7 @@ from typing import Any
 
 def __getattr__(name: str) -> Any:
     if name == "load_variant":
-        from domainbert.deploy.command import load_variant
+        from domainbert.deploy.load import load_variant
 
         return load_variant
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -12,9 +12,10 @@ from importlib import resources
 from domainbert.adapt.stats import mean_std
 from domainbert.errors import DomainBertError
 from domainbert.pipeline.runner import Runner
-from domainbert.pipeline.specs import ExportSpec, ProbeSpec, StageSpec, Task
+from domainbert.pipeline.specs import ExportSpec, ProbeSpec, SelfTrainSpec, StageSpec, Task
 
 BASELINE = "baseline"
+SELF_TRAINING = "self-training"
 
 
 def stage_config(spec: StageSpec, default: str) -> str:
@@ -97,8 +98,37 @@ def finetune_all(runner: Runner, starts: dict[str, str], task: Task, spec: Stage
         for seed in seeds:
             stage = f"finetune-{name.replace('+', '-')}-seed{seed}"
             args = ["--model.init_from", init, "--seed_everything", str(seed), *pooling, *task.data_args()]
-            results.setdefault(name, []).append(runner.fit(stage, config, [*args, *spec.args], test=True))
+            run = runner.fit(stage, config, [*args, *spec.args], test=True)
+            results.setdefault(name, []).append({**run, "seed": seed})
     return results
+
+
+def self_train(runner: Runner, results: dict, corpus: dict, task: Task, spec: SelfTrainSpec, finetune: StageSpec):
+    """Self-training: each seed's baseline labels the corpus, and a fresh model learns from the task plus those labels.
+
+    ``corpus`` holds ``path``, ``column`` and ``base`` (the base model). Adds ``results["self-training"]``, one
+    record per seed, fine-tuned from the base model with the fine-tuning stage's config and options.
+    """
+    if not spec.enabled:
+        return
+    if not corpus.get("path"):
+        raise DomainBertError("pipeline: self_train labels the domain corpus: set `corpus`")
+    if task.text_pair_column:
+        raise DomainBertError("pipeline: self_train labels single corpus documents; it cannot serve a pair task")
+    config, base = stage_config(finetune, "finetune"), corpus["base"]
+    for record in results[BASELINE]:
+        seed = record["seed"]
+        folder = runner.out / f"pseudo-seed{seed}"
+        args = ["pseudolabel", "--model", record["hf"], "--corpus", corpus["path"], "--task", task.train]
+        args += ["--text_column", task.text_column, "--label_column", task.label_column, "--seed", str(seed)]
+        args += ["--corpus_text_column", corpus["column"], "--ratio", str(spec.ratio), "--out", str(folder)]
+        args += ["--max_documents", str(spec.max_documents) if spec.max_documents else "null"]
+        train = runner.tool(f"pseudo-seed{seed}", args, result=str(folder))["train"]
+        fit = ["--model.init_from", base, "--seed_everything", str(seed), *_pooling_args(base), *task.data_args()]
+        fit += ["--data.train", train, *finetune.args]
+        stage = f"finetune-{SELF_TRAINING}-seed{seed}"
+        run = runner.fit(stage, config, fit, test=True, after=(f"pseudo-seed{seed}",))
+        results.setdefault(SELF_TRAINING, []).append({**run, "seed": seed})
 
 
 def choose(results: dict[str, list[dict]], metric: str) -> tuple[str, str]:

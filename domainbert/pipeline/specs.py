@@ -42,6 +42,23 @@ class SelectSpec:
 
 
 @dataclass
+class SelfTrainSpec:
+    """Self-training on the domain corpus (Du et al. 2021): the baseline labels corpus documents, a fresh model learns.
+
+    For each seed, the fine-tuned baseline labels a sample of the corpus (``domainbert pseudolabel``); a model is
+    then fine-tuned from the base model, with the same fine-tuning config, on the task's rows plus the documents
+    it labelled most confidently, and competes with the other starting models on validation.
+    """
+
+    enabled: bool = False
+    """Run self-training (needs ``corpus``)."""
+    ratio: float = 2.0
+    """Pseudo-labelled rows per class, as a multiple of that class's training rows."""
+    max_documents: int | None = 20000
+    """Label a seeded sample of at most this many corpus documents (None: all)."""
+
+
+@dataclass
 class ProbeSpec:
     """Logistic regression on the starting model's frozen mean-pooled embeddings: the cheapest alternative."""
 

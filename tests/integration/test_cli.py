@@ -4,7 +4,6 @@ import pytest
 from transformers import AutoModelForMaskedLM, AutoTokenizer
 
 from domainbert.cli import main
-from domainbert.errors import DomainBertError
 from tests.helpers import TINY_MLM, tiny_mlm_args
 
 
@@ -88,37 +87,6 @@ def test_unknown_config_key_is_named(tiny_bert, tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["fit", "--config", TINY_MLM, "--model.init_args.learnin_rate", "0.1"])
     assert "learnin_rate" in capsys.readouterr().err
-
-
-def test_ckpt_alias_without_an_earlier_fit_names_the_folder_it_searched(tmp_path):
-    from domainbert.core.runs import resolve_alias
-
-    with pytest.raises(DomainBertError) as err:
-        resolve_alias("best", tmp_path / "runs" / "tiny")
-    assert "runs/tiny/version_*/checkpoints" in str(err.value) and "run `fit`" in str(err.value)
-
-
-def test_ckpt_aliases_pick_the_newest_run_with_checkpoints_and_its_recorded_best(tmp_path):
-    import torch
-
-    from domainbert.core.runs import resolve_alias
-
-    family = tmp_path / "runs" / "cfg"
-    old, new, test_run = (family / f"version_{i}" / "checkpoints" for i in (0, 1, 2))
-    for d in (old, new):
-        d.mkdir(parents=True)
-    (test_run.parent).mkdir(parents=True)  # a `test` run: a version folder without checkpoints
-    torch.save({"callbacks": {}}, old / "best-epoch=0.ckpt")
-    elsewhere = "/gone/when/the/run/folder/moved/best-epoch=1.ckpt"
-    state = {"callbacks": {"ModelCheckpoint{'monitor': 'val/f1_macro'}": {"best_model_path": elsewhere}}}
-    torch.save(state, new / "best-epoch=1.ckpt")
-    torch.save(state, new / "last.ckpt")
-    assert resolve_alias("best", family) == new / "best-epoch=1.ckpt"  # found beside the checkpoint that named it
-    assert resolve_alias("last", family) == new / "last.ckpt"
-    torch.save({"callbacks": {}}, new / "last.ckpt")
-    torch.save({"callbacks": {}}, new / "best-epoch=1.ckpt")
-    with pytest.raises(DomainBertError, match="record no best model"):
-        resolve_alias("best", family)
 
 
 def test_tool_subcommands_start_without_importing_lightning():

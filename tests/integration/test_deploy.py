@@ -11,7 +11,11 @@ import pytest
 import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-from domainbert.deploy import command as deploy
+from domainbert.deploy import command, prune
+from domainbert.deploy.bench import TorchRunner, num_params
+from domainbert.deploy.load import load_variant
+from domainbert.deploy.onnx_export import OnnxModel, OnnxRunner
+from domainbert.deploy.quantize import quantize_int8
 from domainbert.errors import DomainBertError
 from tests.helpers.distill_tiny import LABELS, batches, make_teacher, write_jsonl
 
@@ -45,11 +49,11 @@ def _load(path):
 def test_int8_logits_stay_close_to_float(tiny):
     model, tok = _load(tiny["model"])
     batch = batches(tok, "test", 15)[0]
-    ref = deploy.TorchRunner(model)(batch)
-    q, info = deploy.quantize_int8(model, "torch")
+    ref = TorchRunner(model)(batch)
+    q, info = quantize_int8(model, "torch")
     assert info["backend"] == "torch"
     assert isinstance(q.bert.encoder.layer[0].attention.self.query, torch.ao.nn.quantized.dynamic.Linear)
-    got = deploy.TorchRunner(q)(batch)
+    got = TorchRunner(q)(batch)
     assert close_to_float(got, ref)
     # the float model is untouched
     assert isinstance(model.bert.encoder.layer[0].attention.self.query, torch.nn.Linear)
@@ -59,10 +63,10 @@ def test_torchao_int8_when_installed(tiny):
     pytest.importorskip("torchao")
     model, tok = _load(tiny["model"])
     batch = batches(tok, "test", 15)[0]
-    q, info = deploy.quantize_int8(model, "torchao")
-    ref = deploy.TorchRunner(model)(batch)
+    q, info = quantize_int8(model, "torchao")
+    ref = TorchRunner(model)(batch)
     assert info["backend"] == "torchao"
-    assert close_to_float(deploy.TorchRunner(q)(batch), ref)
+    assert close_to_float(TorchRunner(q)(batch), ref)
 
 
 @pytest.mark.parametrize("family", ["bert", "distilbert", "albert"])
@@ -70,53 +74,53 @@ def test_pruned_model_keeps_its_shape_contract(tmp_path, family):
     path = make_teacher(family, tmp_path / family, layers=2)
     model, tok = _load(path)
     batch = batches(tok, "test", 8)[0]
-    before = deploy.TorchRunner(model)(batch)
-    n_before = deploy.count_heads(model)
-    importance = deploy.head_importance(
+    before = TorchRunner(model)(batch)
+    n_before = prune.count_heads(model)
+    importance = prune.head_importance(
         model, [batch], lambda o, b: torch.nn.functional.cross_entropy(o.logits, b["labels"])
     )
-    chosen = deploy.choose_heads(importance, 0.5)
+    chosen = prune.choose_heads(importance, 0.5)
     assert sum(len(v) for v in chosen.values()) >= 1
-    params_before = deploy.num_params(model)
-    record = deploy.prune_heads(model, chosen)
-    assert deploy.count_heads(model) == n_before - sum(len(v) for v in chosen.values())
-    assert deploy.num_params(model) < params_before
-    after = deploy.TorchRunner(model)(batch)
+    params_before = num_params(model)
+    record = prune.prune_heads(model, chosen)
+    assert prune.count_heads(model) == n_before - sum(len(v) for v in chosen.values())
+    assert num_params(model) < params_before
+    after = TorchRunner(model)(batch)
     assert after.shape == before.shape
     # other batch shapes still work
     other = batches(tok, "train", 3)[2]
-    assert deploy.TorchRunner(model)(other).shape == (3, len(LABELS))
+    assert TorchRunner(model)(other).shape == (3, len(LABELS))
     # saved and loaded back: same structure and logits
     model.save_pretrained(tmp_path / "pruned")
     tok.save_pretrained(tmp_path / "pruned")
-    loaded, _, _ = deploy.load_variant(tmp_path / "pruned")
-    assert getattr(loaded.config, deploy.PRUNED_KEY) == record
-    torch.testing.assert_close(deploy.TorchRunner(loaded)(batch), after)
+    loaded, _, _ = load_variant(tmp_path / "pruned")
+    assert getattr(loaded.config, prune.PRUNED_KEY) == record
+    torch.testing.assert_close(TorchRunner(loaded)(batch), after)
 
 
 def test_head_importance_is_the_mask_gradient(tiny):
     model, tok = _load(tiny["model"])
     batch = batches(tok, "test", 15)[0]
     loss = lambda o, b: torch.nn.functional.cross_entropy(o.logits, b["labels"])  # noqa: E731
-    ref = deploy.TorchRunner(model)(batch)
-    with deploy.head_masks(model):  # all-ones masks change nothing
-        torch.testing.assert_close(deploy.TorchRunner(model)(batch), ref)
+    ref = TorchRunner(model)(batch)
+    with prune.head_masks(model):  # all-ones masks change nothing
+        torch.testing.assert_close(TorchRunner(model)(batch), ref)
     # a head whose output the next projection ignores has no importance and is pruned first
     out = model.bert.encoder.layer[0].attention.output.dense
     d = model.config.hidden_size // model.config.num_attention_heads
     with torch.no_grad():
         out.weight[:, d : 2 * d] = 0
-    imp = deploy.head_importance(model, [batch], loss, normalize=False)
+    imp = prune.head_importance(model, [batch], loss, normalize=False)
     assert imp["bert.encoder.layer.0.attention.self"][1] == 0
     assert imp["bert.encoder.layer.0.attention.self"][0] > 0
-    assert deploy.choose_heads(imp, 0.25) == {"bert.encoder.layer.0.attention.self": [1]}
+    assert prune.choose_heads(imp, 0.25) == {"bert.encoder.layer.0.attention.self": [1]}
     with pytest.raises(DomainBertError, match="fraction"):
-        deploy.choose_heads(imp, 1.0)
+        prune.choose_heads(imp, 1.0)
 
 
 def test_export_writes_every_variant_with_reports(tiny):
     out = tiny["root"] / "out"
-    result = deploy.export(
+    result = command.export(
         model=str(tiny["model"]),
         out=str(out),
         teacher=str(tiny["model"]),
@@ -147,41 +151,41 @@ def test_export_writes_every_variant_with_reports(tiny):
     # the ONNX model matches PyTorch on a batch shape it was not exported with
     onnx_rep = json.loads((out / "onnx" / "report.json").read_text())
     assert onnx_rep["check"] in ("ok",) or onnx_rep["check"].startswith("skipped")
-    model, tok, _ = deploy.load_variant(out / "pruned")
+    model, tok, _ = load_variant(out / "pruned")
     batch = {k: v for k, v in batches(tok, "train", 5)[3].items() if k != "labels"}
     try:
-        runner = deploy.OnnxRunner(out / "onnx" / "model.onnx")
+        runner = OnnxRunner(out / "onnx" / "model.onnx")
     except ImportError:
         pytest.skip("neither onnxruntime nor onnx installed")
-    torch.testing.assert_close(runner(batch), deploy.TorchRunner(model)(batch), atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(runner(batch), TorchRunner(model)(batch), atol=1e-4, rtol=1e-4)
     # the int8 and bf16 folders load back and agree with what was measured
-    q, _, info = deploy.load_variant(out / "int8")
+    q, _, info = load_variant(out / "int8")
     assert info["variant"] == "int8" and info["backend"] == "torch"
-    ref = deploy.TorchRunner(model)(batch)
-    assert close_to_float(deploy.TorchRunner(q)(batch), ref)
-    b16, _, info = deploy.load_variant(out / "bf16")
+    ref = TorchRunner(model)(batch)
+    assert close_to_float(TorchRunner(q)(batch), ref)
+    b16, _, info = load_variant(out / "bf16")
     assert info["variant"] == "bf16" and next(b16.parameters()).dtype == torch.bfloat16
-    assert close_to_float(deploy.TorchRunner(b16, bf16=True)(batch), ref)
+    assert close_to_float(TorchRunner(b16, bf16=True)(batch), ref)
     # the int8 ONNX model: in the report beside the others, loaded without pickles, same argmax on most rows
     assert "| onnx_int8 |" in (out / "report.md").read_text()
     assert not list((out / "onnx_int8").glob("*.pt")) and not list((out / "onnx_int8").glob("*.bin"))
-    q_onnx, tok, info = deploy.load_variant(out / "onnx_int8")
-    assert info["variant"] == "onnx_int8" and isinstance(q_onnx, deploy.OnnxModel)
-    fp32, _, _ = deploy.load_variant(out / "onnx")
+    q_onnx, tok, info = load_variant(out / "onnx_int8")
+    assert info["variant"] == "onnx_int8" and isinstance(q_onnx, OnnxModel)
+    fp32, _, _ = load_variant(out / "onnx")
     fixture = batches(tok, "test", 64)[0]
-    got, want = deploy.TorchRunner(q_onnx)(fixture).argmax(-1), deploy.TorchRunner(fp32)(fixture).argmax(-1)
+    got, want = TorchRunner(q_onnx)(fixture).argmax(-1), TorchRunner(fp32)(fixture).argmax(-1)
     assert len(want) >= 10 and (got == want).float().mean() >= 0.8
     assert onnx_rep["size_mb"] > json.loads((out / "onnx_int8" / "report.json").read_text())["size_mb"]
 
 
 def test_cli_help_and_flags(capsys):
     with pytest.raises(SystemExit):
-        deploy.main(["--help"])
+        command.main(["--help"])
     text = capsys.readouterr().out
     for option in ("--model", "--out", "--teacher", "--int8", "--bf16", "--onnx", "--prune_heads", "--refit_steps"):
         assert option in text
     assert "fraction of attention heads to prune" in text
-    assert deploy._flag_values(["--int8", "--bf16", "false", "--onnx"], ["int8", "bf16", "onnx"]) == [
+    assert command._flag_values(["--int8", "--bf16", "false", "--onnx"], ["int8", "bf16", "onnx"]) == [
         "--int8",
         "true",
         "--bf16",
@@ -191,9 +195,41 @@ def test_cli_help_and_flags(capsys):
     ]
 
 
+def test_a_report_row_is_built_from_a_variants_measurements(tmp_path):
+    from domainbert.deploy.report import progress, variant_row, write_report
+
+    (tmp_path / "model.safetensors").write_bytes(b"x" * 1_500_000)
+    (tmp_path / "tokenizer.json").write_text("{}" * 1000)  # not a weight file: not in the size
+    row = variant_row(
+        "int8", tmp_path / "int8", tmp_path, 10, {"latency_ms_b1": 1.5, "f1_macro": 0.5}, {"examples": 3}, {"k": "v"}
+    )
+    assert row == {
+        "variant": "int8",
+        "path": str(tmp_path / "int8"),
+        "params": 10,
+        "size_mb": 1.5,
+        "latency_ms_b1": 1.5,
+        "f1_macro": 0.5,
+        "examples": 3,
+        "k": "v",
+    }
+    assert progress(row) == "[int8] params=10 size_mb=1.5 latency_ms_b1=1.5 f1_macro=0.5"
+    write_report(tmp_path, row)
+    assert json.loads((tmp_path / "report.json").read_text()) == row
+    assert "- **k:** v" in (tmp_path / "report.md").read_text()
+
+
+def test_the_package_re_exports_load_variant():
+    import domainbert.deploy
+
+    assert domainbert.deploy.load_variant is load_variant
+    with pytest.raises(AttributeError):
+        domainbert.deploy.no_such_name  # noqa: B018
+
+
 def test_prune_needs_training_data(tiny):
     with pytest.raises(DomainBertError, match="--train"):
-        deploy.export(model=str(tiny["model"]), out=str(tiny["root"] / "x"), prune_heads=0.5, latency_examples=2)
+        command.export(model=str(tiny["model"]), out=str(tiny["root"] / "x"), prune_heads=0.5, latency_examples=2)
 
 
 def test_benchmark_quick_runs(tiny_bert, tmp_path):

@@ -4,8 +4,6 @@ import torch
 from transformers import AutoModelForMaskedLM, AutoModelForSequenceClassification, AutoTokenizer, BertModel
 
 from domainbert.data.corpus import CorpusDataModule
-from domainbert.data.masking import IGNORE_INDEX
-from domainbert.errors import DomainBertError
 from domainbert.modules.mlm import MaskedLMModule
 
 
@@ -56,23 +54,6 @@ def test_loss_falls_over_30_steps(tiny_models, corpus_file, tmp_path, family):
     assert after < before - 0.3, (family, before, after)
 
 
-@pytest.mark.parametrize("family", ["bert", "roberta", "albert", "distilbert", "electra"])
-def test_sparse_logits_give_the_full_loss(tiny_models, corpus_file, family):
-    module = MaskedLMModule(str(tiny_models[family]), sparse_logits=True).eval()
-    dense = MaskedLMModule(str(tiny_models[family]), sparse_logits=False).eval()
-    assert module._head_fn is not None, "every supported family has a sparse head"
-    dm = _data(module, corpus_file)
-    batch = _fixed_batch(module, dm)
-    with torch.no_grad():
-        sparse = module(batch, salt=5)
-        ids, labels = module.mask(batch, 5)
-        ref = module.model(**module.model_inputs(batch, ids), labels=labels).loss
-        dense_out = dense(batch, salt=5)
-    assert (labels != IGNORE_INDEX).sum() > 0
-    torch.testing.assert_close(sparse["loss"], ref, rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(dense_out["loss"], ref, rtol=1e-5, atol=1e-5)
-
-
 @pytest.fixture
 def headless_bert(tiny_bert, tmp_path):
     """A BERT checkpoint saved without its MLM head (like a sentence-embedding model), with a pooler."""
@@ -107,11 +88,6 @@ def test_head_warmup_keeps_the_encoder_frozen(headless_bert, corpus_file, tmp_pa
         assert torch.equal(snap.encoder[i], snap.encoder[0]), f"encoder moved during warm-up step {i - 1}"
         assert not torch.equal(snap.head[i], snap.head[i - 1]), "the head must train during warm-up"
     assert not torch.equal(snap.encoder[6], snap.encoder[4]), "the encoder trains after the warm-up"
-
-
-def test_no_warmup_when_the_head_is_trained(tiny_bert):
-    module = MaskedLMModule(str(tiny_bert))
-    assert module.head_missing == [] and module.head_warmup_steps == 0
 
 
 def test_export_round_trip_and_pooler_kept(headless_bert, corpus_file, tmp_path):
@@ -153,22 +129,3 @@ def test_resume_continues_at_the_right_step(tiny_bert, corpus_file, tmp_path):
     state = torch.load(path, weights_only=True)
     assert state["lr_schedulers"][0]["last_epoch"] == 3
     assert state["optimizer_states"][0]["state"], "optimizer moments are saved"
-
-
-def test_nsp_objective(tiny_bert, corpus_file, tmp_path):
-    from transformers import BertForPreTraining
-
-    pre = tmp_path / "pre"
-    BertForPreTraining.from_pretrained(tiny_bert).save_pretrained(pre)
-    AutoTokenizer.from_pretrained(tiny_bert).save_pretrained(pre)
-    module = MaskedLMModule(str(pre), objective="mlm+nsp", head_warmup_steps=0, learning_rate=3e-3)
-    dm = _data(module, corpus_file, tmp_path, nsp=True)
-    dm.setup("fit")
-    labels = torch.tensor([dm.train_ds[i]["next_sentence_label"] for i in range(len(dm.train_ds))])
-    assert 0.3 < labels.float().mean() < 0.7
-    batch = next(iter(dm.train_dataloader()))
-    assert set(batch) >= {"input_ids", "token_type_ids", "next_sentence_label"}
-    out = module(batch, salt=0)
-    assert "nsp_loss" in out and torch.isfinite(out["loss"])
-    with pytest.raises(DomainBertError, match="next-sentence head"):
-        MaskedLMModule(str(tiny_bert).replace("bert", "roberta"), objective="mlm+nsp")

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from domainbert.cli import main
-from domainbert.core.files import MARKER, atomic_dir, atomic_write_text
-from domainbert.deploy import command as deploy
+from domainbert.core.files import atomic_write_text
+from domainbert.deploy import load as deploy
 from domainbert.errors import DomainBertError
 from tests.helpers import faults_summary
 
@@ -115,33 +115,6 @@ def test_export_dirname_must_be_a_plain_name(name, tmp_path, capsys):
     assert exc.value.code == 2 and lost == 0
     line = faults_summary.check_one_line(capsys.readouterr().err)
     assert f"export.dirname={name!r}" in line and "plain folder name" in line
-
-
-@bad_input
-@pytest.mark.parametrize("target", ["run", "run/.", "run/hf/..", "victim"])
-def test_atomic_dir_never_replaces_a_folder_it_did_not_write(target, tmp_path):
-    run = a_run_folder(tmp_path)
-    shutil.move(str(run), str(tmp_path / "run"))
-    (tmp_path / "victim").mkdir()
-    (tmp_path / "victim" / "precious.txt").write_text("keep me")
-    before = files_under(tmp_path)
-    path = str(tmp_path / target)
-    with pytest.raises(DomainBertError, match=rf"{os.path.abspath(path)} exists and was not written by domainbert"):
-        with atomic_dir(path) as tmp:
-            (tmp / "model.safetensors").write_bytes(b"new")
-    lost = len(before - files_under(tmp_path))
-    faults_summary.record("data_lost", lost)
-    assert lost == 0 and files_under(tmp_path) == before  # nothing lost, no temporary folder left
-
-
-def test_atomic_dir_replaces_its_own_output(tmp_path):
-    with atomic_dir(tmp_path / "hf") as tmp:
-        (tmp / "a.txt").write_text("1")
-    assert (tmp_path / "hf" / MARKER).is_file()
-    with atomic_dir(tmp_path / "hf") as tmp:
-        (tmp / "b.txt").write_text("2")
-    assert sorted(p.name for p in (tmp_path / "hf").iterdir()) == [MARKER, "b.txt"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["hf"]
 
 
 @bad_input

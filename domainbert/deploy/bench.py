@@ -1,0 +1,142 @@
+"""Running a variant on tokenized batches and measuring it: CPU latency per example, accuracy and macro-F1."""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+#: The files that count as a variant's weights (safetensors, pickles, ONNX and its external data).
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".onnx", ".onnx.data", ".data")
+
+
+def model_inputs(model: nn.Module, batch: dict) -> dict:
+    """The entries of ``batch`` the model's ``forward`` takes (no labels)."""
+    import inspect
+
+    accepted = set(inspect.signature(model.forward).parameters)
+    return {k: v for k, v in batch.items() if k in accepted and k != "labels" and torch.is_tensor(v)}
+
+
+class TorchRunner:
+    """Logits of a PyTorch model, under ``inference_mode`` (and bf16 autocast for bf16 models)."""
+
+    def __init__(self, model: nn.Module, bf16: bool = False) -> None:
+        """Wrap ``model``; ``bf16`` runs it under CPU bf16 autocast."""
+        self.model = model.eval()
+        self.bf16 = bf16
+
+    def __call__(self, batch: dict) -> torch.Tensor:
+        ctx = torch.autocast("cpu", dtype=torch.bfloat16) if self.bf16 else contextlib.nullcontext()
+        with torch.inference_mode(), ctx:
+            return self.model(**model_inputs(self.model, batch)).logits.float()
+
+
+def encode(tokenizer, texts: list[str], batch_size: int, max_length: int, labels: list[int] | None = None):
+    """Padded batches of ``texts`` (each padded to its longest row), in order."""
+    out = []
+    for start in range(0, len(texts), batch_size):
+        enc = tokenizer(
+            texts[start : start + batch_size], padding=True, truncation=True, max_length=max_length, return_tensors="pt"
+        )
+        batch = {k: v for k, v in enc.items() if k in tokenizer.model_input_names}
+        if labels is not None:
+            batch["labels"] = torch.tensor(labels[start : start + batch_size])
+        out.append(batch)
+    return out
+
+
+def latency_ms(runner: Callable[[dict], torch.Tensor], batches: list[dict], repeats: int = 3) -> float:
+    """Median over ``repeats`` passes of the milliseconds per example over ``batches`` (after one warm-up)."""
+    n = sum(b["input_ids"].shape[0] for b in batches)
+    runner(batches[0])
+    times = []
+    for _ in range(max(1, repeats)):
+        start = time.perf_counter()
+        for b in batches:
+            runner(b)
+        times.append((time.perf_counter() - start) * 1000 / n)
+    return round(statistics.median(times), 3)
+
+
+def task_metrics(runner, batches: list[dict], num_labels: int) -> dict[str, float]:
+    """Accuracy and macro-F1 (the training modules' own torchmetrics definitions) over labelled batches."""
+    from domainbert.modules.metrics import classification_metrics
+
+    metrics = classification_metrics(num_labels)
+    for b in batches:
+        metrics.update(runner(b), b["labels"])
+    names = {"acc": "accuracy"}
+    return {names.get(k, k): round(float(v), 5) for k, v in metrics.compute().items()}
+
+
+def weights_size(folder: Path) -> int:
+    """Bytes of the weight files (safetensors, pt, onnx) in ``folder``."""
+    return sum(f.stat().st_size for f in folder.iterdir() if f.is_file() and f.name.endswith(WEIGHT_SUFFIXES))
+
+
+def num_params(model: nn.Module) -> int:
+    """Parameters of a model (a quantized model counts the float model's)."""
+    return sum(p.numel() for p in model.parameters())
+
+
+@dataclass
+class EvalSet:
+    """What every variant is measured on: batches for the metric and for latency at batch 1 and 32."""
+
+    metric_batches: list[dict] | None
+    b1: list[dict]
+    b32: list[dict]
+    num_labels: int | None
+    repeats: int
+
+    @classmethod
+    def build(
+        cls,
+        tokenizer,
+        texts: list[str],
+        labels: list[int] | None,
+        num_labels: int | None,
+        batch_size: int = 32,
+        max_length: int = 128,
+        latency_examples: int = 64,
+        repeats: int = 3,
+    ) -> EvalSet:
+        """Tokenize ``texts`` for the metric pass and (repeated as needed) for the latency passes.
+
+        Args:
+            tokenizer: the model's tokenizer.
+            texts: the examples (at least one).
+            labels: their label ids, or None: no metric pass.
+            num_labels: the model's number of labels (None: no metric pass).
+            batch_size: batch size of the metric pass.
+            max_length: truncation length.
+            latency_examples: examples timed at batch 1 (at most 32) and batched by 32 (at least 32).
+            repeats: timing passes; the median is reported.
+        """
+        timed = (texts * (1 + latency_examples // len(texts)))[: max(latency_examples, 32)]
+        return cls(
+            metric_batches=encode(tokenizer, texts, batch_size, max_length, labels) if labels is not None else None,
+            b1=encode(tokenizer, timed[: min(latency_examples, 32)], 1, max_length),
+            b32=encode(tokenizer, timed[: max(32, latency_examples // 32 * 32)], 32, max_length),
+            num_labels=num_labels,
+            repeats=repeats,
+        )
+
+
+def measure(runner, evalset: EvalSet) -> dict[str, Any]:
+    """Latency per example at batch 1 and 32 (ms), and the task metric when there are labels."""
+    out: dict[str, Any] = {
+        "latency_ms_b1": latency_ms(runner, evalset.b1, evalset.repeats),
+        "latency_ms_b32": latency_ms(runner, evalset.b32, evalset.repeats),
+    }
+    if evalset.metric_batches and evalset.num_labels:
+        out.update(task_metrics(runner, evalset.metric_batches, evalset.num_labels))
+    return out

@@ -1,0 +1,192 @@
+"""The command line's own logic, without training: dispatch, the tool parser, LightningCLI pins, callbacks, logs."""
+
+from __future__ import annotations
+
+import argparse
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from domainbert.cli import COMMANDS, _user_error, main
+from domainbert.core.tool_cli import run_function
+from domainbert.errors import DomainBertError
+
+# -- dispatch -------------------------------------------------------------------------------------------------------
+
+
+def test_no_command_prints_the_help_and_exits_2(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main([])
+    assert exc.value.code == 2
+    assert "datamodules" in capsys.readouterr().err
+
+
+def test_unknown_command_lists_every_command(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["fitt", "--config", "x.yaml"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "unknown command 'fitt'" in err and all(c in err for c in COMMANDS) and "Traceback" not in err
+
+
+def test_a_user_error_is_found_however_deep_the_libraries_wrapped_it():
+    cause = DomainBertError("data.train: no such file")
+    try:
+        try:
+            raise cause
+        except DomainBertError as err:
+            raise RuntimeError("jsonargparse: problem instantiating") from err
+    except RuntimeError as wrapped:
+        assert _user_error(wrapped) is cause
+    assert _user_error(KeyError("a bug")) is None
+
+
+def test_a_parse_error_becomes_one_line_pointing_at_help():
+    err = argparse.ArgumentError(None, "unrecognized arguments:\n  --top 5")
+    found = _user_error(err)
+    assert isinstance(found, DomainBertError) and "\n" not in str(found)
+    assert str(found) == "unrecognized arguments: --top 5 (`domainbert <command> --help` lists the options)"
+
+
+# -- the tool parser ------------------------------------------------------------------------------------------------
+
+
+def _count(corpus: str, top_k: int = 5, lowercase: bool = True) -> dict:
+    """Count words.
+
+    Args:
+        corpus: the corpus file.
+        top_k: how many words to keep.
+        lowercase: lowercase the words first.
+    """
+    return {"corpus": corpus, "top_k": top_k, "lowercase": lowercase}
+
+
+def test_a_tool_function_gets_its_options_from_its_signature():
+    got = run_function(_count, ["--corpus", "c.txt", "--top_k", "3", "--lowercase", "false"], "domainbert count", "")
+    assert got == {"corpus": "c.txt", "top_k": 3, "lowercase": False}
+    assert run_function(_count, ["--corpus", "c.txt"], "domainbert count", "")["top_k"] == 5
+
+
+def test_a_tool_function_refuses_abbreviations_and_shows_its_docstring(capsys):
+    with pytest.raises(SystemExit):
+        run_function(_count, ["--corpus", "c.txt", "--top", "3"], "domainbert count", "")
+    assert "--top" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        run_function(_count, ["--help"], "domainbert count", "Count the words of a corpus.")
+    assert exc.value.code == 0
+    text = capsys.readouterr().out
+    assert "usage: domainbert count" in text and "Count the words of a corpus." in text
+    assert "--top_k" in text and "how many words to keep" in text
+
+
+# -- LightningCLI: what domainbert relies on ------------------------------------------------------------------------
+
+
+def test_lightning_cli_parses_before_it_reads_the_checkpoint_hparams():
+    """Pin: aliases are resolved in ``parse_arguments``, which LightningCLI runs before its private
+    ``_parse_ckpt_path`` loads the checkpoint's hyper-parameters (and which domainbert no longer overrides)."""
+    import inspect
+
+    from lightning.pytorch.cli import LightningCLI
+
+    from domainbert.core.lightning_cli import DomainBertCLI
+
+    src = inspect.getsource(LightningCLI.__init__)
+    assert src.index("self.parse_arguments(") < src.index("self._parse_ckpt_path()") < src.index("instantiate_classes")
+    assert "_parse_ckpt_path" not in DomainBertCLI.__dict__
+
+
+def test_lightning_cli_reads_hparams_from_the_ckpt_path_that_parse_arguments_left(tmp_path):
+    """Pin, by behaviour: the ``ckpt_path`` rewritten in the public ``parse_arguments`` hook (as DomainBertCLI turns
+    ``best`` into a file) is the one whose hyper-parameters LightningCLI loads into the model's config."""
+    import lightning.pytorch as L
+    from lightning.pytorch.cli import LightningCLI
+    from lightning.pytorch.demos.boring_classes import BoringDataModule
+
+    class Net(L.LightningModule):
+        def __init__(self, width: int = 1) -> None:
+            super().__init__()
+            self.width = width
+
+    class Stop(Exception):
+        pass
+
+    ckpt = tmp_path / "best-epoch=3.ckpt"
+    torch.save({"hyper_parameters": {"width": 7}}, ckpt)
+    seen = {}
+
+    class CLI(LightningCLI):
+        def parse_arguments(self, parser, args):
+            super().parse_arguments(parser, args)
+            self.config["validate"]["ckpt_path"] = str(ckpt)
+
+        def before_instantiate_classes(self):
+            seen["width"] = self.config["validate"]["model"]["width"]
+            raise Stop
+
+    with pytest.raises(Stop):
+        CLI(Net, BoringDataModule, args=["validate", "--ckpt_path", "best"], save_config_callback=None)
+    assert seen == {"width": 7}
+
+
+def test_resumed_csv_log_keeps_the_rows_already_written(tmp_path):
+    from domainbert.core.lightning_cli import RunCSVLogger
+
+    run = tmp_path / "fam" / "version_0"
+    run.mkdir(parents=True)
+    (run / "metrics.csv").write_text("epoch,step,train/loss\n0,4,2.5\n")
+    logger = RunCSVLogger(save_dir=str(tmp_path), name="fam", version=0, resume=True)
+    logger.log_metrics({"train/loss": 2.0, "val/loss": 1.5}, step=9)
+    logger.save()
+    lines = (run / "metrics.csv").read_text().splitlines()
+    assert lines == ["epoch,step,train/loss,val/loss", "0,4,2.5,", ",9,2.0,1.5"]
+
+
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("trainer:\n  callbacks: [a, b\n", "line 3, column 1: YAML syntax error"),
+        ("- a\n- b\n", "expected a mapping of options (trainer:, model:, data:...), found a list"),
+        ("", "found nothing (an empty file)"),
+    ],
+    ids=["syntax", "list", "empty"],
+)
+def test_a_config_file_that_is_not_a_mapping_names_the_file(tmp_path, text, message):
+    from domainbert.core.lightning_cli import check_config_files
+
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    with pytest.raises(DomainBertError) as err:
+        check_config_files(["fit", "--config", str(path)])
+    assert str(err.value).startswith(f"{path}: ") and message in str(err.value)
+    check_config_files(["fit", f"--config={tmp_path / 'missing.yaml'}"])  # left to the parser's own message
+
+
+# -- callbacks ------------------------------------------------------------------------------------------------------
+
+
+def test_early_stopping_with_a_misspelt_monitor_names_the_logged_metrics():
+    from domainbert.callbacks import EarlyStopping
+
+    callback = EarlyStopping(monitor="val/f1_macor", mode="max")
+    trainer = SimpleNamespace(sanity_checking=False, callback_metrics={"val/f1_macro": torch.tensor(0.5)})
+    with pytest.raises(DomainBertError, match=r"monitor='val/f1_macor'.*logged: val/f1_macro"):
+        callback.on_validation_end(trainer, None)
+
+
+def test_early_stopping_waits_for_the_first_validation(caplog):
+    from domainbert.callbacks import EarlyStopping
+
+    callback = EarlyStopping(monitor="val/f1_macro", mode="max")
+    trainer = SimpleNamespace(callback_metrics={})
+    assert callback._missing(trainer) and callback._missing(trainer)
+    assert len([r for r in caplog.records if "no validation has run yet" in r.getMessage()]) == 1
+
+
+def test_the_guard_refuses_an_unknown_nonfinite_policy():
+    from domainbert.callbacks import TrainingGuard
+
+    with pytest.raises(DomainBertError, match="--guard.nonfinite='maybe': expected stop, skip or ignore"):
+        TrainingGuard(nonfinite="maybe")

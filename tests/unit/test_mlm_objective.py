@@ -1,0 +1,70 @@
+"""The masked-LM module without training: the sparse head's loss, head warm-up detection, the NSP objective.
+
+The runs that train (loss falls, head warm-up, export, resume) are in tests/integration/test_mlm.py.
+"""
+
+import pytest
+import torch
+from transformers import AutoTokenizer
+
+from domainbert.data.corpus import CorpusDataModule
+from domainbert.data.masking import IGNORE_INDEX
+from domainbert.errors import DomainBertError
+from domainbert.modules.mlm import MaskedLMModule
+
+
+def _data(module, corpus, tmp_path=None, **kw):
+    """A corpus datamodule on ``corpus`` (its first 64 lines, copied into ``tmp_path``, when given)."""
+    lines = corpus.read_text().splitlines()[:64]
+    path = (tmp_path or corpus.parent) / "small.txt"
+    if tmp_path is not None:
+        path.write_text("\n".join(lines) + "\n")
+    dm = CorpusDataModule(train=str(path if tmp_path else corpus), val_ratio=0.0, max_length=32, batch_size=8, **kw)
+    dm.connect(module.tokenizer)
+    return dm
+
+
+def _fixed_batch(module, dm):
+    dm.setup("fit")
+    return next(iter(dm.train_dataloader()))
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta", "albert", "distilbert", "electra"])
+def test_sparse_logits_give_the_full_loss(tiny_models, corpus_file, family):
+    module = MaskedLMModule(str(tiny_models[family]), sparse_logits=True).eval()
+    dense = MaskedLMModule(str(tiny_models[family]), sparse_logits=False).eval()
+    assert module._head_fn is not None, "every supported family has a sparse head"
+    dm = _data(module, corpus_file)
+    batch = _fixed_batch(module, dm)
+    with torch.no_grad():
+        sparse = module(batch, salt=5)
+        ids, labels = module.mask(batch, 5)
+        ref = module.model(**module.model_inputs(batch, ids), labels=labels).loss
+        dense_out = dense(batch, salt=5)
+    assert (labels != IGNORE_INDEX).sum() > 0
+    torch.testing.assert_close(sparse["loss"], ref, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(dense_out["loss"], ref, rtol=1e-5, atol=1e-5)
+
+
+def test_no_warmup_when_the_head_is_trained(tiny_bert):
+    module = MaskedLMModule(str(tiny_bert))
+    assert module.head_missing == [] and module.head_warmup_steps == 0
+
+
+def test_nsp_objective(tiny_bert, corpus_file, tmp_path):
+    from transformers import BertForPreTraining
+
+    pre = tmp_path / "pre"
+    BertForPreTraining.from_pretrained(tiny_bert).save_pretrained(pre)
+    AutoTokenizer.from_pretrained(tiny_bert).save_pretrained(pre)
+    module = MaskedLMModule(str(pre), objective="mlm+nsp", head_warmup_steps=0, learning_rate=3e-3)
+    dm = _data(module, corpus_file, tmp_path, nsp=True)
+    dm.setup("fit")
+    labels = torch.tensor([dm.train_ds[i]["next_sentence_label"] for i in range(len(dm.train_ds))])
+    assert 0.3 < labels.float().mean() < 0.7
+    batch = next(iter(dm.train_dataloader()))
+    assert set(batch) >= {"input_ids", "token_type_ids", "next_sentence_label"}
+    out = module(batch, salt=0)
+    assert "nsp_loss" in out and torch.isfinite(out["loss"])
+    with pytest.raises(DomainBertError, match="next-sentence head"):
+        MaskedLMModule(str(tiny_bert).replace("bert", "roberta"), objective="mlm+nsp")
