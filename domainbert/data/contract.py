@@ -17,6 +17,11 @@ and the data, and names what is missing:
   own (an export's ``id2label``). A datamodule with ``use_labels(names)`` takes the model's label order when
   the two differ only in order (:func:`align_labels`), so an export is never scored with a wrong mapping.
 - **Optional.** ``max_length`` (int) is checked against the model's position embeddings before training.
+
+Label agreement has one home, here: :func:`model_labels` makes a module's label set from the data's and its head's
+(a fine-tuning checkpoint's or a distillation teacher's), :func:`check_datamodule` checks a datamodule when the CLI
+builds it, and :func:`check_agreement` checks it again at ``setup`` (Python API runs included), re-encoding the data
+in the model's label order where it can (:func:`align_labels`).
 """
 
 from __future__ import annotations
@@ -48,11 +53,12 @@ class HasLabels(Protocol):
 def check_datamodule(datamodule: Any, model: Any) -> None:
     """Raise a clear error when ``datamodule`` misses what ``model`` needs from it.
 
-    A model whose hyperparameters include ``num_labels`` is a labelled task: the datamodule must satisfy
-    :class:`HasLabels`, and its labels must agree with the model's.
+    A model whose hyperparameters include ``num_labels`` is a labelled task (unless its ``label_names`` is None, as
+    a distillation module's for QA or masked-LM): the datamodule must satisfy :class:`HasLabels`, and its labels
+    must agree with the model's.
     """
     hparams = getattr(model, "hparams", {}) or {}
-    if "num_labels" not in hparams:
+    if "num_labels" not in hparams or (hasattr(model, "label_names") and model.label_names is None):
         return
     name = type(datamodule).__name__
     missing = [a for a in ("num_labels", "label_names") if not _readable(datamodule, a)]
@@ -62,12 +68,113 @@ def check_datamodule(datamodule: Any, model: Any) -> None:
             "num_labels and label_names from __init__ (see domainbert.data.contract), or give model.num_labels"
         )
     if not missing and datamodule.label_names is not None:
-        names = list(datamodule.label_names)
-        if len(names) != datamodule.num_labels:
-            raise DomainBertError(
-                f"data: {name}.num_labels is {datamodule.num_labels} but label_names has {len(names)} names: {names}"
-            )
+        check_label_count(datamodule.num_labels, list(datamodule.label_names), f"data: {name}.")
     align_labels(datamodule, getattr(model, "label_names", None))
+
+
+def check_agreement(datamodule: Any, label_names: list[str] | None, settings: dict | None = None, owner="model"):
+    """At ``setup``: the data's ``settings`` (``multi_label``) equal the model's, and it encodes the model's labels.
+
+    Args:
+        datamodule: the trainer's datamodule; None (plain dataloaders) checks nothing.
+        label_names: the model's labels in id order; None for a task without labels.
+        settings: ``{attribute: the model's value}`` that a datamodule with that attribute must share.
+        owner: how messages name the model's side (``model``, ``model.teacher``).
+
+    Raises:
+        DomainBertError: a setting or the label set differs (see :func:`align_labels`).
+    """
+    if datamodule is None:
+        return
+    for attr, want in (settings or {}).items():
+        have = getattr(datamodule, attr, want)
+        if have != want:
+            raise DomainBertError(f"data.{attr}={have} but {owner}.{attr}={want}; set both the same")
+    align_labels(datamodule, label_names)
+
+
+def check_label_count(num_labels: int | None, label_names: list[str] | None, where: str = "") -> None:
+    """Raise when both a label count and label names are given and disagree; ``where`` prefixes the message."""
+    if num_labels is not None and label_names is not None and len(label_names) != num_labels:
+        raise DomainBertError(
+            f"{where}num_labels is {num_labels} but label_names has {len(label_names)} names: {list(label_names)}"
+        )
+
+
+def is_generic(names: list[str]) -> bool:
+    """True for ``transformers``' default names ``LABEL_0, LABEL_1, ...``: a label count, not a label set."""
+    return list(names) == [f"LABEL_{i}" for i in range(len(names))]
+
+
+def model_labels(
+    num_labels: int | None,
+    label_names: list[str] | None,
+    own: list[str] | None = None,
+    *,
+    source: str = "the checkpoint",
+    fixed: bool = False,
+) -> list[str]:
+    """A module's label names in id order, from the data's (linked by the CLI) and its head's own.
+
+    Args:
+        num_labels: the data's label count; None when unknown.
+        label_names: the data's labels in id order (or the user's ``model.label_names``); None when unknown.
+        own: the labels of the head the module starts from (its checkpoint's ``id2label``); None for none.
+            Generic names (``LABEL_i``) count as a size only.
+        source: how messages name that head's owner (a checkpoint path, ``the teacher``).
+        fixed: the head stays as it is (a distillation teacher's): the data must have its labels, in its order.
+            Otherwise (fine-tuning) the data's label set wins: the checkpoint's order is kept when the two sets
+            are equal (the datamodule then takes it, see :func:`align_labels`), and another set gets a new head.
+
+    Raises:
+        DomainBertError: the count and the names disagree; the data's labels are not a fixed head's; or no label
+            set is known at all.
+    """
+    names = None if label_names is None else [str(x) for x in label_names]
+    check_label_count(num_labels, names, "model.")
+    if fixed:
+        return _fixed_head_labels(num_labels, names, [str(x) for x in own or []], source)
+    own = None if own is None or is_generic(own) else [str(x) for x in own]
+    if names is not None:
+        if own is not None and own != names and sorted(own) == sorted(names):
+            log.info("%s: keeping the checkpoint's label order %s (the data's is %s)", source, own, names)
+            return own
+        if own is not None and own != names:
+            log.warning(
+                "%s has a head for the labels %s, but the labels here are %s: the head is %s",
+                source,
+                own,
+                names,
+                "kept under the new names" if len(own) == len(names) else "replaced by a random one",
+            )
+        return names
+    if own is not None and num_labels in (None, len(own)):
+        return own
+    if num_labels is None:
+        raise DomainBertError(
+            "the number of labels is unknown: give data.train or data.labels (the CLI links them into the model), "
+            "or model.num_labels / model.label_names, or model.init_from a fine-tuned export (its id2label)"
+        )
+    return [f"LABEL_{i}" for i in range(num_labels)]
+
+
+def _fixed_head_labels(num_labels: int | None, names: list[str] | None, own: list[str], source: str) -> list[str]:
+    """The labels of a head that cannot change (see :func:`model_labels`)."""
+    if num_labels is not None and num_labels != len(own):
+        raise DomainBertError(
+            f"the data has {num_labels} labels but {source}'s head has {len(own)}: distil on the data {source} was "
+            "fine-tuned on"
+        )
+    if names is None:
+        return own
+    if len(names) != len(own):
+        raise DomainBertError(f"{len(names)} label_names but {source}'s head has {len(own)} outputs")
+    if not is_generic(own) and names != own:
+        raise DomainBertError(
+            f"the data's labels {names} differ from {source}'s {own} (order matters: {source}'s output i is label i); "
+            f"give data.labels in {source}'s order"
+        )
+    return names
 
 
 def align_labels(datamodule: Any, names: list[str] | None) -> None:

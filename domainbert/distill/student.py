@@ -8,6 +8,9 @@
   overrides (fewer layers, a smaller width), so the vocabulary and the label set stay the teacher's.
 - :func:`student_from_checkpoint` loads any smaller checkpoint; :func:`check_same_tokenizer` then makes sure
   both models read the same token ids.
+
+:func:`build_student` picks one of the three from ``DistillationModule``'s arguments. Every function takes the
+task by its name (:class:`domainbert.modules.tasks.Task`), which picks the head class.
 """
 
 from __future__ import annotations
@@ -16,24 +19,14 @@ import copy
 import logging
 import re
 
-from transformers import (
-    AutoConfig,
-    AutoModelForMaskedLM,
-    AutoModelForSequenceClassification,
-    AutoModelForTokenClassification,
-    PreTrainedModel,
-)
+from transformers import AutoConfig, PreTrainedModel
 
+from domainbert.core.hf import check_tokenizer_fits, load_config, load_model, load_tokenizer
+from domainbert.core.models_local import resolve_local_alias
 from domainbert.errors import DomainBertError
+from domainbert.modules.tasks import Task, spec
 
 log = logging.getLogger(__name__)
-
-#: task name -> the ``transformers`` auto class of its head
-TASKS = {
-    "sequence-classification": AutoModelForSequenceClassification,
-    "token-classification": AutoModelForTokenClassification,
-    "masked-lm": AutoModelForMaskedLM,
-}
 
 #: generic config names -> DistilBERT's own names
 _DISTILBERT_NAMES = {
@@ -48,11 +41,9 @@ _DISTILBERT_NAMES = {
 _LAYER_KEY = re.compile(r"(\.layer\.)(\d+)(\.)")
 
 
-def auto_class(task: str):
-    """The auto class for ``task``; a clear error for an unknown task."""
-    if task not in TASKS:
-        raise DomainBertError(f"task={task!r}: expected one of {sorted(TASKS)}")
-    return TASKS[task]
+def auto_class(task: Task | str):
+    """The ``transformers`` auto class of ``task``'s head; a clear error for an unknown task."""
+    return spec(task).auto_cls
 
 
 def num_layers(config) -> int:
@@ -143,7 +134,7 @@ def student_from_teacher(teacher: PreTrainedModel, layers: int | list[int], stra
     return student, selected
 
 
-def student_from_config(teacher_config, overrides: dict, task: str):
+def student_from_config(teacher_config, overrides: dict, task: Task | str):
     """A randomly initialised student: the teacher's config with ``overrides`` (fewer layers, smaller width).
 
     Generic names (``num_hidden_layers``, ``hidden_size``, ``num_attention_heads``, ``intermediate_size``)
@@ -213,16 +204,14 @@ def check_same_tokenizer(teacher_tok, student_tok, teacher: str, student: str) -
         )
 
 
-def student_from_checkpoint(path: str, task: str, teacher_config):
+def student_from_checkpoint(path: str, task: Task | str, teacher_config):
     """Load a smaller checkpoint as the student, with the teacher's label set on its head.
 
     Returns:
         ``(student, missing_keys)``: weights the checkpoint lacked (a new task head) are random.
     """
-    from domainbert.core.hf import load_config, load_model
-
     config = load_config(path)
-    if task != "masked-lm":
+    if spec(task).labelled:
         for key in ("num_labels", "id2label", "label2id", "problem_type"):
             if getattr(teacher_config, key, None) is not None:
                 setattr(config, key, getattr(teacher_config, key))
@@ -232,3 +221,64 @@ def student_from_checkpoint(path: str, task: str, teacher_config):
             f"{teacher_config.vocab_size}: distillation needs one tokenizer"
         )
     return load_model(auto_class(task), path, config=config, ignore_mismatched_sizes=True)
+
+
+def build_student(
+    teacher: PreTrainedModel,
+    tokenizer,
+    task: Task | str,
+    student: str | None = None,
+    student_layers: int | list[int] | None = None,
+    student_config: dict | None = None,
+    layer_selection: str = "every_k",
+    teacher_name: str = "the teacher",
+) -> tuple[PreTrainedModel, dict[int, int] | None]:
+    """The student from exactly one of ``student``, ``student_layers`` and ``student_config``.
+
+    Args:
+        teacher: the loaded teacher.
+        tokenizer: the teacher's tokenizer; a ``student`` checkpoint's own must be the same.
+        task: the task (its head class).
+        student: a smaller checkpoint (folder or installed alias).
+        student_layers: the number of teacher layers to copy, or their 0-based list.
+        student_config: overrides of the teacher's config for a randomly initialised student.
+        layer_selection: ``every_k`` or ``spread`` (see :func:`select_layers`).
+        teacher_name: the teacher as the user named it, for messages.
+
+    Returns:
+        ``(student, layer_map)``: the map of the teacher layers a copied student came from, else None.
+    """
+    given = [n for n, v in (("student", student), ("student_layers", student_layers)) if v is not None]
+    given += ["student_config"] if student_config else []
+    if len(given) != 1:
+        raise DomainBertError(
+            f"give exactly one of model.student (a checkpoint), model.student_layers (copy teacher layers) and "
+            f"model.student_config (a smaller config); got {given or 'none'}"
+        )
+    layer_map = None
+    if student is not None:
+        model = _checkpoint_student(
+            resolve_local_alias(student), task, teacher.config, tokenizer, teacher_name, student
+        )
+    elif student_layers is not None:
+        model, selected = student_from_teacher(teacher, student_layers, layer_selection)
+        layer_map = copied_layer_map(selected)
+        log.info("student: teacher layers %s copied", selected)
+    else:
+        model = student_from_config(teacher.config, student_config, task)
+    check_tokenizer_fits(tokenizer, model, where="student")
+    return model, layer_map
+
+
+def _checkpoint_student(path: str, task, teacher_config, tokenizer, teacher_name: str, name: str) -> PreTrainedModel:
+    """:func:`student_from_checkpoint`, with the student's tokenizer (if it has one) checked against the teacher's."""
+    model, missing = student_from_checkpoint(path, task, teacher_config)
+    if missing:
+        log.info("student weights initialised at random: %s", ", ".join(missing))
+    try:
+        own = load_tokenizer(path)
+    except DomainBertError:
+        log.warning("%s has no tokenizer; its vocabulary size matches the teacher's, using the teacher's", path)
+        return model
+    check_same_tokenizer(tokenizer, own, teacher_name, name)
+    return model

@@ -30,6 +30,7 @@ import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import datasets
 import numpy as np
@@ -90,6 +91,34 @@ def fingerprint(teacher: str, data_files: Iterable[str], max_length: int | None,
         "extra": extra or {},
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:20]
+
+
+def training_fingerprint(teacher: str, datamodule: Any, loader: Iterable[dict], extra: dict) -> str:
+    """The fingerprint of a teacher's outputs over a training set (see :func:`fingerprint`).
+
+    The data is identified by the datamodule's training files and ``max_length``; without a file list (plain
+    dataloaders, in-memory data) by the content of every example of ``loader``.
+    """
+    files = data_files(datamodule)
+    extra = {**extra, "data": type(datamodule).__name__ if datamodule is not None else None}
+    if files is None:
+        keys = sorted(k for b in loader for k in content_keys(b["input_ids"], b["attention_mask"]))
+        extra["content"] = hashlib.sha256(str(keys).encode()).hexdigest()
+        files = []
+    return fingerprint(teacher, files, getattr(datamodule, "max_length", None), extra)
+
+
+def data_files(datamodule: Any) -> list[str] | None:
+    """The training file spec(s) of a datamodule, if it says where its data comes from."""
+    if datamodule is None:
+        return None
+    paths = getattr(datamodule, "paths", None)
+    spec = paths.get("train") if isinstance(paths, dict) else None
+    hparams = getattr(datamodule, "hparams", None)
+    spec = spec or getattr(datamodule, "train", None) or (hparams.get("train") if hasattr(hparams, "get") else None)
+    if not spec:
+        return None
+    return [str(s) for s in spec] if isinstance(spec, (list, tuple)) else [str(spec)]
 
 
 def content_keys(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> list[int]:
@@ -218,7 +247,8 @@ class TeacherCache:
             (tmp / META).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         log.info("teacher cache: wrote %d examples to %s", rows, path)
         cache = cls.open(root, key)
-        assert cache is not None
+        if cache is None:
+            raise DomainBertError(f"teacher cache {path}: written, but it cannot be read back (is the disk full?)")
         return cache
 
     # -- lookup ---------------------------------------------------------------------------------------

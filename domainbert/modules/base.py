@@ -1,8 +1,8 @@
-"""What every domainbert LightningModule shares: the optimiser set-up and the HF export.
+"""What every domainbert LightningModule shares: the optimiser set-up, metric logging and the HF export.
 
 This is deliberately one thin layer: each task module owns its constructor (so LightningCLI shows
-exactly its options), its model and its steps; it inherits only ``configure_optimizers`` and
-``export_hf``.
+exactly its options), its model and its steps; it inherits ``configure_optimizers``, ``export_hf`` and
+:meth:`HFModule.log_metrics`. The fine-tuning modules share one more layer, :mod:`domainbert.modules.finetune`.
 """
 
 from __future__ import annotations
@@ -12,11 +12,29 @@ from pathlib import Path
 
 import lightning.pytorch as L
 import torch
+from torch import nn
 
 from domainbert.core.hf import export_hf
 from domainbert.core.optim import build_optimizer, param_groups, warmup_linear
+from domainbert.errors import DomainBertError
 
 log = logging.getLogger(__name__)
+
+
+def enable_gradient_checkpointing(model: nn.Module) -> None:
+    """Turn on activation (gradient) checkpointing, non-reentrant, in a ``transformers`` model (or a LoRA wrapper).
+
+    Raises:
+        DomainBertError: the model's family does not support it.
+    """
+    base = getattr(model, "get_base_model", lambda: model)()
+    if not getattr(base, "supports_gradient_checkpointing", False):
+        raise DomainBertError(f"gradient_checkpointing: {type(base).__name__} does not support it; set it to false")
+    enable = getattr(model, "activation_checkpointing_enable", None)  # transformers >= 5.x; older: gradient_...
+    if enable is not None:
+        enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
 
 class HFModule(L.LightningModule):
@@ -49,20 +67,25 @@ class HFModule(L.LightningModule):
         """Optimizer steps in this fit, from ``trainer.estimated_stepping_batches``."""
         total = self.trainer.estimated_stepping_batches
         if total in (float("inf"), None):
-            raise ValueError("set trainer.max_steps or trainer.max_epochs: the LR schedule needs a length")
+            raise DomainBertError("set trainer.max_steps or trainer.max_epochs: the LR schedule needs a length")
         return int(total)
 
     def configure_optimizers(self):
         """AdamW (or the injected optimizer) with a per-step linear warm-up/decay schedule."""
         lr = self.hparams.get("learning_rate")
         if isinstance(lr, int | float) and not lr > 0:  # 0 would divide by zero in the MLM head schedule
-            from domainbert.errors import DomainBertError
-
             raise DomainBertError(f"model.learning_rate={lr}: expected a positive learning rate")
         groups = self.trainable_groups()
         opt = build_optimizer(self.optimizer, groups)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, self.lr_lambdas(groups, self.total_steps()))
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step", "frequency": 1}}
+
+    def log_metrics(self, stage: str, metrics, batch_size: int) -> None:
+        """Log each metric of a ``MetricCollection`` as ``<stage>/<name>``, computed over the epoch."""
+        for name, metric in metrics.items():
+            self.log(
+                f"{stage}/{name}", metric, on_step=False, on_epoch=True, batch_size=batch_size, prog_bar=stage == "val"
+            )
 
     # -- export -----------------------------------------------------------------------------------
     def hf_model(self):

@@ -1,201 +1,31 @@
-"""Fine-tuning for sequence classification (single texts, text pairs; multi-class or multi-label).
-
-Also home of :class:`FineTuneModule`, what the three fine-tuning modules share: loading any family's
-checkpoint (a folder, a hub name, an installed alias, or a pretraining stage's ``hf/`` export) with
-dropout overrides, freezing the bottom layers, the LoRA switch and the merged export.
-"""
+"""Fine-tuning for sequence classification (single texts, text pairs; multi-class or multi-label)."""
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import logging
-import os
-import re
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from lightning.pytorch.cli import OptimizerCallable
-from torch import nn
-from transformers import AutoModelForSequenceClassification
 
-from domainbert.core.hf import check_tokenizer_fits, load_config, load_model, load_tokenizer
+from domainbert.core.hf import load_config
 from domainbert.core.models_local import resolve_local_alias
-from domainbert.data.contract import align_labels
 from domainbert.errors import DomainBertError
-from domainbert.modules.base import HFModule
-from domainbert.modules.lora import LoraSettings, apply_lora, as_settings, merged
+from domainbert.modules.base import enable_gradient_checkpointing as enable_gradient_checkpointing  # re-exported
+from domainbert.modules.finetune import FineTuneModule, label_config, labels_from, lora_hparam
+from domainbert.modules.finetune import checkpoint_labels as checkpoint_labels  # re-exported
+from domainbert.modules.finetune import freeze_bottom_layers as freeze_bottom_layers  # re-exported
+from domainbert.modules.lora import LoraSettings
 from domainbert.modules.metrics import classification_metrics
-from domainbert.modules.pooled import POOLING_KEY, is_mean_pooled, mark_config, unmark_config
+from domainbert.modules.pooled import POOLING_KEY, is_mean_pooled
+from domainbert.modules.tasks import Task
 
 log = logging.getLogger(__name__)
 
-_LAYER = re.compile(r"(?:^|\.)(?:layer|layers)\.(\d+)\.")
 
-
-def freeze_bottom_layers(model: nn.Module, n: int) -> int:
-    """Freeze the embeddings and the bottom ``n`` encoder layers of a ``transformers`` model.
-
-    Returns the number of parameters frozen.
-
-    Raises:
-        DomainBertError: ``n`` beyond the model's depth, or a model without numbered layers (ALBERT
-            shares one layer across its depth, so its layers cannot be frozen separately).
-    """
-    if n <= 0:
-        return 0
-    depth = getattr(model.config, "num_hidden_layers", None)
-    if depth is not None and n > depth:
-        raise DomainBertError(f"freeze_layers={n}: the model has only {depth} layers")
-    frozen, seen_layers = 0, False
-    for name, p in model.base_model.named_parameters():
-        m = _LAYER.search(name)
-        seen_layers = seen_layers or m is not None
-        if name.startswith("embeddings.") or (m is not None and int(m.group(1)) < n):
-            p.requires_grad_(False)
-            frozen += p.numel()
-    if not seen_layers:
-        raise DomainBertError(
-            f"freeze_layers={n}: {model.config.model_type} has no separately numbered encoder layers "
-            "(ALBERT shares one layer across its depth); use freeze_layers: 0"
-        )
-    return frozen
-
-
-def checkpoint_labels(init_from: str | None) -> list[str] | None:
-    """The ``id2label`` names of a local checkpoint folder in id order; None if it has none of its own.
-
-    Generic names (``LABEL_0``, ``LABEL_1``...) count as none: they are ``transformers``' defaults.
-    """
-    if not init_from:
-        return None
-    try:
-        path = Path(os.path.expanduser(resolve_local_alias(str(init_from)))) / "config.json"
-        id2label = json.loads(path.read_text(encoding="utf-8")).get("id2label") if path.is_file() else None
-    except (OSError, ValueError, DomainBertError):
-        return None
-    if not isinstance(id2label, dict) or not id2label:
-        return None
-    try:
-        names = [str(id2label[k]) for k in sorted(id2label, key=int)]
-    except (TypeError, ValueError):
-        return None
-    return None if names == [f"LABEL_{i}" for i in range(len(names))] else names
-
-
-def labels_from(num_labels: int | None, label_names: list[str] | None, init_from: str | None = None) -> list[str]:
-    """The label names, checked against ``num_labels``; ``LABEL_i`` names when only a count is known.
-
-    A checkpoint with its own label set (``init_from`` an export) keeps it: with no names given its ``id2label``
-    is used, and names equal to its as a set take its order (its head's output ``i`` is its label ``i``); the
-    datamodule then encodes the data in that order (``domainbert.data.contract.align_labels``).
-    """
-    own = checkpoint_labels(init_from)
-    if label_names is not None:
-        label_names = [str(x) for x in label_names]
-        if num_labels is not None and num_labels != len(label_names):
-            raise DomainBertError(f"num_labels={num_labels} but {len(label_names)} label_names were given")
-        if own is not None and own != label_names and sorted(own) == sorted(label_names):
-            log.info("%s: keeping the checkpoint's label order %s (the data's is %s)", init_from, own, label_names)
-            return own
-        if own is not None and own != label_names:
-            log.warning(
-                "%s has a head for the labels %s, but the labels here are %s: the head is %s",
-                init_from,
-                own,
-                label_names,
-                "kept under the new names" if len(own) == len(label_names) else "replaced by a random one",
-            )
-        return label_names
-    if own is not None and num_labels in (None, len(own)):
-        return own
-    if num_labels is None:
-        raise DomainBertError(
-            "the number of labels is unknown: give data.train or data.labels (the CLI links them into the model), "
-            "or model.num_labels / model.label_names, or model.init_from a fine-tuned export (its id2label)"
-        )
-    return [f"LABEL_{i}" for i in range(num_labels)]
-
-
-def enable_gradient_checkpointing(model: nn.Module) -> None:
-    """Turn on activation (gradient) checkpointing, non-reentrant, in a ``transformers`` model (or a LoRA wrapper).
-
-    Raises:
-        DomainBertError: the model's family does not support it.
-    """
-    base = getattr(model, "get_base_model", lambda: model)()
-    if not getattr(base, "supports_gradient_checkpointing", False):
-        raise DomainBertError(f"gradient_checkpointing: {type(base).__name__} does not support it; set it to false")
-    enable = getattr(model, "activation_checkpointing_enable", None)  # transformers >= 5.x; older: gradient_...
-    if enable is not None:
-        enable(activation_checkpointing_kwargs={"use_reentrant": False})
-    else:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-
-
-class FineTuneModule(HFModule):
-    """Shared plumbing of the fine-tuning modules (loading, freezing, LoRA, export)."""
-
-    #: the ``transformers`` auto class of the task head
-    auto_cls = None
-    #: the LoRA task kind (see ``domainbert.modules.lora.TASK_TYPES``)
-    lora_task = "seq_cls"
-
-    def build_model(
-        self,
-        init_from: str,
-        config_updates: dict,
-        hidden_dropout: float | None,
-        attention_dropout: float | None,
-        classifier_dropout: float | None,
-        freeze_layers: int,
-        lora: LoraSettings | dict | None,
-    ) -> None:
-        """Load ``init_from`` with its task head; set ``self.model`` and ``self.tokenizer``."""
-        name = resolve_local_alias(init_from)
-        dropout = {"hidden": hidden_dropout, "attention": attention_dropout, "classifier": classifier_dropout}
-        config = load_config(name, dropout=dropout)
-        for key, value in config_updates.items():
-            setattr(config, key, value)
-        if POOLING_KEY in config_updates:
-            (mark_config if config_updates[POOLING_KEY] == "mean" else unmark_config)(config)
-        model, missing = load_model(self.auto_cls, name, config=config, ignore_mismatched_sizes=True)
-        tokenizer = load_tokenizer(name)
-        check_tokenizer_fits(tokenizer, model, where=init_from)
-        if missing:
-            log.info("initialised at random (not in %s): %s", init_from, ", ".join(missing))
-        self.missing_keys = missing
-        model.train()  # from_pretrained returns eval mode; dropout must be on while training
-        freeze_bottom_layers(model, freeze_layers)
-        settings = as_settings(lora)
-        self.model = apply_lora(model, settings, self.lora_task, missing) if settings is not None else model
-        self.tokenizer = tokenizer
-        self.export_source = None  # the fine-tuned model holds all it needs; no MLM head to carry
-
-    def model_inputs(self, batch: dict) -> dict:
-        """The batch entries the model takes (``token_type_ids`` only where the tokenizer makes them)."""
-        return {k: batch[k] for k in self.tokenizer.model_input_names if k in batch}
-
-    def hf_model(self):
-        """The plain model to export: LoRA adapters merged in."""
-        return merged(self.model)
-
-    def check_datamodule(self, attrs: tuple[str, ...] = ("multi_label",)) -> None:
-        """Raise if the datamodule disagrees with the model on the label set (or ``attrs``)."""
-        dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
-        if dm is None:
-            return
-        for attr in attrs:
-            if hasattr(dm, attr) and attr in self.hparams and getattr(dm, attr) != self.hparams[attr]:
-                raise DomainBertError(
-                    f"data.{attr}={getattr(dm, attr)} but model.{attr}={self.hparams[attr]}; set both the same"
-                )
-        align_labels(dm, getattr(self, "label_names", None))  # the data takes the model's ids, or an error
-
-
-def _lora_hparam(lora):
-    return dataclasses.asdict(lora) if isinstance(lora, LoraSettings) else lora
+def update_classification(metrics, logits: torch.Tensor, labels: torch.Tensor, multi_label: bool) -> None:
+    """Update classification metrics with a batch: probabilities when multi-label, else logits."""
+    metrics.update(torch.sigmoid(logits) if multi_label else logits, labels.long())
 
 
 class SequenceClassificationModule(FineTuneModule):
@@ -206,8 +36,7 @@ class SequenceClassificationModule(FineTuneModule):
     ``probabilities``.
     """
 
-    auto_cls = AutoModelForSequenceClassification
-    lora_task = "seq_cls"
+    task = Task.CLASSIFICATION
 
     def __init__(
         self,
@@ -266,39 +95,17 @@ class SequenceClassificationModule(FineTuneModule):
         """
         super().__init__()
         pooling = resolve_pooling(pooling, init_from)
-        if head_init not in (None, "probe", "auto"):
-            raise DomainBertError(f"model.head_init={head_init!r}: expected null, 'probe' or 'auto'")
-        if head_init == "auto":
-            head_init = "probe" if pooling == "mean" and not multi_label else None
-        if head_init == "probe" and (pooling != "mean" or multi_label):
-            raise DomainBertError("model.head_init=probe needs model.pooling=mean and single-label data")
-        lora = _lora_hparam(lora)
+        head_init = resolve_head_init(head_init, pooling, multi_label)
+        lora = lora_hparam(lora)
         self.save_hyperparameters(ignore=["optimizer"])  # under LightningCLI: the values as given, "auto" included
-        self.optimizer = optimizer
         self.pooling, self.head_init = pooling, head_init  # as resolved
         self.label_names = labels_from(num_labels, label_names, init_from)
         n = len(self.label_names)
-        self.build_model(
-            init_from,
-            {
-                "num_labels": n,
-                "id2label": dict(enumerate(self.label_names)),
-                "label2id": {name: i for i, name in enumerate(self.label_names)},
-                "problem_type": "multi_label_classification" if multi_label else "single_label_classification",
-                POOLING_KEY: pooling,
-            },
-            hidden_dropout,
-            attention_dropout,
-            classifier_dropout,
-            freeze_layers,
-            lora,
-        )
-        if gradient_checkpointing:
-            enable_gradient_checkpointing(self.model)
+        problem = "multi_label_classification" if multi_label else "single_label_classification"
+        self.init_model({**label_config(self.label_names), "problem_type": problem, POOLING_KEY: pooling}, optimizer)
         self.register_buffer("class_weight", self._fixed_weights(class_weights, n), persistent=False)
-        metrics = classification_metrics(n, multi_label)
-        self.val_metrics = metrics.clone()
-        self.test_metrics = metrics.clone()
+        self.val_metrics = classification_metrics(n, multi_label)
+        self.test_metrics = classification_metrics(n, multi_label)
 
     @staticmethod
     def _fixed_weights(class_weights, n: int) -> torch.Tensor | None:
@@ -312,8 +119,8 @@ class SequenceClassificationModule(FineTuneModule):
             raise DomainBertError("class_weights must not be negative")
         return torch.tensor([float(w) for w in class_weights])
 
-    def setup(self, stage: str) -> None:  # noqa: D102
-        self.check_datamodule()
+    def setup(self, stage: str) -> None:
+        self.check_datamodule(("multi_label",))
         if stage == "fit" and self.head_init == "probe":  # a resumed fit restores its checkpoint over it
             from domainbert.modules.probe_init import init_head_from_probe
 
@@ -339,28 +146,19 @@ class SequenceClassificationModule(FineTuneModule):
             return F.binary_cross_entropy_with_logits(logits, labels.float(), pos_weight=weight)
         return F.cross_entropy(logits, labels.long(), weight=weight)
 
-    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:  # noqa: D102
-        loss = self.compute_loss(self(batch), batch["labels"])
-        self.log("train/loss", loss, prog_bar=True, batch_size=batch["input_ids"].shape[0])
-        return loss
+    def training_loss(self, batch: dict) -> torch.Tensor:
+        """The classification loss of a batch."""
+        return self.compute_loss(self(batch), batch["labels"])
 
-    def _evaluate(self, batch: dict, stage: str, metrics) -> None:
+    def evaluate(self, batch: dict, stage: str) -> None:
+        """Log the batch's loss; update the accuracy and F1 of the epoch."""
         logits = self(batch).float()
         labels = batch["labels"]
         n = labels.shape[0]
         self.log(f"{stage}/loss", self.compute_loss(logits, labels), batch_size=n, prog_bar=stage == "val")
-        if self.hparams.multi_label:
-            metrics.update(torch.sigmoid(logits), labels.long())
-        else:
-            metrics.update(logits, labels.long())
-        for name, metric in metrics.items():
-            self.log(f"{stage}/{name}", metric, on_step=False, on_epoch=True, batch_size=n, prog_bar=stage == "val")
-
-    def validation_step(self, batch: dict, batch_idx: int) -> None:  # noqa: D102
-        self._evaluate(batch, "val", self.val_metrics)
-
-    def test_step(self, batch: dict, batch_idx: int) -> None:  # noqa: D102
-        self._evaluate(batch, "test", self.test_metrics)
+        metrics = self.val_metrics if stage == "val" else self.test_metrics
+        update_classification(metrics, logits, labels, self.hparams.multi_label)
+        self.log_metrics(stage, metrics, n)
 
     def predict_step(self, batch: dict, batch_idx: int, dataloader_idx: int = 0) -> list[dict]:
         """Per input: its own fields, the predicted ``label`` (``labels`` if multi-label) and ``probabilities``."""
@@ -396,6 +194,17 @@ def resolve_pooling(pooling: str, init_from: str) -> str:
         return "mean" if is_mean_pooled(load_config(name)) else "cls"
     except DomainBertError:
         return "cls"
+
+
+def resolve_head_init(head_init: str | None, pooling: str, multi_label: bool) -> str | None:
+    """``probe`` or None; ``auto`` is ``probe`` for a mean-pooled single-label head (see ``head_init``)."""
+    if head_init not in (None, "probe", "auto"):
+        raise DomainBertError(f"model.head_init={head_init!r}: expected null, 'probe' or 'auto'")
+    if head_init == "auto":
+        return "probe" if pooling == "mean" and not multi_label else None
+    if head_init == "probe" and (pooling != "mean" or multi_label):
+        raise DomainBertError("model.head_init=probe needs model.pooling=mean and single-label data")
+    return head_init
 
 
 def balanced_weights(counts: list[int], rows: int, multi_label: bool = False) -> torch.Tensor:

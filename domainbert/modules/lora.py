@@ -16,6 +16,7 @@ from torch import nn
 
 from domainbert.core import settings
 from domainbert.errors import DomainBertError
+from domainbert.modules.tasks import Task, spec
 
 #: Attention projections that receive adapters, per ``config.model_type``.
 TARGET_MODULES: dict[str, list[str]] = {
@@ -29,9 +30,6 @@ TARGET_MODULES: dict[str, list[str]] = {
     "deberta-v2": ["query_proj", "value_proj"],
     "mpnet": ["q", "v"],
 }
-
-#: peft task types per kind of head.
-TASK_TYPES = {"seq_cls": "SEQ_CLS", "token_cls": "TOKEN_CLS", "qa": "QUESTION_ANS"}
 
 
 @dataclass
@@ -80,25 +78,29 @@ def head_modules(model: nn.Module) -> list[str]:
 
 
 def apply_lora(
-    model: nn.Module, settings: LoraSettings, task: str = "seq_cls", new_keys: list[str] | tuple = ()
+    model: nn.Module, settings: LoraSettings, task: Task | str = Task.CLASSIFICATION, new_keys: list[str] | tuple = ()
 ) -> nn.Module:
     """Wrap ``model`` in a peft model: adapters on the targets, the task head trained and saved in full.
 
     Args:
         model: a ``transformers`` model with a task head.
         settings: the LoRA hyperparameters.
-        task: ``seq_cls``, ``token_cls`` or ``qa``.
+        task: ``classification``, ``tagging`` or ``qa`` (:class:`~domainbert.modules.tasks.Task`; the older
+            ``seq_cls`` and ``token_cls`` are accepted).
         new_keys: weights the checkpoint lacked (initialised at random, such as BERT's pooler on an MLM
             checkpoint); their modules are trained in full too, since a frozen random layer would stay random.
     """
     from peft import LoraConfig, get_peft_model
 
+    peft_type = spec(task).peft_type
+    if peft_type is None:
+        raise DomainBertError(f"lora: LoRA applies to classification, tagging and qa heads, not to {Task.parse(task)}")
     heads = head_modules(model)
     extra = sorted({k.rsplit(".", 1)[0] for k in new_keys if "." in k})
     extra = [m for m in extra if m.split(".", 1)[0] not in heads]
     targets = settings.target_modules or target_modules(model.config.model_type)
     config = LoraConfig(
-        task_type=TASK_TYPES[task],
+        task_type=peft_type,
         r=settings.r,
         lora_alpha=settings.alpha,
         lora_dropout=settings.dropout,

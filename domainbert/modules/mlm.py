@@ -16,7 +16,7 @@ from domainbert.core.optim import warmup_linear
 from domainbert.core.seeding import step_generator
 from domainbert.data.masking import IGNORE_INDEX, Masker
 from domainbert.errors import DomainBertError
-from domainbert.modules.base import HFModule
+from domainbert.modules.base import HFModule, enable_gradient_checkpointing
 
 log = logging.getLogger(__name__)
 
@@ -103,10 +103,22 @@ class MaskedLMModule(HFModule):
         self.save_hyperparameters(ignore=["optimizer"])
         self.optimizer = optimizer
         self.export_source = init_from
+        missing = self._load(init_from, objective, hidden_dropout, attention_dropout, trust_remote_code)
+        if gradient_checkpointing:
+            enable_gradient_checkpointing(self.model)
+        self.masker = Masker(self.tokenizer, probability=mlm_probability, whole_word=whole_word_mask)
+        self._plan_head(missing, head_init, head_warmup_steps)
+        self._head_fn = MLM_HEADS.get(self.model.config.model_type) if sparse_logits else None
+        self._encoder_frozen = False
+        self._encoder = None
+        self.val_loss, self.val_acc = MeanMetric(), MeanMetric()
+        self.val_nsp_acc = MeanMetric()
+
+    def _load(self, init_from: str, objective: str, hidden_dropout, attention_dropout, trust_remote_code: bool):
+        """Load the tokenizer and the model with its MLM (and NSP) head; return the weights it lacked."""
         self.tokenizer = load_tokenizer(init_from, trust_remote_code=trust_remote_code)
-        config = load_config(
-            init_from, {"hidden": hidden_dropout, "attention": attention_dropout}, trust_remote_code=trust_remote_code
-        )
+        dropout = {"hidden": hidden_dropout, "attention": attention_dropout}
+        config = load_config(init_from, dropout, trust_remote_code=trust_remote_code)
         auto = AutoModelForPreTraining if objective == "mlm+nsp" else AutoModelForMaskedLM
         self.model, missing = load_model(auto, init_from, config=config, trust_remote_code=trust_remote_code)
         if objective == "mlm+nsp" and not _has_nsp_head(self.model):
@@ -116,11 +128,10 @@ class MaskedLMModule(HFModule):
             )
         check_tokenizer_fits(self.tokenizer, self.model, where=init_from)
         self.model.train()
-        if gradient_checkpointing:
-            from domainbert.modules.classification import enable_gradient_checkpointing
+        return missing
 
-            enable_gradient_checkpointing(self.model)
-        self.masker = Masker(self.tokenizer, probability=mlm_probability, whole_word=whole_word_mask)
+    def _plan_head(self, missing: list[str], head_init: str, head_warmup_steps: int | None) -> None:
+        """Find the missing MLM head weights; plan their initialisation and the head-only warm-up."""
         prefix = self.model.base_model_prefix
         self.head_missing = [k for k in missing if not k.startswith(prefix + ".") and not k.endswith("decoder.weight")]
         self._init_head_from_data = False
@@ -135,16 +146,11 @@ class MaskedLMModule(HFModule):
             log.warning(
                 "%s: the MLM head weights %s were missing and start random; training the head alone for %d steps "
                 "(encoder frozen, lr %.1e) before unfreezing the encoder",
-                init_from,
+                self.hparams.init_from,
                 self.head_missing,
                 self.head_warmup_steps,
-                head_warmup_lr,
+                self.hparams.head_warmup_lr,
             )
-        self._head_fn = MLM_HEADS.get(self.model.config.model_type) if sparse_logits else None
-        self._encoder_frozen = False
-        self._encoder = None
-        self.val_loss, self.val_acc = MeanMetric(), MeanMetric()
-        self.val_nsp_acc = MeanMetric()
 
     def setup(self, stage: str) -> None:
         """Refuse data that does not fit the objective (sentence pairs exactly when the objective is mlm+nsp).
@@ -204,16 +210,16 @@ class MaskedLMModule(HFModule):
                     out.append({**g, "params": [g["params"][i] for i in idx], "names": [g["names"][i] for i in idx]})
         return out
 
-    def on_train_batch_start(self, batch, batch_idx: int) -> None:  # noqa: D102
+    def on_train_batch_start(self, batch, batch_idx: int) -> None:
         frozen = self.global_step < self.head_warmup_steps
         if frozen != self._encoder_frozen:
             self.set_encoder_frozen(frozen)
             log.info("step %d: encoder %s", self.global_step, "frozen (head warm-up)" if frozen else "unfrozen")
 
-    def on_train_end(self) -> None:  # noqa: D102
+    def on_train_end(self) -> None:
         self.set_encoder_frozen(False)
 
-    def configure_model(self) -> None:  # noqa: D102
+    def configure_model(self) -> None:
         if self.hparams.compile and self._encoder is None:
             # kept out of the module tree, so checkpoints hold each weight once
             object.__setattr__(self, "_encoder", torch.compile(self.model.base_model, dynamic=True))
@@ -263,7 +269,7 @@ class MaskedLMModule(HFModule):
         return out
 
     # -- steps --------------------------------------------------------------------------------------
-    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:  # noqa: D102
+    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
         if self.hparams.objective == "mlm+nsp" and "next_sentence_label" not in batch:
             raise DomainBertError(
                 "model.objective 'mlm+nsp': the training batches carry no next_sentence_label (sentence pairs); "
@@ -275,7 +281,7 @@ class MaskedLMModule(HFModule):
             self.log("train/nsp_loss", out["nsp_loss"])
         return out["loss"]
 
-    def validation_step(self, batch: dict, batch_idx: int) -> None:  # noqa: D102
+    def validation_step(self, batch: dict, batch_idx: int) -> None:
         out = self(batch, salt=-(batch_idx + 1))  # the same masks at every validation
         n = max(out["n"], 1)
         self.val_loss.update(out["loss"] if "nsp_loss" not in out else out["loss"] - out["nsp_loss"], weight=n)
@@ -283,30 +289,26 @@ class MaskedLMModule(HFModule):
         if "nsp_correct" in out:
             self.val_nsp_acc.update(out["nsp_correct"], weight=batch["input_ids"].shape[0])
 
-    def on_validation_epoch_end(self) -> None:  # noqa: D102
-        if self.val_loss.update_count == 0:
-            return
-        loss = self.val_loss.compute()
-        self.log_dict(
-            {"val/loss": loss, "val/perplexity": torch.exp(loss), "val/masked_acc": self.val_acc.compute()},
-            prog_bar=True,
-        )
-        if self.val_nsp_acc.update_count:
-            self.log("val/nsp_acc", self.val_nsp_acc.compute())
-            self.val_nsp_acc.reset()
-        self.val_loss.reset()
-        self.val_acc.reset()
-
-    def test_step(self, batch: dict, batch_idx: int) -> None:  # noqa: D102
+    def test_step(self, batch: dict, batch_idx: int) -> None:
         self.validation_step(batch, batch_idx)
 
-    def on_test_epoch_end(self) -> None:  # noqa: D102
+    def on_validation_epoch_end(self) -> None:
+        self._log_epoch("val")
+
+    def on_test_epoch_end(self) -> None:
+        self._log_epoch("test")
+
+    def _log_epoch(self, stage: str) -> None:
+        """Log the epoch's masked-LM loss, perplexity and accuracy (and NSP accuracy on validation); reset them."""
         if self.val_loss.update_count == 0:
             return
         loss = self.val_loss.compute()
-        self.log_dict(
-            {"test/loss": loss, "test/perplexity": torch.exp(loss), "test/masked_acc": self.val_acc.compute()}
-        )
+        scores = {"loss": loss, "perplexity": torch.exp(loss), "masked_acc": self.val_acc.compute()}
+        self.log_dict({f"{stage}/{k}": v for k, v in scores.items()}, prog_bar=stage == "val")
+        if self.val_nsp_acc.update_count:
+            if stage == "val":
+                self.log("val/nsp_acc", self.val_nsp_acc.compute())
+            self.val_nsp_acc.reset()
         self.val_loss.reset()
         self.val_acc.reset()
 

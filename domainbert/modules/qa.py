@@ -2,20 +2,21 @@
 
 A long context is split into windows by the datamodule; each window scores its best span
 (start + end logit, start <= end, at most ``max_answer_length`` tokens, context tokens only); the
-answer of a question is the best span over all its windows, cut from the context by character offsets.
+answer of a question is the best span over all its windows, cut from the context by character offsets
+(:class:`AnswerCollector`, which QA distillation uses too).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import torch
 from lightning.pytorch.cli import OptimizerCallable
-from transformers import AutoModelForQuestionAnswering
 
-from domainbert.modules.classification import FineTuneModule, _lora_hparam, enable_gradient_checkpointing
+from domainbert.modules.finetune import FineTuneModule, lora_hparam
 from domainbert.modules.lora import LoraSettings
 from domainbert.modules.metrics import SquadExactMatch, SquadF1
+from domainbert.modules.tasks import Task
 
 
 def best_span(
@@ -53,6 +54,66 @@ def best_span(
     return best
 
 
+class AnswerCollector:
+    """Per question, the best span over its windows seen so far; SQuAD EM and F1 of the answers collected.
+
+    Windows arrive in batches whose ``meta`` rows carry ``example`` (the question's number), ``offsets``,
+    ``context``, ``gold``, ``id`` and ``question``, as :class:`domainbert.data.qa.QADataModule` writes them.
+    """
+
+    def __init__(self, max_answer_length: int = 30, n_best: int = 20) -> None:
+        """Keep spans of at most ``max_answer_length`` tokens, from ``n_best`` start and end candidates."""
+        self.max_answer_length = max_answer_length
+        self.n_best = n_best
+        self.answers: dict[int, dict] = {}
+
+    def reset(self) -> None:
+        """Forget every answer collected."""
+        self.answers = {}
+
+    def add(self, start_logits: torch.Tensor, end_logits: torch.Tensor, metas: Sequence[dict]) -> None:
+        """Score each window's best span; keep it where it beats its question's best so far."""
+        starts, ends = start_logits.float().cpu(), end_logits.float().cpu()
+        for i, meta in enumerate(metas):
+            span = best_span(starts[i], ends[i], meta["offsets"], self.max_answer_length, self.n_best)
+            ex = int(meta["example"])
+            prev = self.answers.get(ex)
+            if prev is None:
+                prev = self.answers[ex] = {
+                    "score": float("-inf"),
+                    "answer": "",
+                    "gold": list(meta.get("gold") or []),
+                    "id": meta.get("id"),
+                    "question": meta.get("question"),
+                    "context": meta.get("context"),
+                }
+            if span is not None and span[0] > prev["score"]:
+                prev["score"], prev["answer"] = span[0], meta["context"][span[1] : span[2]]
+
+    def pop(self, examples: Iterable[int]) -> list[dict]:
+        """The answer rows of ``examples`` (id, question, ``answer``, ``score``, ``gold`` if any), forgotten here."""
+        rows = []
+        for ex in examples:
+            a = self.answers.pop(ex)
+            row = {"id": a["id"], "question": a["question"], "answer": a["answer"], "score": round(a["score"], 4)}
+            if a["gold"]:
+                row["gold"] = a["gold"]
+            rows.append(row)
+        return rows
+
+    def compute(self) -> dict[str, torch.Tensor]:
+        """``{"em": ..., "f1": ...}`` over the answers collected (SQuAD, as fractions); empty when there are none."""
+        answers = list(self.answers.values())
+        if not answers:
+            return {}
+        preds, golds = [a["answer"] for a in answers], [a["gold"] for a in answers]
+        out = {}
+        for name, metric in (("em", SquadExactMatch()), ("f1", SquadF1())):
+            metric.update(preds, golds)
+            out[name] = metric.compute()
+        return out
+
+
 class QuestionAnsweringModule(FineTuneModule):
     """Extractive QA: predict the answer's start and end tokens in the context.
 
@@ -61,8 +122,7 @@ class QuestionAnsweringModule(FineTuneModule):
     ``answer`` and ``score``.
     """
 
-    auto_cls = AutoModelForQuestionAnswering
-    lora_task = "qa"
+    task = Task.QA
 
     def __init__(
         self,
@@ -102,15 +162,10 @@ class QuestionAnsweringModule(FineTuneModule):
             optimizer: an optimizer class path and its arguments; AdamW by default.
         """
         super().__init__()
-        lora = _lora_hparam(lora)
+        lora = lora_hparam(lora)
         self.save_hyperparameters(ignore=["optimizer"])
-        self.optimizer = optimizer
-        self.build_model(init_from, {}, hidden_dropout, attention_dropout, classifier_dropout, freeze_layers, lora)
-        if gradient_checkpointing:
-            enable_gradient_checkpointing(self.model)
-        self.em = SquadExactMatch()
-        self.f1 = SquadF1()
-        self._answers: dict[int, dict] = {}
+        self.init_model({}, optimizer)
+        self.answers = AnswerCollector(max_answer_length, n_best)
 
     def forward(self, batch: dict):
         """The model output (with ``loss`` when the batch has start/end positions)."""
@@ -120,68 +175,29 @@ class QuestionAnsweringModule(FineTuneModule):
             kwargs["end_positions"] = batch["end_positions"]
         return self.model(**kwargs)
 
-    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:  # noqa: D102
-        loss = self(batch).loss
-        self.log("train/loss", loss, prog_bar=True, batch_size=batch["input_ids"].shape[0])
-        return loss
+    def training_loss(self, batch: dict) -> torch.Tensor:
+        """The span loss of a batch (the mean of the start and end cross-entropies)."""
+        return self(batch).loss
 
     def collect(self, out, batch: dict) -> None:
         """Keep, per question, the best span over its windows seen so far."""
-        starts = out.start_logits.float().cpu()
-        ends = out.end_logits.float().cpu()
-        for i, meta in enumerate(batch["meta"]):
-            span = best_span(starts[i], ends[i], meta["offsets"], self.hparams.max_answer_length, self.hparams.n_best)
-            ex = int(meta["example"])
-            prev = self._answers.get(ex)
-            if prev is None:
-                prev = self._answers[ex] = {
-                    "score": float("-inf"),
-                    "answer": "",
-                    "gold": list(meta.get("gold") or []),
-                    "id": meta.get("id"),
-                    "question": meta.get("question"),
-                    "context": meta.get("context"),
-                }
-            if span is not None and span[0] > prev["score"]:
-                prev["score"], prev["answer"] = span[0], meta["context"][span[1] : span[2]]
+        self.answers.add(out.start_logits, out.end_logits, batch["meta"])
 
-    def _evaluate(self, batch: dict, stage: str) -> None:
+    def evaluate(self, batch: dict, stage: str) -> None:
+        """Log the batch's loss; collect its windows' best spans."""
         out = self(batch)
         self.log(f"{stage}/loss", out.loss, batch_size=batch["input_ids"].shape[0], prog_bar=stage == "val")
         self.collect(out, batch)
 
-    def _log_answers(self, stage: str) -> None:
-        answers = list(self._answers.values())
-        self._answers = {}
-        if not answers:
-            return
-        self.em.update([a["answer"] for a in answers], [a["gold"] for a in answers])
-        self.f1.update([a["answer"] for a in answers], [a["gold"] for a in answers])
-        self.log(f"{stage}/em", self.em.compute(), prog_bar=stage == "val")
-        self.log(f"{stage}/f1", self.f1.compute(), prog_bar=stage == "val")
-        self.em.reset()
-        self.f1.reset()
+    def start_evaluation(self, stage: str) -> None:
+        """Start the epoch with no answers."""
+        self.answers.reset()
 
-    def on_validation_epoch_start(self) -> None:  # noqa: D102
-        self._answers = {}
-
-    def validation_step(self, batch: dict, batch_idx: int) -> None:  # noqa: D102
-        self._evaluate(batch, "val")
-
-    def on_validation_epoch_end(self) -> None:  # noqa: D102
-        self._log_answers("val")
-
-    def on_test_epoch_start(self) -> None:  # noqa: D102
-        self._answers = {}
-
-    def test_step(self, batch: dict, batch_idx: int) -> None:  # noqa: D102
-        self._evaluate(batch, "test")
-
-    def on_test_epoch_end(self) -> None:  # noqa: D102
-        self._log_answers("test")
-
-    def on_predict_epoch_start(self) -> None:  # noqa: D102
-        self._answers = {}
+    def end_evaluation(self, stage: str) -> None:
+        """Log the epoch's exact match and F1 over its questions."""
+        for name, value in self.answers.compute().items():
+            self.log(f"{stage}/{name}", value, prog_bar=stage == "val")
+        self.answers.reset()
 
     def predict_step(self, batch: dict, batch_idx: int, dataloader_idx: int = 0) -> list[dict]:
         """Answers of the questions whose last window is in this batch: id, question, ``answer``, ``score``.
@@ -192,15 +208,7 @@ class QuestionAnsweringModule(FineTuneModule):
         self.collect(self(batch), batch)
         last = int(batch["meta"][-1]["example"])
         final = batch_idx + 1 >= self._predict_batches()
-        done = sorted(ex for ex in self._answers if final or ex < last)
-        rows = []
-        for ex in done:
-            a = self._answers.pop(ex)
-            row = {"id": a["id"], "question": a["question"], "answer": a["answer"], "score": round(a["score"], 4)}
-            if a["gold"]:
-                row["gold"] = a["gold"]
-            rows.append(row)
-        return rows
+        return self.answers.pop(sorted(ex for ex in self.answers.answers if final or ex < last))
 
     def _predict_batches(self) -> int:
         trainer = self._trainer

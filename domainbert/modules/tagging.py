@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from lightning.pytorch.cli import OptimizerCallable
-from transformers import AutoModelForTokenClassification
 
-from domainbert.modules.classification import (
-    FineTuneModule,
-    _lora_hparam,
-    enable_gradient_checkpointing,
-    labels_from,
-)
+from domainbert.data.masking import IGNORE_INDEX
+from domainbert.modules.finetune import FineTuneModule, label_config, labels_from, lora_hparam
 from domainbert.modules.lora import LoraSettings
 from domainbert.modules.metrics import EntityF1
+from domainbert.modules.tasks import Task
 
 
 class TokenClassificationModule(FineTuneModule):
@@ -24,8 +21,7 @@ class TokenClassificationModule(FineTuneModule):
     fields plus ``tags``, one per word.
     """
 
-    auto_cls = AutoModelForTokenClassification
-    lora_task = "token_cls"
+    task = Task.TAGGING
 
     def __init__(
         self,
@@ -65,30 +61,15 @@ class TokenClassificationModule(FineTuneModule):
             optimizer: an optimizer class path and its arguments; AdamW by default.
         """
         super().__init__()
-        lora = _lora_hparam(lora)
+        lora = lora_hparam(lora)
         self.save_hyperparameters(ignore=["optimizer"])
-        self.optimizer = optimizer
         self.label_names = labels_from(num_labels, label_names, init_from)
-        self.build_model(
-            init_from,
-            {
-                "num_labels": len(self.label_names),
-                "id2label": dict(enumerate(self.label_names)),
-                "label2id": {name: i for i, name in enumerate(self.label_names)},
-            },
-            hidden_dropout,
-            attention_dropout,
-            classifier_dropout,
-            freeze_layers,
-            lora,
-        )
-        if gradient_checkpointing:
-            enable_gradient_checkpointing(self.model)
+        self.init_model(label_config(self.label_names), optimizer)
         self.val_f1 = EntityF1()
         self.test_f1 = EntityF1()
 
-    def setup(self, stage: str) -> None:  # noqa: D102
-        self.check_datamodule(attrs=())
+    def setup(self, stage: str) -> None:
+        self.check_datamodule()
 
     def forward(self, batch: dict) -> torch.Tensor:
         """Per-token logits of a batch."""
@@ -97,7 +78,7 @@ class TokenClassificationModule(FineTuneModule):
     @staticmethod
     def compute_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """Cross-entropy over first sub-tokens (labels -100 elsewhere are ignored)."""
-        return torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=-100)
+        return F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX)
 
     def word_tags(self, logits: torch.Tensor, labels: torch.Tensor) -> tuple[list[list[str]], list[list[str]]]:
         """Predicted and gold tag strings at the first sub-token of each word, per row."""
@@ -106,38 +87,28 @@ class TokenClassificationModule(FineTuneModule):
         names = self.label_names
         preds, golds = [], []
         for p, g in zip(pred, labels):
-            keep = g != -100
+            keep = g != IGNORE_INDEX
             preds.append([names[i] for i in p[keep].tolist()])
             golds.append([names[i] for i in g[keep].tolist()])
         return preds, golds
 
-    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:  # noqa: D102
-        loss = self.compute_loss(self(batch), batch["labels"])
-        self.log("train/loss", loss, prog_bar=True, batch_size=batch["input_ids"].shape[0])
-        return loss
+    def training_loss(self, batch: dict) -> torch.Tensor:
+        """The tagging loss of a batch."""
+        return self.compute_loss(self(batch), batch["labels"])
 
-    def _evaluate(self, batch: dict, stage: str, metric: EntityF1) -> None:
+    def evaluate(self, batch: dict, stage: str) -> None:
+        """Log the batch's loss; collect its word tags for the epoch's entity F1."""
         logits = self(batch)
         n = batch["input_ids"].shape[0]
         self.log(f"{stage}/loss", self.compute_loss(logits, batch["labels"]), batch_size=n, prog_bar=stage == "val")
-        metric.update(*self.word_tags(logits, batch["labels"]))
+        (self.val_f1 if stage == "val" else self.test_f1).update(*self.word_tags(logits, batch["labels"]))
 
-    def _log_entities(self, stage: str, metric: EntityF1) -> None:
+    def end_evaluation(self, stage: str) -> None:
+        """Log the epoch's entity-level F1, precision and recall."""
+        metric = self.val_f1 if stage == "val" else self.test_f1
         for name, value in metric.scores().items():
             self.log(f"{stage}/{name}", value, prog_bar=stage == "val" and name == "f1")
         metric.reset()
-
-    def validation_step(self, batch: dict, batch_idx: int) -> None:  # noqa: D102
-        self._evaluate(batch, "val", self.val_f1)
-
-    def on_validation_epoch_end(self) -> None:  # noqa: D102
-        self._log_entities("val", self.val_f1)
-
-    def test_step(self, batch: dict, batch_idx: int) -> None:  # noqa: D102
-        self._evaluate(batch, "test", self.test_f1)
-
-    def on_test_epoch_end(self) -> None:  # noqa: D102
-        self._log_entities("test", self.test_f1)
 
     def predict_step(self, batch: dict, batch_idx: int, dataloader_idx: int = 0) -> list[dict]:
         """Per row: its fields plus ``tags``, one per word (``O`` for words cut off by ``max_length``)."""

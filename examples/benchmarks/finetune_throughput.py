@@ -32,7 +32,6 @@ SIDES = {
     "hf": ("hf", False, None),
     "hf_grouped": ("hf", True, None),
 }
-LIGHTNING_PRECISION = {"bf16": "bf16-mixed", "fp32": "32-true"}
 
 
 def run_domainbert(args, model_path: str, train: Path, kind: str, grouped: bool, fused: bool = False) -> dict:
@@ -70,23 +69,11 @@ def run_domainbert(args, model_path: str, train: Path, kind: str, grouped: bool,
     tokens: list[tuple[int, int]] = []
 
     class Clock(L.Callback):
-        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):  # noqa: D102
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
             clock.tick(batch["input_ids"].shape[0])
             tokens.append((int(batch["attention_mask"].sum()), batch["input_ids"].numel()))
 
-    trainer = L.Trainer(
-        accelerator="cpu",
-        devices=1,
-        precision=LIGHTNING_PRECISION[kind],
-        max_steps=args.warmup + args.steps,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        limit_val_batches=0,
-        num_sanity_val_steps=0,
-        callbacks=[Clock()],
-    )
+    trainer = common.lightning_trainer(kind, args.warmup + args.steps, [Clock()])
     common.reset_peak_rss()
     trainer.fit(module, datamodule=dm)
     return {"clock": clock, "tokens": tokens, "model": module.model, "peak_rss_mb": common.peak_rss_mb()}
@@ -102,7 +89,6 @@ def run_hf(args, model_path: str, train: Path, kind: str, grouped: bool, fused: 
         PrinterCallback,
         Trainer,
         TrainerCallback,
-        TrainingArguments,
         set_seed,
     )
 
@@ -134,29 +120,14 @@ def run_hf(args, model_path: str, train: Path, kind: str, grouped: bool, fused: 
     tokens: list[tuple[int, int]] = []
 
     class Clock(TrainerCallback):
-        def on_step_end(self, targs, state, control, **kw):  # noqa: D102
+        def on_step_end(self, targs, state, control, **kw):
             n, real, padded = seen[-1] if seen else (0, 0, 0)
             clock.tick(n)
             tokens.append((real, padded))
 
     with tempfile.TemporaryDirectory(prefix="domainbert-bench-hf-") as out:
-        targs = TrainingArguments(
-            output_dir=out,
-            per_device_train_batch_size=args.batch,
-            max_steps=args.warmup + args.steps,
-            learning_rate=5e-5,
-            weight_decay=0.01,
-            bf16=kind == "bf16",
-            use_cpu=True,
-            report_to=[],
-            logging_strategy="no",
-            save_strategy="no",
-            eval_strategy="no",
-            disable_tqdm=True,
-            seed=args.seed,
-            dataloader_num_workers=0,
-            train_sampling_strategy="group_by_length" if grouped else "random",
-        )
+        sampling = "group_by_length" if grouped else "random"
+        targs = common.hf_training_args(args, out, kind, train_sampling_strategy=sampling)
         trainer = Trainer(model=model, args=targs, train_dataset=encoded, data_collator=collate, callbacks=[Clock()])
         trainer.remove_callback(PrinterCallback)
         common.reset_peak_rss()
@@ -194,17 +165,21 @@ def main(argv: list[str] | None = None) -> dict:
         args.steps, args.warmup = min(args.steps, 2), min(args.warmup, 1)
     common.quiet()
     threads = common.set_threads(args.threads)
+    common.print_machine(threads)
     kind = args.precision if args.precision != "auto" else ("bf16" if common.native_bf16() else "fp32")
     sides = args.sides.split(",")
     unknown = [s for s in sides if s not in SIDES]
     if unknown:
         p.error(f"unknown sides {unknown}; choose from {sorted(SIDES)}")
     model_path = common.resolve_model(args.model, args.quick)
-    print(f"# machine: {common.describe_machine(threads)}")
     print(
         f"# model: {model_path}; max length {args.max_length}, batch {args.batch}, precision {kind}, "
         f"{args.warmup} warm-up + {args.steps} timed steps; domainbert group_by_length={args.group_by_length}"
     )
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(model_path)
+    peak = common.probe_peaks([kind], config, args.batch * args.max_length, args.quick)[kind]
     results: dict[str, list[dict]] = {s: [] for s in sides}
     with tempfile.TemporaryDirectory(prefix="domainbert-bench-ft-") as tmp:
         train = subset(args.rows, tmp) if args.rows else common.DATA / "train.jsonl"
@@ -255,26 +230,30 @@ def main(argv: list[str] | None = None) -> dict:
             "real/padded": med[side]["pad_efficiency"],
             "s/step": med[side]["step_s"],
             "peak RSS MB": max(r["peak_rss_mb"] for r in rs),
-            "MFU (bf16 peak)": common.mfu(med[side]["flops_per_s"], "bf16"),
-            "MFU (own peak)": common.mfu(med[side]["flops_per_s"], kind),
+            "MFU": common.mfu(med[side]["flops_per_s"], peak),
+            "MFU (ref. bf16 2.6T)": common.reference_mfu(med[side]["flops_per_s"], "bf16"),
         }
         for side, rs in results.items()
     ]
     print(common.table(rows, list(rows[0])))
     ours = med.get("domainbert", {}).get("rate", nan)
-    peaks = {s: max(r["peak_rss_mb"] for r in rs) for s, rs in results.items()}
+    rss = {s: max(r["peak_rss_mb"] for r in rs) for s, rs in results.items()}
     figures = {
         "examples_per_s": ours,
         "hf_examples_per_s": hf,
         "ratio": ours / hf,
         "cpu_ratio": med.get("domainbert", {}).get("cpu_rate", nan) / med.get("hf", {}).get("cpu_rate", nan),
-        "peak_rss_mb": peaks.get("domainbert", nan),
-        "hf_peak_rss_mb": peaks.get("hf", nan),
-        "mfu": common.mfu(med.get("domainbert", {}).get("flops_per_s", nan), "bf16"),
-        "hf_mfu": common.mfu(med.get("hf", {}).get("flops_per_s", nan), "bf16"),
+        "peak_rss_mb": rss.get("domainbert", nan),
+        "hf_peak_rss_mb": rss.get("hf", nan),
+        "mfu": common.mfu(med.get("domainbert", {}).get("flops_per_s", nan), peak),
+        "hf_mfu": common.mfu(med.get("hf", {}).get("flops_per_s", nan), peak),
+        "mfu_ref": common.reference_mfu(med.get("domainbert", {}).get("flops_per_s", nan), "bf16"),
+        "hf_mfu_ref": common.reference_mfu(med.get("hf", {}).get("flops_per_s", nan), "bf16"),
+        **common.peak_figures({kind: peak}),
         "precision": kind,
         "group_by_length": args.group_by_length,
         "native_bf16": common.native_bf16(),
+        "isa": common.isa_summary(),
         "threads": threads,
     }
     print(common.kv_line(figures))

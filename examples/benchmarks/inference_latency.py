@@ -70,9 +70,25 @@ def hf_predictor(model_path: str, labels: list[str], max_length: int, kind: str)
     return predict, model
 
 
-def measure(predict, texts: list[str], batch: int, calls: int, warmup: int) -> list[float]:
-    """Seconds of each of ``calls`` timed calls on consecutive batches of ``texts`` (after ``warmup`` calls)."""
-    out = []
+def forward_flops(tokenizer, model, max_length: int):
+    """A function texts -> model FLOPs of one forward pass on them, padded to the longest (as both sides pad)."""
+
+    def flops(texts: list[str]) -> float:
+        ids = tokenizer(texts, truncation=True, max_length=max_length, padding=True)["input_ids"]
+        length = len(ids[0])
+        return len(ids) * length * common.flops_per_token(model, length, training=False)
+
+    return flops
+
+
+def measure(predict, texts: list[str], batch: int, calls: int, warmup: int, flops) -> tuple[list[float], float]:
+    """Time ``calls`` calls on consecutive batches of ``texts`` (after ``warmup`` untimed calls).
+
+    Returns:
+        The seconds of each timed call, and the model FLOPs per second over them (``flops``: texts -> the FLOPs
+        of one call, counted outside the clock).
+    """
+    out, work = [], 0.0
     for i in range(warmup + calls):
         chunk = [texts[(i * batch + j) % len(texts)] for j in range(batch)]
         start = time.perf_counter()
@@ -82,7 +98,8 @@ def measure(predict, texts: list[str], batch: int, calls: int, warmup: int) -> l
             raise RuntimeError(f"{len(result)} predictions for {batch} inputs")
         if i >= warmup:
             out.append(elapsed)
-    return out
+            work += flops(chunk)
+    return out, work / sum(out)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -97,36 +114,45 @@ def main(argv: list[str] | None = None) -> dict:
         args.steps, args.warmup, args.batch_calls, args.big_batch = min(args.steps, 5), 1, 2, 8
     common.quiet()
     threads = common.set_threads(args.threads)
+    common.print_machine(threads)
     kind = args.precision if args.precision != "auto" else ("bf16" if common.native_bf16() else "fp32")
     model_path = common.resolve_model(args.model, args.quick)
     rows_raw = [json.loads(line) for line in open(common.DATA / "validation.jsonl", encoding="utf-8")]
     train_labels = {json.loads(line)["label"] for line in open(common.DATA / "train.jsonl", encoding="utf-8")}
     labels = sorted(str(x) for x in train_labels)
     texts = [r["text"] for r in rows_raw]
-    print(f"# machine: {common.describe_machine(threads)}")
     print(
         f"# model: {model_path}; max length {args.max_length}, precision {kind}; batch 1: {args.warmup} warm-up + "
         f"{args.steps} timed calls; batch {args.big_batch}: 1 warm-up + {args.batch_calls} timed calls"
     )
     import torch
+    from transformers import AutoConfig, AutoTokenizer
 
+    peak = common.probe_peaks(
+        [kind], AutoConfig.from_pretrained(model_path), args.big_batch * args.max_length, args.quick
+    )
+    peak = peak[kind]
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
     torch.manual_seed(args.seed)
     results = {}
     for side, build in (("domainbert", domainbert_predictor), ("hf", hf_predictor)):
         gc.collect()
         common.reset_peak_rss()
         predict, model = build(model_path, labels, args.max_length, kind)
-        one = measure(predict, texts, 1, args.steps, args.warmup)
-        many = measure(predict, texts, args.big_batch, args.batch_calls, 1)
+        flops = forward_flops(tokenizer, model, args.max_length)
+        one, one_flops = measure(predict, texts, 1, args.steps, args.warmup, flops)
+        many, many_flops = measure(predict, texts, args.big_batch, args.batch_calls, 1, flops)
         results[side] = {
             "b1_p50_ms": 1000 * common.median(one),
             "b1_p90_ms": 1000 * percentile(one, 0.9),
             "bN_ms": 1000 * common.median(many),
             "bN_examples_per_s": args.big_batch / common.median(many),
             "peak_rss_mb": common.peak_rss_mb(),
+            "b1_flops_per_s": one_flops,
+            "bN_flops_per_s": many_flops,
         }
         print(f"# {side}: batch 1 p50 {results[side]['b1_p50_ms']:.1f} ms", flush=True)
-        del predict, model
+        del predict, model, flops
         gc.collect()
 
     ours, hf = results["domainbert"], results["hf"]
@@ -141,6 +167,9 @@ def main(argv: list[str] | None = None) -> dict:
             "speed-up b1": hf["b1_p50_ms"] / r["b1_p50_ms"],
             f"speed-up b{n}": hf["bN_ms"] / r["bN_ms"],
             "peak RSS MB": r["peak_rss_mb"],
+            "MFU b1": common.mfu(r["b1_flops_per_s"], peak),
+            f"MFU b{n}": common.mfu(r["bN_flops_per_s"], peak),
+            f"MFU b{n} (ref. bf16 2.6T)": common.reference_mfu(r["bN_flops_per_s"], "bf16"),
         }
         for side, r in results.items()
     ]
@@ -156,7 +185,14 @@ def main(argv: list[str] | None = None) -> dict:
         "hf_examples_per_s": hf["bN_examples_per_s"],
         "peak_rss_mb": ours["peak_rss_mb"],
         "hf_peak_rss_mb": hf["peak_rss_mb"],
+        "mfu": common.mfu(ours["bN_flops_per_s"], peak),
+        "hf_mfu": common.mfu(hf["bN_flops_per_s"], peak),
+        "mfu_b1": common.mfu(ours["b1_flops_per_s"], peak),
+        "hf_mfu_b1": common.mfu(hf["b1_flops_per_s"], peak),
+        "mfu_ref": common.reference_mfu(ours["bN_flops_per_s"], "bf16"),
+        **common.peak_figures({kind: peak}),
         "precision": kind,
+        "isa": common.isa_summary(),
         "threads": threads,
     }
     print(common.kv_line(figures))

@@ -36,7 +36,6 @@ SIDES = {
     "hf": ("hf", "fp32", None, None),
     "hf_bf16": ("hf", "bf16", None, None),
 }
-LIGHTNING_PRECISION = {"bf16": "bf16-mixed", "fp32": "32-true"}
 
 
 def run_domainbert(args, model_path: str, corpus: Path, kind: str, sparse: bool, fused: bool = False) -> dict:
@@ -69,22 +68,10 @@ def run_domainbert(args, model_path: str, corpus: Path, kind: str, sparse: bool,
     clock = common.StepClock(args.warmup)
 
     class Clock(L.Callback):
-        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):  # noqa: D102
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
             clock.tick(batch["input_ids"].numel())
 
-    trainer = L.Trainer(
-        accelerator="cpu",
-        devices=1,
-        precision=LIGHTNING_PRECISION[kind],
-        max_steps=args.warmup + args.steps,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        limit_val_batches=0,
-        num_sanity_val_steps=0,
-        callbacks=[Clock()],
-    )
+    trainer = common.lightning_trainer(kind, args.warmup + args.steps, [Clock()])
     common.reset_peak_rss()
     trainer.fit(module, datamodule=dm)
     return {"clock": clock, "model": module.model, "peak_rss_mb": common.peak_rss_mb()}
@@ -100,7 +87,6 @@ def run_hf(args, model_path: str, corpus: Path, kind: str) -> dict:
         PrinterCallback,
         Trainer,
         TrainerCallback,
-        TrainingArguments,
         set_seed,
     )
 
@@ -130,26 +116,11 @@ def run_hf(args, model_path: str, corpus: Path, kind: str) -> dict:
     clock = common.StepClock(args.warmup)
 
     class Clock(TrainerCallback):
-        def on_step_end(self, targs, state, control, **kw):  # noqa: D102
+        def on_step_end(self, targs, state, control, **kw):
             clock.tick(sizes[-1] if sizes else 0)
 
     with tempfile.TemporaryDirectory(prefix="domainbert-bench-hf-") as out:
-        targs = TrainingArguments(
-            output_dir=out,
-            per_device_train_batch_size=args.batch,
-            max_steps=args.warmup + args.steps,
-            learning_rate=5e-5,
-            weight_decay=0.01,
-            bf16=kind == "bf16",
-            use_cpu=True,
-            report_to=[],
-            logging_strategy="no",
-            save_strategy="no",
-            eval_strategy="no",
-            disable_tqdm=True,
-            seed=args.seed,
-            dataloader_num_workers=0,
-        )
+        targs = common.hf_training_args(args, out, kind)
         trainer = Trainer(model=model, args=targs, train_dataset=lm, data_collator=collate, callbacks=[Clock()])
         trainer.remove_callback(PrinterCallback)  # no metrics dict printed over the table
         common.reset_peak_rss()
@@ -184,18 +155,22 @@ def main(argv: list[str] | None = None) -> dict:
         args.steps, args.warmup = min(args.steps, 2), min(args.warmup, 1)
     common.quiet()
     threads = common.set_threads(args.threads)
+    common.print_machine(threads)
     kind = args.precision if args.precision != "auto" else ("bf16" if common.native_bf16() else "fp32")
     sides = args.sides.split(",") if args.sides else default_sides(args.precision)
     unknown = [s for s in sides if s not in SIDES]
     if unknown:
         p.error(f"unknown sides {unknown}; choose from {sorted(SIDES)}")
     model_path = common.resolve_model(args.model, args.quick)
-    print(f"# machine: {common.describe_machine(threads)}")
     print(
         f"# model: {model_path}; seq {args.seq}, batch {args.batch}, {args.warmup} warm-up + {args.steps} timed steps"
     )
     if kind == "bf16" and not common.native_bf16():
         print("# warning: this CPU has no native bf16 (AMX/AVX512-BF16): bf16 matmuls are emulated and far slower")
+    from transformers import AutoConfig
+
+    kinds = {SIDES[s][1] or kind for s in sides}
+    matmul = common.probe_peaks(kinds, AutoConfig.from_pretrained(model_path), args.batch * args.seq, args.quick)
 
     results: dict[str, list[dict]] = {s: [] for s in sides}
     fpt = None
@@ -241,15 +216,15 @@ def main(argv: list[str] | None = None) -> dict:
                 "CPU-s vs hf": cpu_rate[side] / cpu_rate.get("hf", float("nan")),
                 "s/step": common.median([r["step_s"] for r in rs]),
                 "peak RSS MB": max(r["peak_rss_mb"] for r in rs),
-                "MFU (bf16 peak)": common.mfu(flops, "bf16"),
-                "MFU (own peak)": common.mfu(flops, k),
+                "MFU": common.mfu(flops, matmul[k]),
+                "MFU (ref. bf16 2.6T)": common.reference_mfu(flops, "bf16"),
             }
         )
     print(common.table(rows, list(rows[0])))
     nan = float("nan")
     bf16_side = "domainbert" if kind == "bf16" else "domainbert_bf16"
     ours = rate.get("domainbert", nan)
-    peaks = {s: max(r["peak_rss_mb"] for r in rs) for s, rs in results.items()}
+    rss = {s: max(r["peak_rss_mb"] for r in rs) for s, rs in results.items()}
     figures = {
         "tokens_per_s": ours,
         "hf_tokens_per_s": hf,
@@ -259,12 +234,16 @@ def main(argv: list[str] | None = None) -> dict:
         "ratio_bf16": rate.get(bf16_side, nan) / rate.get("hf_bf16", nan),
         "cpu_ratio_fp32": cpu_rate.get("domainbert", nan) / cpu_rate.get("hf", nan),
         "cpu_ratio_bf16": cpu_rate.get(bf16_side, nan) / cpu_rate.get("hf_bf16", nan),
-        "peak_rss_mb": peaks.get("domainbert", nan),
-        "hf_peak_rss_mb": peaks.get("hf", nan),
-        "mfu": common.mfu(ours * fpt, "bf16"),
-        "hf_mfu": common.mfu(hf * fpt, "bf16"),
+        "peak_rss_mb": rss.get("domainbert", nan),
+        "hf_peak_rss_mb": rss.get("hf", nan),
+        "mfu": common.mfu(ours * fpt, matmul.get(kind)),
+        "hf_mfu": common.mfu(hf * fpt, matmul.get("fp32")),
+        "mfu_ref": common.reference_mfu(ours * fpt, "bf16"),
+        "hf_mfu_ref": common.reference_mfu(hf * fpt, "bf16"),
+        **common.peak_figures(matmul),
         "precision": kind,
         "native_bf16": common.native_bf16(),
+        "isa": common.isa_summary(),
         "threads": threads,
     }
     print(common.kv_line(figures))

@@ -14,6 +14,7 @@ from transformers import AutoModelForSequenceClassification
 from domainbert.distill.teacher_cache import TeacherCache
 from domainbert.errors import DomainBertError
 from domainbert.modules.distill import DistillationModule
+from tests.helpers import FIX
 from tests.helpers.distill_tiny import LABELS, batches, make_teacher
 from tests.helpers.tiny import make_tiny
 
@@ -24,16 +25,8 @@ def teacher(tmp_path_factory):
 
 
 def _trainer(steps: int, **kw) -> L.Trainer:
-    return L.Trainer(
-        max_steps=steps,
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        limit_val_batches=0,
-        **kw,
-    )
+    settings = {"logger": False, "enable_checkpointing": False, "enable_progress_bar": False, "limit_val_batches": 0}
+    return L.Trainer(max_steps=steps, accelerator="cpu", enable_model_summary=False, **{**settings, **kw})
 
 
 class LossLog(L.Callback):
@@ -149,14 +142,14 @@ def test_smaller_width_student_gets_a_trained_projection(teacher):
 
 def test_mlm_distillation_runs(tmp_path):
     mlm = make_tiny("bert", tmp_path / "mlm")
-    module = DistillationModule(teacher=str(mlm), student_layers=1, task="masked-lm", gamma=0.1)
+    module = DistillationModule(teacher=str(mlm), student_layers=1, task="mlm", gamma=0.1)
     log = LossLog()
     trainer = _trainer(4, callbacks=[log])
     data = [{k: v for k, v in b.items() if k != "labels"} for b in batches(module.tokenizer, "train", 12)]
     trainer.fit(module, train_dataloaders=DataLoader(data, batch_size=None))
     assert len(log.losses) == 4 and all(torch.isfinite(torch.tensor(log.losses)))
     with pytest.raises(DomainBertError, match="masked-LM"):
-        DistillationModule(teacher=str(mlm), student_layers=1, task="masked-lm", teacher_cache=str(tmp_path))
+        DistillationModule(teacher=str(mlm), student_layers=1, task="mlm", teacher_cache=str(tmp_path))
 
 
 def test_user_errors(teacher, tmp_path):
@@ -197,3 +190,51 @@ def test_a_distillation_runs_checkpoint_validates_in_a_new_process(tiny_bert, tm
     main(["validate", *common, "--ckpt_path", "last"])
     out = capsys.readouterr().out
     assert "val/acc" in out and "val/f1_macro" in out
+
+
+def test_tagging_distillation_checks_the_tag_set_and_scores_tokens(tiny_bert, tmp_path):
+    from domainbert.data.tagging import TaggingDataModule
+    from domainbert.modules.tagging import TokenClassificationModule
+
+    dm = TaggingDataModule(train=str(FIX / "tag_train.jsonl"), val=str(FIX / "tag_val.jsonl"), batch_size=8)
+    TokenClassificationModule(str(tiny_bert), label_names=dm.label_names).export_hf(tmp_path / "teacher")
+    teacher = str(tmp_path / "teacher")
+    with pytest.raises(DomainBertError, match="differ from the teacher's"):
+        DistillationModule(teacher=teacher, task="tagging", student_layers=1, label_names=dm.label_names[::-1])
+    module = DistillationModule(
+        teacher=teacher,
+        task="tagging",
+        student_layers=1,
+        gamma=0.1,
+        num_labels=dm.num_labels,
+        label_names=dm.label_names,
+    )
+    dm.connect(module.tokenizer)
+    trainer = _trainer(4, limit_val_batches=None, val_check_interval=4)
+    trainer.fit(module, datamodule=dm)
+    assert {"val/loss", "val/acc", "val/f1_macro", "train/loss_kl", "train/loss_hidden"} <= set(
+        trainer.callback_metrics
+    )
+
+
+def test_qa_distillation_runs_from_the_cli_with_a_teacher_cache(tiny_bert, tmp_path):
+    """QA: start and end logits are distilled; the student is scored by SQuAD EM/F1 over whole questions."""
+    from transformers import AutoModelForQuestionAnswering
+
+    from domainbert.core.lightning_cli import cli_main
+    from domainbert.modules.qa import QuestionAnsweringModule
+
+    QuestionAnsweringModule(str(tiny_bert)).export_hf(tmp_path / "teacher")
+    args = ["fit", "--model", "distill", "--model.teacher", str(tmp_path / "teacher"), "--model.task", "qa"]
+    args += ["--model.student_layers", "1", "--model.gamma", "0.1", "--model.teacher_cache", str(tmp_path / "cache")]
+    args += ["--data", "qa", "--data.train", str(FIX / "qa_train.jsonl"), "--data.val", str(FIX / "qa_val.jsonl")]
+    args += ["--data.max_length", "48", "--data.stride", "16", "--trainer.max_steps", "4"]
+    args += ["--trainer.val_check_interval", "4", "--trainer.accelerator", "cpu", "--trainer.enable_progress_bar"]
+    args += ["false", "--trainer.default_root_dir", str(tmp_path), "--run_name", "qa"]
+    cli = cli_main(args)
+    metrics = cli.trainer.callback_metrics
+    assert {"val/loss", "val/em", "val/f1", "train/loss_kl", "train/loss_hard", "train/loss_hidden"} <= set(metrics)
+    assert 0.0 <= float(metrics["val/f1"]) <= 1.0
+    assert cli.model.cache is not None and cli.model.cache.per_token  # start/end logits cached per token
+    student = AutoModelForQuestionAnswering.from_pretrained(tmp_path / "qa" / "version_0" / "hf")
+    assert student.config.num_hidden_layers == 1

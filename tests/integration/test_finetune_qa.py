@@ -72,9 +72,12 @@ def test_answer_is_the_best_span_over_all_windows(tiny_bert):
         {"example": 0, "offsets": [None, (11, 16), (17, 22)], "context": context, "gold": ["gamma delta"], "id": "q"},
     ]
     m.collect(Out([[0, 1.0, 0], [0, 3.0, 0]], [[0, 0, 1.0], [0, 0, 3.0]]), {"meta": meta})
-    assert m._answers[0]["answer"] == "gamma delta" and m._answers[0]["score"] == 6.0
-    m.em.update([m._answers[0]["answer"]], [m._answers[0]["gold"]])
-    assert m.em.compute().item() == 1.0
+    answer = m.answers.answers[0]
+    assert answer["answer"] == "gamma delta" and answer["score"] == 6.0
+    assert m.answers.compute()["em"].item() == 1.0 and m.answers.compute()["f1"].item() == 1.0
+    rows = m.answers.pop([0])
+    assert rows == [{"id": "q", "question": None, "answer": "gamma delta", "score": 6.0, "gold": ["gamma delta"]}]
+    assert m.answers.compute() == {}  # popped: nothing left to score
 
 
 def test_answer_not_in_the_context_names_the_row(tiny_bert, tmp_path):

@@ -165,3 +165,44 @@ def test_tiny_pipeline_runs_every_stage_writes_the_report_and_a_rerun_skips_them
     pipeline(**kwargs)
     out = capsys.readouterr().out
     assert out.count("done earlier: skipped") == len(stages) and "running:" not in out
+
+
+def test_self_training_labels_the_corpus_with_each_baseline_and_fine_tunes_on_task_plus_pseudo_rows(
+    tiny_bert, tmp_path
+):
+    """The self-training stage: each seed's baseline labels the corpus; the new run reads the task's rows plus, per
+    class, ``ratio`` x that class's rows of pseudo-labelled corpus documents, and competes on validation."""
+    from domainbert.pipeline import SelfTrainSpec
+
+    out = tmp_path / "p"
+    pipeline(
+        base_model=str(tiny_bert),
+        corpus=str(FIX / "corpus.txt"),
+        task_train=str(FIX / "cls_train.jsonl"),
+        task_val=str(FIX / "cls_val.jsonl"),
+        task_test=str(FIX / "cls_test.jsonl"),
+        out=str(out),
+        probe=ProbeSpec(enabled=False),
+        dapt=StageSpec(enabled=False),
+        finetune=StageSpec("configs/finetune/tiny_classification.yaml", ["--trainer.max_epochs=1"]),
+        self_train=SelfTrainSpec(enabled=True, ratio=0.5, max_documents=100),
+        distill=StageSpec(enabled=False),
+    )
+    state = json.loads((out / "state.json").read_text())
+    assert state["pseudo-seed0"]["status"] == state["finetune-self-training-seed0"]["status"] == "done"
+    pseudo = json.loads((out / "pseudo-seed0" / "result.json").read_text())
+    task = [json.loads(line) for line in (FIX / "cls_train.jsonl").read_text().splitlines() if line.strip()]
+    counts = {label: sum(r["label"] == label for r in task) for label in ("api", "graphics", "network")}
+    assert pseudo["labelled_documents"] == 100 and pseudo["task_rows"] == len(task)
+    assert all(pseudo["per_class"][k] <= round(0.5 * n) for k, n in counts.items())
+    rows = [json.loads(line) for line in Path(pseudo["train"]).read_text().splitlines()]
+    assert rows[: len(task)] == [{"text": r["text"], "label": r["label"]} for r in task]
+    assert len(rows) == len(task) + pseudo["pseudo_rows"] and pseudo["pseudo_rows"] > 0
+    corpus = set((FIX / "corpus.txt").read_text().splitlines())
+    assert all(r["text"] in corpus for r in rows[len(task) :])
+    import yaml
+
+    run = yaml.safe_load((Path(state["finetune-self-training-seed0"]["run"]) / "config.yaml").read_text())
+    assert run["data"]["init_args"]["train"] == pseudo["train"]
+    assert run["model"]["init_args"]["init_from"] == str(tiny_bert)  # a fresh model, not the teacher
+    assert "| self-training |" in (out / "report.md").read_text()

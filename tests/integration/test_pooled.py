@@ -88,7 +88,7 @@ def test_probe_head_starts_at_the_probes_validation_score(tiny_bert):
 
 def test_a_mean_pooled_teacher_distils_into_a_mean_pooled_student_whose_export_reloads(tiny_bert, tmp_path):
     from domainbert.cli import cli_main
-    from domainbert.deploy.command import load_variant
+    from domainbert.deploy.load import load_variant
 
     teacher = SequenceClassificationModule(
         str(tiny_bert), label_names=["api", "graphics", "network"], pooling="mean"
@@ -157,7 +157,7 @@ def test_the_mean_pooled_head_takes_each_familys_classifier_dropout(tiny_models,
 
 @pytest.mark.faults(bad_inputs=1)
 def test_domainbert_never_runs_the_modeling_file_of_an_export(tiny_bert, tmp_path):
-    from domainbert.deploy.command import load_variant
+    from domainbert.deploy.load import load_variant
     from tests.helpers import faults_summary
 
     out = SequenceClassificationModule(str(tiny_bert), label_names=["a", "b"], pooling="mean").export_hf(

@@ -142,3 +142,50 @@ def test_build_loss_from_spec():
         build_loss({"class_path": "domainbert.losses.NoSuchLoss"})
     with pytest.raises(DomainBertError, match="unknown keys"):
         build_loss({"class_path": "HardLabelLoss", "wieght": 1})
+
+
+def test_the_old_import_path_is_the_distill_package():
+    import domainbert.distill.losses as new
+    import domainbert.losses as old
+
+    assert old.HiddenStateLoss is new.HiddenStateLoss and old.build_loss is new.build_loss
+
+
+def test_both_layer_wise_losses_resolve_their_map_the_same_way():
+    for cls in (HiddenStateLoss, AttentionLoss):
+        assert cls(student_layers=2, teacher_layers=4).layer_map == {1: 2, 2: 4} | (
+            {0: 0} if cls is HiddenStateLoss else {}
+        )
+        with pytest.raises(DomainBertError, match=f"{cls.__name__} needs a layer_map"):
+            cls()
+        with pytest.raises(DomainBertError, match="out of range"):
+            cls(layer_map={1: 9}, student_layers=2, teacher_layers=4)
+
+
+def _configs():
+    from transformers import BertConfig
+
+    small = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32)
+    big = BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=4, num_attention_heads=2, intermediate_size=64)
+    return small, big
+
+
+def test_the_objective_keeps_the_terms_with_a_weight():
+    from domainbert.distill.objective import build_objective
+
+    small, big = _configs()
+    weights = {"alpha": 0.5, "beta": 0.0, "gamma": 1.0, "delta": 0.2, "temperature": 2.0}
+    obj = build_objective(small, big, **weights, extra_losses=[{"class_path": "HardLabelLoss", "name": "kl"}])
+    assert list(obj.terms) == ["kl", "hidden", "attention", "kl_"]  # an extra term never replaces one
+    assert obj.weights == {"kl": 0.5, "hidden": 1.0, "attention": 0.2, "kl_": 1.0}
+    assert obj.layer_map == {0: 0, 1: 2, 2: 4}  # TinyBERT's uniform map
+    assert obj.terms["hidden"].projection.weight.shape == (32, 16)  # widths differ: a learned projection
+    assert obj.needs("needs_hidden_states") and obj.needs("needs_attentions") and obj.needs("needs_teacher", True)
+    copied = build_objective(small, big, **weights, default_map={0: 0, 1: 1, 2: 3})
+    assert copied.layer_map == {0: 0, 1: 1, 2: 3}  # a copied student's own layers
+    hard_only = build_objective(small, big, alpha=0.0, beta=1.0, gamma=0.0, delta=0.0, temperature=2.0)
+    assert not hard_only.needs("needs_teacher", True)  # the teacher need not run at all
+    with pytest.raises(DomainBertError, match="every loss weight is 0"):
+        build_objective(small, big, alpha=0.0, beta=0.0, gamma=0.0, delta=0.0, temperature=2.0)
+    with pytest.raises(DomainBertError, match="gamma=-1.0: loss weights must not be negative"):
+        build_objective(small, big, alpha=1.0, beta=0.0, gamma=-1.0, delta=0.0, temperature=2.0)

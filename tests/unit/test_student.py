@@ -79,19 +79,19 @@ def test_student_from_config_is_smaller(teachers):
     student = student_from_config(
         teacher.config,
         {"num_hidden_layers": 1, "hidden_size": 16, "num_attention_heads": 2, "intermediate_size": 32},
-        "sequence-classification",
+        "classification",
     )
     assert student.config.num_hidden_layers == 1 and student.config.hidden_size == 16
     assert student.config.num_labels == 3 and student.config.vocab_size == teacher.config.vocab_size
     d = AutoModelForSequenceClassification.from_pretrained(teachers["distilbert"])
-    ds = student_from_config(d.config, {"num_hidden_layers": 1, "hidden_size": 16}, "sequence-classification")
+    ds = student_from_config(d.config, {"num_hidden_layers": 1, "hidden_size": 16}, "classification")
     assert ds.config.n_layers == 1 and ds.config.dim == 16
     other = student_from_config(
-        teacher.config, {"model_type": "distilbert", "n_layers": 1, "dim": 16, "n_heads": 2}, "sequence-classification"
+        teacher.config, {"model_type": "distilbert", "n_layers": 1, "dim": 16, "n_heads": 2}, "classification"
     )
     assert other.config.model_type == "distilbert" and other.config.vocab_size == teacher.config.vocab_size
     with pytest.raises(DomainBertError, match="no such field"):
-        student_from_config(teacher.config, {"num_layerz": 1}, "sequence-classification")
+        student_from_config(teacher.config, {"num_layerz": 1}, "classification")
 
 
 def test_tokenizer_mismatch_is_a_clear_error(teachers, tmp_path):
@@ -105,9 +105,9 @@ def test_tokenizer_mismatch_is_a_clear_error(teachers, tmp_path):
 def test_student_from_checkpoint_takes_the_teachers_labels(teachers, tmp_path):
     teacher = AutoModelForSequenceClassification.from_pretrained(teachers["bert"])
     mlm = make_tiny("bert", tmp_path / "mlm")
-    student, missing = student_from_checkpoint(str(mlm), "sequence-classification", teacher.config)
+    student, missing = student_from_checkpoint(str(mlm), "classification", teacher.config)
     assert student.config.num_labels == 3 and student.config.id2label[2] == "video"
     assert any(k.startswith("classifier") for k in missing)
     roberta = make_tiny("roberta", tmp_path / "rob")
     with pytest.raises(DomainBertError, match="vocabulary"):
-        student_from_checkpoint(str(roberta), "sequence-classification", teacher.config)
+        student_from_checkpoint(str(roberta), "classification", teacher.config)

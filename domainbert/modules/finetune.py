@@ -1,0 +1,209 @@
+"""What the three fine-tuning modules (classification, tagging, QA) share.
+
+:class:`FineTuneModule` loads any family's checkpoint (a folder, a hub name, an installed alias, or a
+pretraining stage's ``hf/`` export) with its task head and dropout overrides, freezes the bottom layers, switches
+to LoRA, turns on activation checkpointing (:func:`~domainbert.modules.base.enable_gradient_checkpointing`) and
+exports the merged model. It also runs the common steps: the
+training loss is logged as ``train/loss``, and ``validation_step``/``test_step`` call :meth:`~FineTuneModule.evaluate`,
+with :meth:`~FineTuneModule.start_evaluation` and :meth:`~FineTuneModule.end_evaluation` around each epoch.
+
+Each task module keeps its own constructor, so that ``--help`` lists exactly its options (a shared
+``**kwargs`` constructor is what sank lightning-transformers, see ``ANCHORS.md``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import re
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from domainbert.core.hf import check_tokenizer_fits, load_config, load_model, load_tokenizer
+from domainbert.core.models_local import resolve_local_alias
+from domainbert.data.contract import check_agreement, model_labels
+from domainbert.errors import DomainBertError
+from domainbert.modules.base import HFModule, enable_gradient_checkpointing
+from domainbert.modules.lora import LoraSettings, apply_lora, as_settings, merged
+from domainbert.modules.pooled import POOLING_KEY, mark_config, unmark_config
+from domainbert.modules.tasks import Task, spec
+
+log = logging.getLogger(__name__)
+
+_LAYER = re.compile(r"(?:^|\.)(?:layer|layers)\.(\d+)\.")
+
+
+def freeze_bottom_layers(model: nn.Module, n: int) -> int:
+    """Freeze the embeddings and the bottom ``n`` encoder layers of a ``transformers`` model.
+
+    Returns the number of parameters frozen.
+
+    Raises:
+        DomainBertError: ``n`` beyond the model's depth, or a model without numbered layers (ALBERT
+            shares one layer across its depth, so its layers cannot be frozen separately).
+    """
+    if n <= 0:
+        return 0
+    depth = getattr(model.config, "num_hidden_layers", None)
+    if depth is not None and n > depth:
+        raise DomainBertError(f"freeze_layers={n}: the model has only {depth} layers")
+    frozen, seen_layers = 0, False
+    for name, p in model.base_model.named_parameters():
+        m = _LAYER.search(name)
+        seen_layers = seen_layers or m is not None
+        if name.startswith("embeddings.") or (m is not None and int(m.group(1)) < n):
+            p.requires_grad_(False)
+            frozen += p.numel()
+    if not seen_layers:
+        raise DomainBertError(
+            f"freeze_layers={n}: {model.config.model_type} has no separately numbered encoder layers "
+            "(ALBERT shares one layer across its depth); use freeze_layers: 0"
+        )
+    return frozen
+
+
+def checkpoint_labels(init_from: str | None) -> list[str] | None:
+    """The ``id2label`` names of a local checkpoint folder in id order; None if it has none of its own.
+
+    Generic names (``LABEL_0``, ``LABEL_1``...) count as none: they are ``transformers``' defaults.
+    """
+    if not init_from:
+        return None
+    try:
+        path = Path(os.path.expanduser(resolve_local_alias(str(init_from)))) / "config.json"
+        id2label = json.loads(path.read_text(encoding="utf-8")).get("id2label") if path.is_file() else None
+    except (OSError, ValueError, DomainBertError):
+        return None
+    if not isinstance(id2label, dict) or not id2label:
+        return None
+    try:
+        names = [str(id2label[k]) for k in sorted(id2label, key=int)]
+    except (TypeError, ValueError):
+        return None
+    return None if names == [f"LABEL_{i}" for i in range(len(names))] else names
+
+
+def labels_from(num_labels: int | None, label_names: list[str] | None, init_from: str | None = None) -> list[str]:
+    """The label names, checked against ``num_labels``; ``LABEL_i`` names when only a count is known.
+
+    A checkpoint with its own label set (``init_from`` an export) keeps it: with no names given its ``id2label``
+    is used, and names equal to its as a set take its order (its head's output ``i`` is its label ``i``); the
+    datamodule then encodes the data in that order (see :func:`domainbert.data.contract.model_labels`).
+    """
+    return model_labels(num_labels, label_names, checkpoint_labels(init_from), source=str(init_from))
+
+
+def lora_hparam(lora: LoraSettings | dict | None) -> dict | None:
+    """``lora`` as plain data, as it is saved in the hyperparameters (checkpoints load with ``weights_only``)."""
+    return dataclasses.asdict(lora) if isinstance(lora, LoraSettings) else lora
+
+
+def label_config(label_names: list[str]) -> dict:
+    """The config entries of a head over ``label_names``: ``num_labels``, ``id2label`` and ``label2id``."""
+    return {
+        "num_labels": len(label_names),
+        "id2label": dict(enumerate(label_names)),
+        "label2id": {name: i for i, name in enumerate(label_names)},
+    }
+
+
+class FineTuneModule(HFModule):
+    """Shared plumbing of the fine-tuning modules (loading, freezing, LoRA, export, the step loop).
+
+    A subclass sets :attr:`task`, saves its hyperparameters (they must include ``init_from``, the three dropouts,
+    ``freeze_layers``, ``lora`` and ``gradient_checkpointing``), calls :meth:`init_model`, and implements
+    :meth:`training_loss` and :meth:`evaluate`.
+    """
+
+    #: the task, which picks the head class and the LoRA task type
+    task: Task = Task.CLASSIFICATION
+
+    def init_model(self, head_config: dict, optimizer=None) -> None:
+        """Load ``hparams.init_from`` with the task head; set ``self.model``, ``self.tokenizer`` and the optimizer.
+
+        Args:
+            head_config: config entries of the head (label set, problem type, pooling).
+            optimizer: the injected ``OptimizerCallable``, if any.
+        """
+        hp = self.hparams
+        self.optimizer = optimizer
+        name = resolve_local_alias(hp.init_from)
+        dropout = {"hidden": hp.hidden_dropout, "attention": hp.attention_dropout, "classifier": hp.classifier_dropout}
+        config = load_config(name, dropout=dropout)
+        for key, value in head_config.items():
+            setattr(config, key, value)
+        if POOLING_KEY in head_config:
+            (mark_config if head_config[POOLING_KEY] == "mean" else unmark_config)(config)
+        model, missing = load_model(spec(self.task).auto_cls, name, config=config, ignore_mismatched_sizes=True)
+        tokenizer = load_tokenizer(name)
+        check_tokenizer_fits(tokenizer, model, where=hp.init_from)
+        if missing:
+            log.info("initialised at random (not in %s): %s", hp.init_from, ", ".join(missing))
+        self.missing_keys = missing
+        model.train()  # from_pretrained returns eval mode; dropout must be on while training
+        freeze_bottom_layers(model, hp.freeze_layers)
+        settings = as_settings(hp.lora)
+        self.model = apply_lora(model, settings, self.task, missing) if settings is not None else model
+        self.tokenizer = tokenizer
+        self.export_source = None  # the fine-tuned model holds all it needs; no MLM head to carry
+        if hp.gradient_checkpointing:
+            enable_gradient_checkpointing(self.model)
+
+    def model_inputs(self, batch: dict) -> dict:
+        """The batch entries the model takes (``token_type_ids`` only where the tokenizer makes them)."""
+        return {k: batch[k] for k in self.tokenizer.model_input_names if k in batch}
+
+    def hf_model(self):
+        """The plain model to export: LoRA adapters merged in."""
+        return merged(self.model)
+
+    def check_datamodule(self, settings: tuple[str, ...] = ()) -> None:
+        """Raise if the datamodule disagrees with the model on the label set or the hyperparameters ``settings``."""
+        dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        expected = {k: self.hparams[k] for k in settings if k in self.hparams}
+        check_agreement(dm, getattr(self, "label_names", None), expected)
+
+    # -- steps ------------------------------------------------------------------------------------
+    def training_loss(self, batch: dict) -> torch.Tensor:  # pragma: no cover - every task overrides it
+        """The loss of a training batch."""
+        raise NotImplementedError
+
+    def evaluate(self, batch: dict, stage: str) -> None:  # pragma: no cover - every task overrides it
+        """Log ``<stage>/loss`` of a batch and update the stage's metrics."""
+        raise NotImplementedError
+
+    def start_evaluation(self, stage: str) -> None:
+        """Called before a validation, test or predict epoch; nothing by default."""
+
+    def end_evaluation(self, stage: str) -> None:
+        """Called after a validation or test epoch, to log what the epoch collected; nothing by default."""
+
+    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
+        loss = self.training_loss(batch)
+        self.log("train/loss", loss, prog_bar=True, batch_size=batch["input_ids"].shape[0])
+        return loss
+
+    def validation_step(self, batch: dict, batch_idx: int) -> None:
+        self.evaluate(batch, "val")
+
+    def test_step(self, batch: dict, batch_idx: int) -> None:
+        self.evaluate(batch, "test")
+
+    def on_validation_epoch_start(self) -> None:
+        self.start_evaluation("val")
+
+    def on_test_epoch_start(self) -> None:
+        self.start_evaluation("test")
+
+    def on_predict_epoch_start(self) -> None:
+        self.start_evaluation("predict")
+
+    def on_validation_epoch_end(self) -> None:
+        self.end_evaluation("val")
+
+    def on_test_epoch_end(self) -> None:
+        self.end_evaluation("test")
