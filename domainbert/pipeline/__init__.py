@@ -17,7 +17,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from domainbert.pipeline.specs import ExportSpec, ProbeSpec, SelectSpec, SelfTrainSpec, StageSpec, Task, VocabSpec
+from domainbert.pipeline.specs import ExportSpec, ProbeSpec, SelectSpec, SelfTrainSpec, StageSpec, TaskFiles, VocabSpec
 
 __all__ = [
     "ExportSpec",
@@ -25,7 +25,7 @@ __all__ = [
     "SelectSpec",
     "SelfTrainSpec",
     "StageSpec",
-    "Task",
+    "TaskFiles",
     "VocabSpec",
     "main",
     "pipeline",
@@ -89,7 +89,7 @@ def pipeline(
     metric = metric.split("/")[-1]
     if metric not in METRICS:
         raise DomainBertError(f"pipeline: metric={metric!r}; expected one of {sorted(METRICS)}")
-    task = Task(task_train, task_val, task_test, text_column, text_pair_column, label_column)
+    task = TaskFiles(task_train, task_val, task_test, text_column, text_pair_column, label_column)
     runner = Runner(Path(out))
     seeds = seeds or [0]
     stages = {

@@ -12,7 +12,7 @@ from importlib import resources
 from domainbert.adapt.stats import mean_std
 from domainbert.errors import DomainBertError
 from domainbert.pipeline.runner import Runner
-from domainbert.pipeline.specs import ExportSpec, ProbeSpec, SelfTrainSpec, StageSpec, Task
+from domainbert.pipeline.specs import ExportSpec, ProbeSpec, SelfTrainSpec, StageSpec, TaskFiles
 
 BASELINE = "baseline"
 SELF_TRAINING = "self-training"
@@ -38,7 +38,7 @@ def _pooling_args(base_model: str) -> list[str]:
     return ["--model.pooling", "mean" if native_pooling(resolve_local_alias(base_model)) == "mean" else "cls"]
 
 
-def run_probe(runner: Runner, base_model: str, task: Task, spec: ProbeSpec) -> dict | None:
+def run_probe(runner: Runner, base_model: str, task: TaskFiles, spec: ProbeSpec) -> dict | None:
     """Logistic regression on the base model's frozen mean-pooled embeddings (a row of the report)."""
     if not spec.enabled:
         return None
@@ -60,7 +60,9 @@ def check_stages(corpus: str | None, stages: dict) -> None:
         raise DomainBertError("pipeline: new vocabulary rows need pretraining: enable dapt or tapt with vocab")
 
 
-def adapted_models(runner: Runner, base_model: str, corpus: str | None, task: Task, stages: dict) -> dict[str, str]:
+def adapted_models(
+    runner: Runner, base_model: str, corpus: str | None, task: TaskFiles, stages: dict
+) -> dict[str, str]:
     """Run curation, vocabulary, DAPT and TAPT as enabled; return ``{name: starting model}``, baseline first."""
     select, vocab, dapt, tapt = stages["select"], stages["vocab"], stages["dapt"], stages["tapt"]
     check_stages(corpus, stages)
@@ -90,7 +92,7 @@ def adapted_models(runner: Runner, base_model: str, corpus: str | None, task: Ta
     return starts
 
 
-def finetune_all(runner: Runner, starts: dict[str, str], task: Task, spec: StageSpec, seeds: list[int], base: str):
+def finetune_all(runner: Runner, starts: dict[str, str], task: TaskFiles, spec: StageSpec, seeds: list[int], base: str):
     """Fine-tune from every starting model with every seed; ``{name: [record per seed]}``."""
     config, pooling = stage_config(spec, "finetune"), _pooling_args(base)
     results: dict[str, list[dict]] = {}
@@ -103,7 +105,7 @@ def finetune_all(runner: Runner, starts: dict[str, str], task: Task, spec: Stage
     return results
 
 
-def self_train(runner: Runner, results: dict, corpus: dict, task: Task, spec: SelfTrainSpec, finetune: StageSpec):
+def self_train(runner: Runner, results: dict, corpus: dict, task: TaskFiles, spec: SelfTrainSpec, finetune: StageSpec):
     """Self-training: each seed's baseline labels the corpus, and a fresh model learns from the task plus those labels.
 
     ``corpus`` holds ``path``, ``column`` and ``base`` (the base model). Adds ``results["self-training"]``, one
@@ -161,7 +163,7 @@ def best_run(runs: list[dict], metric: str) -> dict:
     return max(runs, key=lambda r: r["metrics"].get(f"val/{metric}") or float("-inf"))
 
 
-def distill_and_export(runner: Runner, teacher: str, task: Task, distill: StageSpec, export: ExportSpec):
+def distill_and_export(runner: Runner, teacher: str, task: TaskFiles, distill: StageSpec, export: ExportSpec):
     """Distil ``teacher`` into a student and export its deployment variants; ``(student record, export folder)``."""
     if not distill.enabled:
         return None, None

@@ -79,7 +79,7 @@ class ExportSpec:
 
 
 @dataclass
-class Task:
+class TaskFiles:
     """The labelled task's files and columns, passed to every stage that reads them."""
 
     train: str

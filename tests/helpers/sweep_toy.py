@@ -54,7 +54,7 @@ class ToyRegressor(L.LightningModule):
             torch.nn.Linear(8, hidden), torch.nn.Tanh(), torch.nn.Dropout(hidden_dropout), torch.nn.Linear(hidden, 1)
         )
 
-    def on_train_start(self) -> None:  # noqa: D102
+    def on_train_start(self) -> None:
         if not self.hparams.barrier_dir:
             return
         folder = Path(self.hparams.barrier_dir)
@@ -68,7 +68,7 @@ class ToyRegressor(L.LightningModule):
         x, y = batch
         return torch.nn.functional.mse_loss(self.net(x).squeeze(-1), y)
 
-    def training_step(self, batch, batch_idx):  # noqa: D102
+    def training_step(self, batch, batch_idx):
         if self.hparams.fail:
             raise RuntimeError("toy failure on purpose")
         marker = self.hparams.interrupt_marker
@@ -81,13 +81,13 @@ class ToyRegressor(L.LightningModule):
         self.log("train/loss", loss)
         return loss
 
-    def validation_step(self, batch, batch_idx):  # noqa: D102
+    def validation_step(self, batch, batch_idx):
         loss = self._loss(batch)
         loss = torch.nan_to_num(loss, nan=1e6, posinf=1e6).clamp(max=1e6)
         self.log("val/loss", loss)
         self.log("val/score", -loss)
 
-    def configure_optimizers(self):  # noqa: D102
+    def configure_optimizers(self):
         opt = torch.optim.SGD(self.parameters(), lr=self.hparams.learning_rate, weight_decay=self.hparams.weight_decay)
         total = max(1, int(self.trainer.estimated_stepping_batches))
         warm = int(round(self.hparams.warmup_ratio * total))
@@ -115,8 +115,8 @@ class ToyData(L.LightningDataModule):
         self.val_set = TensorDataset(x[n_train:], y[n_train:])
         self.batch_size = batch_size
 
-    def train_dataloader(self):  # noqa: D102
+    def train_dataloader(self):
         return DataLoader(self.train_set, batch_size=self.batch_size, shuffle=True)
 
-    def val_dataloader(self):  # noqa: D102
+    def val_dataloader(self):
         return DataLoader(self.val_set, batch_size=self.batch_size)

@@ -73,11 +73,11 @@ class FolderClassificationDataModule(L.LightningDataModule):
         collate = DataCollatorWithPadding(self.tokenizer)
         return DataLoader(self._split(name), self.batch_size, shuffle=shuffle, generator=gen, collate_fn=collate)
 
-    def train_dataloader(self) -> DataLoader:  # noqa: D102
+    def train_dataloader(self) -> DataLoader:
         return self._loader("train", shuffle=True)
 
-    def val_dataloader(self) -> DataLoader:  # noqa: D102
+    def val_dataloader(self) -> DataLoader:
         return self._loader("val", shuffle=False)
 
-    def test_dataloader(self) -> DataLoader:  # noqa: D102
+    def test_dataloader(self) -> DataLoader:
         return self._loader("test", shuffle=False)
