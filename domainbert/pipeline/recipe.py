@@ -109,7 +109,8 @@ def self_train(runner: Runner, results: dict, corpus: dict, task: TaskFiles, spe
     """Self-training: each seed's baseline labels the corpus, and a fresh model learns from the task plus those labels.
 
     ``corpus`` holds ``path``, ``column`` and ``base`` (the base model). Adds ``results["self-training"]``, one
-    record per seed, fine-tuned from the base model with the fine-tuning stage's config and options.
+    record per seed: a model fine-tuned from the base model on the task's rows plus pseudo-labelled documents
+    (with the fine-tuning stage's config and options), then, with ``spec.then_task``, on the task's rows alone.
     """
     if not spec.enabled:
         return
@@ -119,18 +120,30 @@ def self_train(runner: Runner, results: dict, corpus: dict, task: TaskFiles, spe
         raise DomainBertError("pipeline: self_train labels single corpus documents; it cannot serve a pair task")
     config, base = stage_config(finetune, "finetune"), corpus["base"]
     for record in results[BASELINE]:
-        seed = record["seed"]
-        folder = runner.out / f"pseudo-seed{seed}"
-        args = ["pseudolabel", "--model", record["hf"], "--corpus", corpus["path"], "--task", task.train]
-        args += ["--text_column", task.text_column, "--label_column", task.label_column, "--seed", str(seed)]
-        args += ["--corpus_text_column", corpus["column"], "--ratio", str(spec.ratio), "--out", str(folder)]
-        args += ["--max_documents", str(spec.max_documents) if spec.max_documents else "null"]
-        train = runner.tool(f"pseudo-seed{seed}", args, result=str(folder))["train"]
-        fit = ["--model.init_from", base, "--seed_everything", str(seed), *_pooling_args(base), *task.data_args()]
-        fit += ["--data.train", train, *finetune.args]
-        stage = f"finetune-{SELF_TRAINING}-seed{seed}"
-        run = runner.fit(stage, config, fit, test=True, after=(f"pseudo-seed{seed}",))
+        seed, name = record["seed"], f"finetune-{SELF_TRAINING}-seed{record['seed']}"
+        train = _pseudolabel(runner, record, corpus, task, spec)
+        fit = ["--seed_everything", str(seed), *_pooling_args(base), *task.data_args(), *finetune.args]
+        run = runner.fit(
+            f"{name}-mixed" if spec.then_task else name,
+            config,
+            ["--model.init_from", base, *fit, "--data.train", train],
+            test=not spec.then_task,
+            after=(f"pseudo-seed{seed}",),
+        )
+        if spec.then_task:
+            run = runner.fit(name, config, ["--model.init_from", run["hf"], *fit], test=True, after=(f"{name}-mixed",))
         results.setdefault(SELF_TRAINING, []).append({**run, "seed": seed})
+
+
+def _pseudolabel(runner: Runner, teacher: dict, corpus: dict, task: TaskFiles, spec: SelfTrainSpec) -> str:
+    """Run ``domainbert pseudolabel`` with ``teacher``'s export; the path of the task + pseudo-labelled rows."""
+    stage = f"pseudo-seed{teacher['seed']}"
+    folder = runner.out / stage
+    args = ["pseudolabel", "--model", teacher["hf"], "--corpus", corpus["path"], "--task", task.train]
+    args += ["--text_column", task.text_column, "--label_column", task.label_column, "--seed", str(teacher["seed"])]
+    args += ["--corpus_text_column", corpus["column"], "--ratio", str(spec.ratio), "--out", str(folder)]
+    args += ["--max_documents", str(spec.max_documents) if spec.max_documents else "null"]
+    return runner.tool(stage, args, result=str(folder))["train"]
 
 
 def choose(results: dict[str, list[dict]], metric: str) -> tuple[str, str]:

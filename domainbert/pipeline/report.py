@@ -7,14 +7,21 @@ from pathlib import Path
 
 from domainbert.adapt.stats import mean_std, paired_bootstrap
 from domainbert.core.files import atomic_write_text
-from domainbert.pipeline.recipe import BASELINE
+from domainbert.pipeline.recipe import BASELINE, SELF_TRAINING
 
 
 def adaptation_minutes(runner, name: str) -> float:
-    """The minutes spent making starting model ``name`` (beyond its fine-tuning): curation, vocabulary, DAPT, TAPT."""
+    """The minutes spent making starting model ``name`` beyond its own fine-tuning.
+
+    Curation, vocabulary, DAPT and TAPT; for self-training, the teachers' fine-tuning and the corpus labelling.
+    """
     if name == BASELINE:
         return 0.0
-    stages = ["select", "vocab"] + [s for s in ("dapt", "tapt") if s in name]
+    if name == SELF_TRAINING:
+        stages = [s for s in runner.called if s.startswith(("pseudo-seed", f"finetune-{BASELINE}-seed"))]
+        stages += [s for s in runner.called if s.startswith(f"finetune-{SELF_TRAINING}") and s.endswith("-mixed")]
+    else:
+        stages = ["select", "vocab"] + [s for s in ("dapt", "tapt") if s in name]
     return sum(runner.seconds(s) for s in stages if s in runner.called) / 60
 
 

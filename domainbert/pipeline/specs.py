@@ -47,7 +47,8 @@ class SelfTrainSpec:
 
     For each seed, the fine-tuned baseline labels a sample of the corpus (``domainbert pseudolabel``); a model is
     then fine-tuned from the base model, with the same fine-tuning config, on the task's rows plus the documents
-    it labelled most confidently, and competes with the other starting models on validation.
+    it labelled most confidently, and (with ``then_task``) fine-tuned once more on the task's rows alone, so that
+    the gold labels have the last word. It competes with the other starting models on validation.
     """
 
     enabled: bool = False
@@ -56,6 +57,8 @@ class SelfTrainSpec:
     """Pseudo-labelled rows per class, as a multiple of that class's training rows."""
     max_documents: int | None = 20000
     """Label a seeded sample of at most this many corpus documents (None: all)."""
+    then_task: bool = True
+    """After the run on task + pseudo-labelled rows, fine-tune its export on the task's rows alone."""
 
 
 @dataclass

@@ -170,8 +170,9 @@ def test_tiny_pipeline_runs_every_stage_writes_the_report_and_a_rerun_skips_them
 def test_self_training_labels_the_corpus_with_each_baseline_and_fine_tunes_on_task_plus_pseudo_rows(
     tiny_bert, tmp_path
 ):
-    """The self-training stage: each seed's baseline labels the corpus; the new run reads the task's rows plus, per
-    class, ``ratio`` x that class's rows of pseudo-labelled corpus documents, and competes on validation."""
+    """The self-training stage: each seed's baseline labels the corpus; a fresh run reads the task's rows plus, per
+    class, ``ratio`` x that class's rows of pseudo-labelled corpus documents; its export is fine-tuned on the task's
+    rows alone, and competes on validation."""
     from domainbert.pipeline import SelfTrainSpec
 
     out = tmp_path / "p"
@@ -189,7 +190,8 @@ def test_self_training_labels_the_corpus_with_each_baseline_and_fine_tunes_on_ta
         distill=StageSpec(enabled=False),
     )
     state = json.loads((out / "state.json").read_text())
-    assert state["pseudo-seed0"]["status"] == state["finetune-self-training-seed0"]["status"] == "done"
+    stages = ("pseudo-seed0", "finetune-self-training-seed0-mixed", "finetune-self-training-seed0")
+    assert [state[s]["status"] for s in stages] == ["done"] * 3
     pseudo = json.loads((out / "pseudo-seed0" / "result.json").read_text())
     task = [json.loads(line) for line in (FIX / "cls_train.jsonl").read_text().splitlines() if line.strip()]
     counts = {label: sum(r["label"] == label for r in task) for label in ("api", "graphics", "network")}
@@ -202,7 +204,13 @@ def test_self_training_labels_the_corpus_with_each_baseline_and_fine_tunes_on_ta
     assert all(r["text"] in corpus for r in rows[len(task) :])
     import yaml
 
-    run = yaml.safe_load((Path(state["finetune-self-training-seed0"]["run"]) / "config.yaml").read_text())
-    assert run["data"]["init_args"]["train"] == pseudo["train"]
-    assert run["model"]["init_args"]["init_from"] == str(tiny_bert)  # a fresh model, not the teacher
+    def config(stage):
+        return yaml.safe_load((Path(state[stage]["run"]) / "config.yaml").read_text())
+
+    mixed, final = config(stages[1]), config(stages[2])
+    assert mixed["data"]["init_args"]["train"] == pseudo["train"]
+    assert mixed["model"]["init_args"]["init_from"] == str(tiny_bert)  # a fresh model, not the teacher
+    assert final["model"]["init_args"]["init_from"] == state[stages[1]]["hf"]
+    assert final["data"]["init_args"]["train"] == str(FIX / "cls_train.jsonl")  # the gold rows have the last word
+    assert "test/f1_macro" in state[stages[2]]["metrics"]
     assert "| self-training |" in (out / "report.md").read_text()
