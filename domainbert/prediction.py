@@ -4,6 +4,10 @@ The fine-tuning modules' ``predict_step`` returns a list of dicts per batch (the
 the predicted label or span and the probabilities); :class:`PredictionWriter` streams them into a
 temporary file beside the target and renames it into place when the epoch ends, so a crash never
 leaves a half-written file where a complete one is expected.
+
+With this writer on the trainer, classification and tagging batch the rows of a predict file by length
+(:class:`~domainbert.data.batching.LengthSortedSampler`, less padding); the writer puts their predictions back in
+the file's order (:class:`FileOrder`, from the row indices Lightning passes with each batch).
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import contextlib
 import json
 import os
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,12 +40,63 @@ def _plain(value: Any) -> Any:
     return value
 
 
+class FileOrder:
+    """Rows that arrive out of order, each with its index in the file, given back in file order as soon as they can be.
+
+    Only the rows after a gap wait; with :class:`~domainbert.data.batching.LengthSortedSampler` that is at most one
+    sorted run of rows.
+    """
+
+    def __init__(self) -> None:
+        """Start at row 0."""
+        self.pending: dict[int, Any] = {}
+        self.next = 0
+
+    def add(self, indices: Sequence[int], rows: Sequence[Any]) -> list[Any]:
+        """Take a batch's rows (``rows[i]`` is row ``indices[i]``); return those now in order, first to last."""
+        if len(indices) != len(rows):
+            raise RuntimeError(f"{len(rows)} predictions for a batch of {len(indices)} rows: cannot restore the order")
+        self.pending.update(zip((int(i) for i in indices), rows))
+        out = []
+        while self.next in self.pending:
+            out.append(self.pending.pop(self.next))
+            self.next += 1
+        return out
+
+    def rest(self) -> list[Any]:
+        """The rows still waiting (rows before them never came: another DDP rank's), in index order."""
+        out = [self.pending[i] for i in sorted(self.pending)]
+        self.pending.clear()
+        return out
+
+
+def sorted_by_length(trainer: L.Trainer) -> bool:
+    """Whether the trainer's predict loader batches rows out of file order (a ``LengthSortedSampler``).
+
+    Lightning rebuilds the loader for prediction: the sampler is found under its batch sampler, and under DDP
+    inside the ``UnrepeatedDistributedSamplerWrapper`` that shares it out.
+    """
+    from domainbert.data.batching import LengthSortedSampler
+
+    loaders = trainer.predict_dataloaders
+    loaders = list(loaders.values()) if isinstance(loaders, dict) else loaders
+    for loader in loaders if isinstance(loaders, (list, tuple)) else [loaders]:
+        sampler = getattr(getattr(loader, "batch_sampler", None), "sampler", None)
+        shared = getattr(getattr(sampler, "dataset", None), "_sampler", None)
+        if isinstance(sampler, LengthSortedSampler) or isinstance(shared, LengthSortedSampler):
+            return True
+    return False
+
+
 class PredictionWriter(BasePredictionWriter):
     """Write the predictions of ``domainbert predict`` as JSONL.
 
-    Each line is one input: its fields (text, id...) plus ``label`` and ``probabilities`` (for
-    classification), ``tags`` (tagging) or ``answer`` and ``score`` (QA).
+    Each line is one input, in the input file's order: its fields (text, id...) plus ``label`` and
+    ``probabilities`` (for classification), ``tags`` (tagging) or ``answer`` and ``score`` (QA).
     """
+
+    #: Tells the task datamodules that predict batches may group rows by length: this writer restores the order.
+    restores_file_order = True
 
     def __init__(self, output: str | None = None) -> None:
         """Choose where the predictions go.
@@ -53,6 +109,8 @@ class PredictionWriter(BasePredictionWriter):
         self.path: Path | None = None
         self._fh = None
         self._tmp: str | None = None
+        self._order: FileOrder | None = None
+        self._loader = 0
         self.count = 0
 
     def _target(self, trainer: L.Trainer) -> Path:
@@ -70,6 +128,8 @@ class PredictionWriter(BasePredictionWriter):
         except OSError as err:
             raise DomainBertError(f"cannot write predictions to {self.path}: {err.strerror or err}") from err
         self._fh = os.fdopen(fd, "w", encoding="utf-8")
+        self._order = FileOrder() if sorted_by_length(trainer) else None
+        self._loader = 0
         self.count = 0
 
     def write_on_batch_end(
@@ -77,7 +137,16 @@ class PredictionWriter(BasePredictionWriter):
     ) -> None:
         if self._fh is None:
             return
-        for row in prediction or []:
+        rows = prediction or []
+        if self._order is not None and batch_indices is not None:
+            if dataloader_idx != self._loader:  # the next loader's indices start again at 0
+                self._write(self._order.rest())
+                self._order, self._loader = FileOrder(), dataloader_idx
+            rows = self._order.add(batch_indices, rows)
+        self._write(rows)
+
+    def _write(self, rows) -> None:
+        for row in rows:
             self._fh.write(json.dumps(_plain(row), ensure_ascii=False) + "\n")
             self.count += 1
 
@@ -85,6 +154,8 @@ class PredictionWriter(BasePredictionWriter):
         if self._fh is None:
             return
         try:
+            if self._order is not None:
+                self._write(self._order.rest())
             self._fh.flush()
             os.fsync(self._fh.fileno())
             self._fh.close()

@@ -3,9 +3,9 @@
 A subclass names its columns and its encoding (:meth:`TaskDataModule.columns`, :meth:`TaskDataModule.encoder`,
 optionally :meth:`TaskDataModule.check_rows` and :meth:`TaskDataModule.check_labels`); this base reads each
 split through :func:`domainbert.data.readers.read`, tokenizes with ``Dataset.map`` (cached on disk by
-``datasets``), and serves dynamically padded batches, optionally grouped by length. Tasks with a label set
-(classification, tagging) extend :class:`domainbert.data.labelled.LabelledDataModule`; question answering extends
-this base directly.
+``datasets``), and serves dynamically padded batches, optionally grouped by length (for prediction: see
+:meth:`TaskDataModule.sorts_predict`). Tasks with a label set (classification, tagging) extend
+:class:`domainbert.data.labelled.LabelledDataModule`; question answering extends this base directly.
 
 The settings every task takes are gathered in :class:`TaskSettings`. Each datamodule still lists them as
 parameters of its own ``__init__`` (LightningCLI builds ``--help`` and the YAML keys from that signature) and
@@ -24,7 +24,7 @@ import datasets
 import lightning.pytorch as L
 from torch.utils.data import DataLoader
 
-from domainbert.data.batching import Collator, EncodedRows, EpochSampler
+from domainbert.data.batching import Collator, EncodedRows, EpochSampler, LengthSortedSampler
 from domainbert.data.readers import is_plain_text, read
 from domainbert.errors import DomainBertError
 
@@ -99,6 +99,9 @@ class TaskDataModule(L.LightningDataModule):
     token_keys: tuple[str, ...] = ()
     #: per-row numeric keys for the collator.
     tensor_keys: tuple[str, ...] = ("labels",)
+    #: batch predict rows of similar length (:class:`LengthSortedSampler`) when a writer puts them back in file order
+    #: (see :meth:`TaskDataModule.sorts_predict`); only for tasks whose ``predict_step`` returns one row per input.
+    predict_by_length: bool = False
 
     def __init__(self, settings: TaskSettings) -> None:
         """Keep the settings; nothing is read before ``setup`` (or a first look at the data).
@@ -262,7 +265,23 @@ class TaskDataModule(L.LightningDataModule):
                 with_epoch=isinstance(ds, EncodedRows),
             )
             return DataLoader(ds, batch_size=self.batch_size, sampler=sampler, **kwargs)
+        if split == "predict" and self.sorts_predict():
+            sampler = LengthSortedSampler(self.lengths(ds), self.eval_batch_size)
+            return DataLoader(ds, batch_size=self.eval_batch_size, sampler=sampler, **kwargs)
         return DataLoader(ds, batch_size=self.eval_batch_size, shuffle=False, **kwargs)
+
+    def sorts_predict(self) -> bool:
+        """Whether predict batches group rows by length (less padding, faster).
+
+        Only for a task with :attr:`predict_by_length`, and only when the trainer's predictions go to a writer that
+        writes them in file order (``restores_file_order``: :class:`~domainbert.prediction.PredictionWriter`, which
+        ``domainbert predict`` always has). Predictions that ``trainer.predict`` returns to the caller, or that
+        another writer receives, come in file order, as they always did.
+        """
+        trainer = getattr(self, "trainer", None)
+        if not self.predict_by_length or trainer is None:
+            return False
+        return any(getattr(cb, "restores_file_order", False) for cb in trainer.callbacks)
 
     def lengths(self, ds) -> list[int]:
         """Row lengths for length grouping (token counts, or word counts of raw text)."""

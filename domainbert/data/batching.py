@@ -1,8 +1,9 @@
 """Batching for the task datamodules: a seeded per-epoch sampler, a dynamic-padding collator, on-the-fly rows.
 
 :class:`EpochSampler` draws a fresh seeded order each epoch (optionally grouping rows of similar length) and
-shards it across DDP ranks; :class:`Collator` pads model inputs to the longest row of a batch; :class:`EncodedRows`
-encodes raw rows on access, after a per-epoch transform (training-time augmentation).
+shards it across DDP ranks; :class:`LengthSortedSampler` groups the rows of a prediction file by length without
+shuffling; :class:`Collator` pads model inputs to the longest row of a batch; :class:`EncodedRows` encodes raw rows
+on access, after a per-epoch transform (training-time augmentation).
 """
 
 from __future__ import annotations
@@ -13,10 +14,21 @@ from typing import Any
 
 import datasets
 import torch
-from torch.utils.data import Dataset, DistributedSampler
+from torch.utils.data import Dataset, DistributedSampler, Sampler
 from transformers import DataCollatorWithPadding
 
 from domainbert.data.masking import IGNORE_INDEX
+
+#: Rows are grouped by length within chunks of this many batches.
+CHUNK_BATCHES = 50
+
+
+def group_by_length(indices: Sequence[int], lengths: Sequence[int], chunk: int) -> list[int]:
+    """``indices`` cut into runs of ``chunk``, each sorted by decreasing length (ties keep their order)."""
+    out: list[int] = []
+    for start in range(0, len(indices), chunk):
+        out += sorted(indices[start : start + chunk], key=lambda i: -lengths[i])
+    return out
 
 
 class EpochSampler(DistributedSampler):
@@ -80,10 +92,7 @@ class EpochSampler(DistributedSampler):
         idx = torch.randperm(self.size, generator=g).tolist() if self.shuffle else list(range(self.size))
         if self.lengths is None:
             return idx
-        chunk = 50 * self.batch_size * self.num_replicas
-        out: list[int] = []
-        for start in range(0, len(idx), chunk):
-            out += sorted(idx[start : start + chunk], key=lambda i: -self.lengths[i])
+        out = group_by_length(idx, self.lengths, CHUNK_BATCHES * self.batch_size * self.num_replicas)
         # shuffle whole (global) batches, so that long batches do not always come first in each chunk
         step = self.batch_size * self.num_replicas
         batches = [out[i : i + step] for i in range(0, len(out), step)]
@@ -100,6 +109,33 @@ class EpochSampler(DistributedSampler):
 
     def __len__(self) -> int:
         return self.num_samples
+
+
+class LengthSortedSampler(Sampler[int]):
+    """The rows of a prediction file, grouped by length: each run of ``50 * batch_size`` rows sorted longest first.
+
+    A batch then holds rows of similar length and pads little, as ``group_by_length`` does for training, but nothing
+    is shuffled. Lightning hands each batch's row indices to the prediction writer (``batch_indices``), and
+    :class:`~domainbert.prediction.PredictionWriter` writes the rows back in file order; since a row moves only
+    within its run, putting them back holds at most one run of predictions. It is a plain ``Sampler``: under DDP,
+    Lightning shares it out across ranks without repeating rows.
+    """
+
+    def __init__(self, lengths: Sequence[int], batch_size: int) -> None:
+        """Configure the order.
+
+        Args:
+            lengths: per-row lengths (token counts).
+            batch_size: the batch size (sets the length of a sorted run).
+        """
+        self.lengths = list(lengths)
+        self.chunk = CHUNK_BATCHES * max(1, batch_size)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(group_by_length(range(len(self.lengths)), self.lengths, self.chunk))
+
+    def __len__(self) -> int:
+        return len(self.lengths)
 
 
 class Collator:

@@ -88,8 +88,11 @@ class ClassificationDataModule(LabelledDataModule):
 
     The label set comes from the training split (sorted) unless ``labels`` gives it; the CLI links
     ``num_labels`` and ``label_names`` into the model. A validation or test label outside the set is
-    an error naming the file, the row and the value.
+    an error naming the file, the row and the value. Under ``domainbert predict`` a batch holds rows of similar
+    length (see ``TaskDataModule.sorts_predict``); the predictions are written in the file's order all the same.
     """
+
+    predict_by_length = True
 
     def __init__(
         self,

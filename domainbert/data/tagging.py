@@ -73,6 +73,7 @@ class TaggingDataModule(LabelledDataModule):
 
     token_keys = ("labels",)
     tensor_keys = ()
+    predict_by_length = True
 
     def __init__(
         self,

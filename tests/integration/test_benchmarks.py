@@ -18,6 +18,11 @@ import pytest
 
 BENCH = Path(__file__).resolve().parents[2] / "examples" / "benchmarks"
 
+#: The sides of inference_latency.py besides the pipeline: its own, and every variant of the tiny export it makes.
+SERVING_SIDES = ["domainbert", "domainbert_sorted", "export_student", "export_int8", "export_bf16"] + (
+    ["export_onnx", "export_onnx_int8"] if importlib.util.find_spec("onnxruntime") else []
+)
+
 #: script -> the keys its last line must carry; the first ones are measurements that must be positive numbers.
 CASES = {
     "mlm_throughput.py": (
@@ -30,8 +35,10 @@ CASES = {
     ),
     "inference_latency.py": (
         ["latency_b1_ms", "hf_latency_b1_ms", "ratio_b1", "latency_b8_ms", "hf_latency_b8_ms", "peak_rss_mb"]
-        + ["mfu", "hf_mfu", "mfu_b1", "hf_mfu_b1", "mfu_ref"],
-        ["precision"],
+        + ["mfu", "hf_mfu", "mfu_b1", "hf_mfu_b1", "mfu_ref"]
+        + [f"speedup_{b}_{side}" for side in SERVING_SIDES for b in ("b1", "b32")],
+        ["precision", "f1_hf", "fastest_within_f1", "fastest_within_f1_speedup_b32"]
+        + [f"{key}_{side}" for side in SERVING_SIDES for key in ("f1", "f1_drop_points")],
     ),
     "eval_memory.py": (["mlm_peak_rss_1x_mb", "mlm_peak_rss_4x_mb", "peak_rss_mb"], ["flat", "mlm_growth_mb"]),
     "data_cache.py": (["first_setup_s", "second_setup_s", "ratio"], ["train_blocks"]),

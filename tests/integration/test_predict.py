@@ -1,10 +1,12 @@
 """``domainbert predict`` and evaluation from exports: predictions always written, the export's labels and their
-order used, raw text accepted, short model names (REVIEW "A new user's first week" items 4 and 6)."""
+order used, raw text accepted, short model names (REVIEW "A new user's first week" items 4 and 6); predict batches
+grouped by length, predictions still in file order (issue 14)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -15,6 +17,7 @@ from domainbert.data.registry import expand_short_names
 from domainbert.data.tagging import TaggingDataModule
 from domainbert.errors import DomainBertError
 from domainbert.modules.classification import SequenceClassificationModule, labels_from
+from domainbert.prediction import FileOrder, PredictionWriter
 
 ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "tests" / "fixtures"
@@ -126,3 +129,102 @@ def test_an_export_with_reordered_labels_scores_as_the_original(tiny_bert, tmp_p
     assert metrics[0]["val/acc"] == pytest.approx(5 / 8)  # the head predicts 'api' for every row
     assert metrics[1] == pytest.approx(metrics[0], abs=1e-5)
     assert cli.model.label_names == order and cli.datamodule.label_names == order
+
+
+def _sharp_export(tiny_bert, out: Path) -> Path:
+    """An export whose head tells texts apart (large random weights): a row put in the wrong place shows."""
+    torch.manual_seed(0)  # the same new weights (head, pooler) whatever ran before
+    module = SequenceClassificationModule(str(tiny_bert), label_names=ALPHA)
+    with torch.no_grad():
+        weight = module.model.classifier.weight
+        weight.copy_(torch.randn(weight.shape, generator=torch.Generator().manual_seed(0)) * 10)
+    module.export_hf(out)
+    return out
+
+
+def test_predict_batches_rows_by_length_and_writes_them_in_file_order(tiny_bert, tmp_path):
+    """``domainbert predict`` pads little (a batch holds rows of similar length) and changes nothing in the output."""
+    hf = _sharp_export(tiny_bert, tmp_path / "hf")
+    words = "the server exports network packets while a tool renders graphical images for every user".split()
+    sizes = [3, 12, 5, 20, 1, 8, 15, 2, 9, 6]
+    rows = [{"id": i, "text": " ".join(words[(i + j) % len(words)] for j in range(n))} for i, n in enumerate(sizes)]
+    data = tmp_path / "in.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    main(
+        ["predict", "--model", "classification", "--model.init_from", str(hf), "--data", "classification"]
+        + ["--data.predict", str(data), "--data.eval_batch_size", "3", "--run_name", "p"]
+        + ["--trainer.default_root_dir", str(tmp_path / "runs"), "--trainer.enable_progress_bar", "false"]
+        + ["--trainer.accelerator", "cpu", "--trainer.precision", "32-true"]  # fp32: the reference below is
+    )
+    out = tmp_path / "runs" / "p" / "version_0" / "predictions.jsonl"
+    got = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert [r["id"] for r in got] == list(range(len(rows))) and [r["text"] for r in got] == [r["text"] for r in rows]
+
+    # the same predictions as unsorted batches of 3, in file order
+    module = SequenceClassificationModule(str(hf)).eval()
+    expected = []
+    for start in range(0, len(rows), 3):
+        chunk = rows[start : start + 3]
+        texts = [r["text"] for r in chunk]
+        batch = dict(module.tokenizer(texts, padding=True, truncation=True, max_length=128, return_tensors="pt"))
+        with torch.no_grad():
+            expected += module.predict_step({**batch, "meta": chunk}, 0)
+    probs = torch.tensor([list(r["probabilities"].values()) for r in expected])
+    gaps = (probs[:, None] - probs[None]).abs().amax(-1) + torch.eye(len(rows))
+    assert gaps.min() > 1e-5  # the head tells every two rows apart: a row in the wrong place would show
+    for row, want in zip(got, expected):
+        assert row["label"] == want["label"]
+        assert list(row["probabilities"].values()) == pytest.approx(list(want["probabilities"].values()), abs=2e-6)
+
+    # the loader did sort: with a PredictionWriter on the trainer, the first batch holds the longest rows
+    dm = ClassificationDataModule(predict=str(data), eval_batch_size=3)
+    dm.connect(module.tokenizer)
+    assert [m["id"] for m in next(iter(dm.predict_dataloader()))["meta"]] == [0, 1, 2]  # no trainer: file order
+    dm.trainer = SimpleNamespace(callbacks=[PredictionWriter()])
+    tokens = [len(module.tokenizer(r["text"], truncation=True, max_length=128)["input_ids"]) for r in rows]
+    longest = sorted(range(len(rows)), key=lambda i: -tokens[i])[:3]
+    assert [m["id"] for m in next(iter(dm.predict_dataloader()))["meta"]] == longest != [0, 1, 2]
+
+
+def test_only_tasks_with_one_prediction_per_row_batch_predict_rows_by_length(tiny_bert, tmp_path):
+    from domainbert.core.hf import load_tokenizer
+    from domainbert.data.batching import LengthSortedSampler
+    from domainbert.data.qa import QADataModule
+
+    txt = tmp_path / "in.txt"
+    txt.write_text("a\nthe tool renders graphical images on screens\nnetwork packets\n", encoding="utf-8")
+    tags = TaggingDataModule(predict=str(txt), eval_batch_size=2)
+    tags.connect(load_tokenizer(str(tiny_bert)))
+    tags.trainer = SimpleNamespace(callbacks=[PredictionWriter()])
+    loader = tags.predict_dataloader()
+    assert isinstance(loader.sampler, LengthSortedSampler) and list(loader.sampler) == [1, 2, 0]
+    assert not QADataModule.predict_by_length  # a question's windows must stay consecutive
+
+
+def test_file_order_puts_rows_back_and_holds_only_those_after_a_gap():
+    order = FileOrder()
+    assert order.add([2, 0], ["c", "a"]) == ["a"]
+    assert order.pending == {2: "c"}
+    assert order.add([1, 4], ["b", "e"]) == ["b", "c"]
+    assert order.rest() == ["e"] and order.pending == {}  # row 3 never came (another DDP rank's)
+    with pytest.raises(RuntimeError, match="2 predictions for a batch of 1 rows"):
+        order.add([5], ["f", "g"])
+
+
+def test_length_sorted_sampler_sorts_runs_of_fifty_batches_and_training_order_is_unchanged():
+    from domainbert.data.batching import EpochSampler, LengthSortedSampler
+
+    lengths = [(i * 37) % 101 for i in range(250)]
+    order = list(LengthSortedSampler(lengths, batch_size=2))  # runs of 100 rows
+    assert sorted(order) == list(range(250)) and len(LengthSortedSampler(lengths, 2)) == 250
+    for start in (0, 100, 200):
+        run = order[start : start + 100]
+        assert set(run) == set(range(start, min(start + 100, 250)))
+        assert [lengths[i] for i in run] == sorted((lengths[i] for i in run), reverse=True)
+    # the training sampler's grouped order, as it was before the predict sampler shared its sorting
+    sampler = EpochSampler(250, seed=1, lengths=lengths, batch_size=2)
+    g = torch.Generator().manual_seed(1)
+    idx = torch.randperm(250, generator=g).tolist()
+    grouped = [i for s in range(0, 250, 100) for i in sorted(idx[s : s + 100], key=lambda i: -lengths[i])]
+    batches = [grouped[i : i + 2] for i in range(0, 250, 2)]
+    assert sampler.order() == [i for b in torch.randperm(len(batches), generator=g).tolist() for i in batches[b]]
