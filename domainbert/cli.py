@@ -14,6 +14,7 @@ import os
 import sys
 from typing import Any
 
+from domainbert.core.tool_cli import wants_docs
 from domainbert.errors import DomainBertError
 
 #: Subcommands outside LightningCLI, and the module whose ``main(argv)`` runs each.
@@ -96,7 +97,8 @@ def _user_error(err: BaseException) -> DomainBertError | None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point of the ``domainbert`` console script."""
+    """Entry point of the ``domainbert`` console script (``argv`` None) and of calls from Python."""
+    program = argv is None  # the process ends when this returns
     argv = list(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=os.environ.get("DOMAINBERT_LOG", "INFO"), format="%(levelname)s %(name)s: %(message)s")
     for noisy in ("httpx", "urllib3", "filelock", "torchao"):
@@ -122,3 +124,19 @@ def main(argv: list[str] | None = None) -> None:
             raise
         print(f"domainbert: error: {user}", file=sys.stderr)
         sys.exit(2)
+    finally:
+        if program and wants_docs(argv):
+            _quick_exit()
+
+
+def _quick_exit() -> None:
+    """Spare a process that only printed a help text or a config the garbage collections at exit.
+
+    With Lightning, transformers and their imports loaded, the interpreter's shutdown spends over a second
+    collecting millions of objects: a sixth of ``fit --help``. ``gc.freeze`` moves every object alive now to the
+    permanent generation, which those collections skip; streams, files and ``atexit`` handlers close as usual.
+    Only for a process that wrote nothing but its output, never in one that goes on (tests call :func:`main`).
+    """
+    import gc
+
+    gc.freeze()

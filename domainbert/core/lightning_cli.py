@@ -12,7 +12,7 @@ from typing import Any
 
 import lightning.pytorch as L
 import yaml
-from jsonargparse import Namespace, set_docstring_parse_options
+from jsonargparse import Namespace, set_parsing_settings
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
@@ -20,8 +20,8 @@ from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from domainbert.callbacks import HFExport, TrainingGuard
 from domainbert.core.files import plain_name
 from domainbert.core.hardware import auto_precision
-from domainbert.core.hf import check_max_length
 from domainbert.core.runs import ALIASES, next_version, resolve_alias, version_of
+from domainbert.core.tool_cli import wants_docs
 from domainbert.data.contract import TakesTokenizer, check_datamodule
 from domainbert.errors import DomainBertError
 
@@ -51,11 +51,16 @@ class DomainBertCLI(LightningCLI):
     """
 
     def __init__(self, args: list[str] | dict | None = None, run: bool = True, **kwargs: Any) -> None:
-        """Build the CLI; ``args`` as on the command line (for calls from Python, such as sweep trials)."""
-        set_docstring_parse_options(attribute_docstrings=True)
+        """Build the CLI; ``args`` as on the command line (for calls from Python, such as sweep trials).
+
+        Two costs that only ``--help`` needs are paid only then: attribute docstrings (jsonargparse reads the
+        source of every class in the parsers' MROs for them) and the parsers of the subcommands not named.
+        """
+        set_parsing_settings(docstring_parse_attribute_docstrings=wants_docs(args))
         kwargs.setdefault("trainer_defaults", TRAINER_DEFAULTS)
         kwargs.setdefault("save_config_kwargs", {"overwrite": False})
         parser_kwargs = kwargs.get("parser_kwargs") or ({"parser_mode": "omegaconf"} if _has_omegaconf() else {})
+        parser_kwargs = self._only_subcommand(args, parser_kwargs)
         # --trainer.max_step is an error, not max_steps; a parse error is raised and printed as one line by cli.main
         kwargs["parser_kwargs"] = {"exit_on_error": False, **parser_kwargs, "allow_abbrev": False}
         self._resume_version: int | None = None
@@ -69,6 +74,19 @@ class DomainBertCLI(LightningCLI):
             run=run,
             **kwargs,
         )
+
+    def _only_subcommand(self, args: Any, parser_kwargs: dict) -> dict:
+        """Build only the parser of the subcommand that ``args`` start with (each of the four costs as much).
+
+        Without one (``args`` from Python as a dict, or starting with an option), all are built as usual.
+        Returns ``parser_kwargs`` less the entries of the subcommands left out.
+        """
+        every = self.subcommands()
+        if not isinstance(args, list | tuple) or not args or args[0] not in every:
+            return parser_kwargs
+        only = {args[0]: every[args[0]]}
+        self.subcommands = lambda: only  # shadows the static method for this instance only
+        return {k: v for k, v in parser_kwargs.items() if k not in every or k in only}
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_lightning_class_args(HFExport, "export")
@@ -171,6 +189,8 @@ class DomainBertCLI(LightningCLI):
         max_length = getattr(self.datamodule, "max_length", None)
         config = getattr(getattr(self.model, "model", None), "config", None)
         if isinstance(max_length, int) and config is not None:
+            from domainbert.core.hf import check_max_length  # transformers' model code: not for --help
+
             check_max_length(max_length, config, where="data.max_length")
         cfg = self.config[self.subcommand] if self.subcommand else self.config
         ckpt = cfg.get("ckpt_path")

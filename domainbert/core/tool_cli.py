@@ -28,3 +28,16 @@ def run_function(fn: Callable[..., Any], argv: list[str] | None, prog: str, desc
     parser.add_function_arguments(fn, as_positional=False)
     cfg = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     return fn(**cfg.as_dict())
+
+
+def wants_docs(args: Any) -> bool:
+    """Whether ``args`` ask for a help text or a printed config: the only outputs docstrings feed.
+
+    That is any option whose name holds ``help`` (``-h``, ``--help``, ``--model.help``...) or ``print_config``.
+    Parsers read attribute docstrings (a field's docstring below it) only then: jsonargparse reads the source of
+    every class in their MROs for them, the slowest part of building a parser.
+    """
+    if not isinstance(args, list | tuple):
+        return False
+    names = (str(a).split("=", 1)[0] for a in args if str(a).startswith("-"))
+    return any(n == "-h" or "help" in n or "print_config" in n for n in names)

@@ -115,9 +115,12 @@ def pipeline(
 
 def main(argv: list[str] | None = None) -> None:
     """``domainbert pipeline --config configs/pipeline/<model>_<data>.yaml``; ``--help`` lists every option."""
-    from jsonargparse import ActionConfigFile, ArgumentParser
+    from jsonargparse import ActionConfigFile, ArgumentParser, set_parsing_settings
+
+    from domainbert.core.tool_cli import wants_docs
 
     argv = list(sys.argv[1:] if argv is None else argv)
+    set_parsing_settings(docstring_parse_attribute_docstrings=wants_docs(argv))  # the specs' field docstrings
     parser = ArgumentParser(prog="domainbert pipeline", description=__doc__.split("\n\n")[0], allow_abbrev=False)
     parser.add_argument("--config", action=ActionConfigFile)
     parser.add_function_arguments(pipeline, as_positional=False)

@@ -10,7 +10,7 @@ from domainbert.adapt.select import nearest_documents
 from domainbert.adapt.stats import macro_f1, mean_std, paired_bootstrap
 from domainbert.errors import DomainBertError
 from domainbert.pipeline.recipe import choose
-from domainbert.pipeline.specs import Task
+from domainbert.pipeline.specs import TaskFiles
 
 
 def test_macro_f1_equals_a_hand_computed_value():
@@ -115,7 +115,7 @@ def test_choice_reads_validation_only_and_keeps_the_baseline_on_a_tie():
 
 
 def test_task_paths_and_columns_reach_the_data_options():
-    args = Task("tr.jsonl", "va.jsonl", None, "body", None, "section").data_args()
+    args = TaskFiles("tr.jsonl", "va.jsonl", None, "body", None, "section").data_args()
     opts = dict(zip(args[::2], args[1::2]))
     assert opts == {
         "--data.train": "tr.jsonl",
