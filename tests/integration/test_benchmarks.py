@@ -81,8 +81,7 @@ def test_quick_run_prints_figures(script, tiny_bert, tmp_path):
     assert f"flags {figures['isa']}" in lines[0]
 
 
-def test_distill_benchmark_names_the_flags_and_its_mfu(tiny_bert, tmp_path):
-    # the rest of its figures are checked by tests/integration/test_deploy.py
+def test_distill_benchmark_names_the_flags_its_mfu_and_its_speedups(tiny_bert, tmp_path):
     cmd = [sys.executable, str(BENCH / "distill_benchmark.py"), "--quick", "--model", str(tiny_bert)]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=900)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
@@ -92,6 +91,10 @@ def test_distill_benchmark_names_the_flags_and_its_mfu(tiny_bert, tmp_path):
     for key in ("teacher_mfu_b32", "student_mfu_b32", "bf16_mfu_b32", "peak_tflops_fp32", "peak_tflops_bf16"):
         assert math.isfinite(float(figures[key])) and float(figures[key]) > 0, f"{key}={figures[key]}"
     assert "int8_mfu_b32" not in figures  # no int8 peak is probed: no int8 MFU
+    assert any(line.startswith("----") for line in lines)
+    for key in ("student_f1_ratio", "student_speedup_b32", "int8_speedup_b32", "bf16_speedup_b32"):
+        assert float(figures[key]) > 0, key
+    assert figures["faster_b32"] in ("int8", "bf16")
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
