@@ -3,8 +3,8 @@ import pytest
 import torch
 from transformers import AutoModelForMaskedLM, AutoModelForSequenceClassification, AutoTokenizer, BertModel
 
-from domainbert.data.corpus import CorpusDataModule
 from domainbert.modules.mlm import MaskedLMModule
+from tests.helpers.mlm import fixed_batch, small_corpus
 
 
 def _trainer(tmp_path, steps, **kw):
@@ -23,27 +23,12 @@ def _trainer(tmp_path, steps, **kw):
     )
 
 
-def _data(module, corpus, tmp_path=None, **kw):
-    lines = corpus.read_text().splitlines()[:64]
-    path = (tmp_path or corpus.parent) / "small.txt"
-    if tmp_path is not None:
-        path.write_text("\n".join(lines) + "\n")
-    dm = CorpusDataModule(train=str(path if tmp_path else corpus), val_ratio=0.0, max_length=32, batch_size=8, **kw)
-    dm.connect(module.tokenizer)
-    return dm
-
-
-def _fixed_batch(module, dm):
-    dm.setup("fit")
-    return next(iter(dm.train_dataloader()))
-
-
 @pytest.mark.parametrize("family", ["bert", "roberta", "albert", "distilbert", "electra"])
 def test_loss_falls_over_30_steps(tiny_models, corpus_file, tmp_path, family):
     torch.manual_seed(0)
     module = MaskedLMModule(str(tiny_models[family]), learning_rate=3e-3, warmup_ratio=0.1, head_warmup_steps=0)
-    dm = _data(module, corpus_file, tmp_path)
-    batch = _fixed_batch(module, dm)
+    dm = small_corpus(module, corpus_file, tmp_path)
+    batch = fixed_batch(dm)
     module.eval()
     with torch.no_grad():
         before = module(batch, salt=123)["loss"].item()
@@ -82,7 +67,7 @@ def test_head_warmup_keeps_the_encoder_frozen(headless_bert, corpus_file, tmp_pa
     assert module.head_missing and module.head_warmup_steps == 100, "missing head detected, warm-up on by default"
     module.head_warmup_steps = 4
     snap = _Snapshot()
-    _trainer(tmp_path, 7, callbacks=[snap]).fit(module, datamodule=_data(module, corpus_file, tmp_path))
+    _trainer(tmp_path, 7, callbacks=[snap]).fit(module, datamodule=small_corpus(module, corpus_file, tmp_path))
     # snapshots are taken before steps 0..6; steps 0-3 are the warm-up
     for i in range(1, 5):
         assert torch.equal(snap.encoder[i], snap.encoder[0]), f"encoder moved during warm-up step {i - 1}"
@@ -92,7 +77,7 @@ def test_head_warmup_keeps_the_encoder_frozen(headless_bert, corpus_file, tmp_pa
 
 def test_export_round_trip_and_pooler_kept(headless_bert, corpus_file, tmp_path):
     module = MaskedLMModule(str(headless_bert), head_warmup_steps=0)
-    _trainer(tmp_path, 3).fit(module, datamodule=_data(module, corpus_file, tmp_path))
+    _trainer(tmp_path, 3).fit(module, datamodule=small_corpus(module, corpus_file, tmp_path))
     out = module.export_hf(tmp_path / "hf")
     module.eval()
     reloaded = AutoModelForMaskedLM.from_pretrained(out).eval()
@@ -112,7 +97,7 @@ def test_resume_continues_at_the_right_step(tiny_bert, corpus_file, tmp_path):
     module = MaskedLMModule(str(tiny_bert), head_warmup_steps=0)
     ckpt = ModelCheckpoint(dirpath=tmp_path / "ck", every_n_train_steps=3, save_top_k=-1)
     _trainer(tmp_path, 6, callbacks=[ckpt], enable_checkpointing=True).fit(
-        module, datamodule=_data(module, corpus_file, tmp_path)
+        module, datamodule=small_corpus(module, corpus_file, tmp_path)
     )
     path = next(p for p in (tmp_path / "ck").iterdir() if "step=3" in p.name)
 
@@ -124,7 +109,7 @@ def test_resume_continues_at_the_right_step(tiny_bert, corpus_file, tmp_path):
 
     fresh = MaskedLMModule(str(tiny_bert), head_warmup_steps=0)
     trainer = _trainer(tmp_path, 6, callbacks=[Spy()])
-    trainer.fit(fresh, datamodule=_data(fresh, corpus_file, tmp_path), ckpt_path=str(path))
+    trainer.fit(fresh, datamodule=small_corpus(fresh, corpus_file, tmp_path), ckpt_path=str(path))
     assert seen[0][0] == 3 and trainer.global_step == 6
     state = torch.load(path, weights_only=True)
     assert state["lr_schedulers"][0]["last_epoch"] == 3

@@ -7,34 +7,13 @@ import json
 import pytest
 import torch
 from safetensors.torch import load_file
-from transformers import AutoModelForMaskedLM, AutoTokenizer, BertModel
+from transformers import AutoTokenizer, BertModel
 
 from domainbert import cli
 from domainbert.adapt import vocab
 from domainbert.errors import DomainBertError
 from tests.helpers.tiny import FAMILIES
-
-
-def _lines(corpus_file) -> list[str]:
-    return corpus_file.read_text(encoding="utf-8").splitlines()
-
-
-def _span_ids(tokenizer, text: str, start: int, end: int) -> list[int]:
-    """Ids of the tokens covering characters ``start:end`` of ``text``, in running text."""
-    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-    return [
-        i
-        for i, (a, b) in zip(enc["input_ids"], enc["offset_mapping"], strict=True)
-        if (a < end and b > start) or a == b == start
-    ]
-
-
-def _bias(model) -> torch.Tensor:
-    return model.get_output_embeddings().bias
-
-
-def _load(path):
-    return AutoModelForMaskedLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
+from tests.helpers.vocab import lines, load, mlm_bias, span_ids
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -43,8 +22,8 @@ def test_cli_extend_saves_a_loadable_model(tiny_models, corpus_file, tmp_path, f
     out = tmp_path / "ext"
     cli.main(["vocab", "extend", "--model", str(src), "--corpus", str(corpus_file), "--top_k", "6", "--min_freq", "5",
               "--out", str(out)])  # fmt: skip
-    model, tok = _load(out)
-    src_model, src_tok = _load(src)
+    model, tok = load(out)
+    src_model, src_tok = load(src)
     rows = model.get_input_embeddings().weight
     assert len(tok) == rows.shape[0] == model.config.vocab_size == len(src_tok) + 6
     info = json.loads((out / "vocab_extension.json").read_text(encoding="utf-8"))
@@ -54,9 +33,9 @@ def test_cli_extend_saves_a_loadable_model(tiny_models, corpus_file, tmp_path, f
         assert tok.convert_tokens_to_ids(w["token"]) == w["id"]
         ids = src_tok.convert_tokens_to_ids(w["old_pieces"])
         assert torch.allclose(rows[w["id"]], src_rows[ids].mean(0), atol=1e-6, rtol=0)
-        assert torch.allclose(_bias(model)[w["id"]], _bias(src_model)[ids].mean(0), atol=1e-6, rtol=0)
+        assert torch.allclose(mlm_bias(model)[w["id"]], mlm_bias(src_model)[ids].mean(0), atol=1e-6, rtol=0)
     word = info["words"][0]["token"].lstrip("▁")
-    assert _span_ids(tok, f"see {word} here", 4, 4 + len(word)) == [info["words"][0]["id"]]
+    assert span_ids(tok, f"see {word} here", 4, 4 + len(word)) == [info["words"][0]["id"]]
 
 
 def test_extend_keeps_the_source_pooler_and_prints_a_summary(tiny_bert, corpus_file, tmp_path, capsys):
@@ -116,7 +95,7 @@ def test_train_wordpiece(corpus_file, tmp_path, lowercase):
     tok = AutoTokenizer.from_pretrained(out)
     assert type(tok).__name__ == "BertTokenizer" and 100 < len(tok) <= 300
     assert tok.convert_tokens_to_ids(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]) == [0, 1, 2, 3, 4]
-    line = _lines(corpus_file)[0]
+    line = lines(corpus_file)[0]
     enc = tok(line)
     assert enc["input_ids"][0] == tok.cls_token_id and enc["input_ids"][-1] == tok.sep_token_id
     assert tok.unk_token_id not in enc["input_ids"]

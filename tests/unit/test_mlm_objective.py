@@ -7,26 +7,10 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from domainbert.data.corpus import CorpusDataModule
 from domainbert.data.masking import IGNORE_INDEX
 from domainbert.errors import DomainBertError
 from domainbert.modules.mlm import MaskedLMModule
-
-
-def _data(module, corpus, tmp_path=None, **kw):
-    """A corpus datamodule on ``corpus`` (its first 64 lines, copied into ``tmp_path``, when given)."""
-    lines = corpus.read_text().splitlines()[:64]
-    path = (tmp_path or corpus.parent) / "small.txt"
-    if tmp_path is not None:
-        path.write_text("\n".join(lines) + "\n")
-    dm = CorpusDataModule(train=str(path if tmp_path else corpus), val_ratio=0.0, max_length=32, batch_size=8, **kw)
-    dm.connect(module.tokenizer)
-    return dm
-
-
-def _fixed_batch(module, dm):
-    dm.setup("fit")
-    return next(iter(dm.train_dataloader()))
+from tests.helpers.mlm import fixed_batch, small_corpus
 
 
 @pytest.mark.parametrize("family", ["bert", "roberta", "albert", "distilbert", "electra"])
@@ -34,8 +18,8 @@ def test_sparse_logits_give_the_full_loss(tiny_models, corpus_file, family):
     module = MaskedLMModule(str(tiny_models[family]), sparse_logits=True).eval()
     dense = MaskedLMModule(str(tiny_models[family]), sparse_logits=False).eval()
     assert module._head_fn is not None, "every supported family has a sparse head"
-    dm = _data(module, corpus_file)
-    batch = _fixed_batch(module, dm)
+    dm = small_corpus(module, corpus_file)
+    batch = fixed_batch(dm)
     with torch.no_grad():
         sparse = module(batch, salt=5)
         ids, labels = module.mask(batch, 5)
@@ -58,7 +42,7 @@ def test_nsp_objective(tiny_bert, corpus_file, tmp_path):
     BertForPreTraining.from_pretrained(tiny_bert).save_pretrained(pre)
     AutoTokenizer.from_pretrained(tiny_bert).save_pretrained(pre)
     module = MaskedLMModule(str(pre), objective="mlm+nsp", head_warmup_steps=0, learning_rate=3e-3)
-    dm = _data(module, corpus_file, tmp_path, nsp=True)
+    dm = small_corpus(module, corpus_file, tmp_path, nsp=True)
     dm.setup("fit")
     labels = torch.tensor([dm.train_ds[i]["next_sentence_label"] for i in range(len(dm.train_ds))])
     assert 0.3 < labels.float().mean() < 0.7

@@ -1,0 +1,22 @@
+"""What the masked-LM tests share: a small corpus datamodule and one fixed batch of it."""
+
+from __future__ import annotations
+
+from domainbert.data.corpus import CorpusDataModule
+
+
+def small_corpus(module, corpus, tmp_path=None, **kw) -> CorpusDataModule:
+    """A corpus datamodule on ``corpus`` (its first 64 lines, copied into ``tmp_path``, when given)."""
+    lines = corpus.read_text().splitlines()[:64]
+    path = (tmp_path or corpus.parent) / "small.txt"
+    if tmp_path is not None:
+        path.write_text("\n".join(lines) + "\n")
+    dm = CorpusDataModule(train=str(path if tmp_path else corpus), val_ratio=0.0, max_length=32, batch_size=8, **kw)
+    dm.connect(module.tokenizer)
+    return dm
+
+
+def fixed_batch(dm):
+    """The first training batch of ``dm``."""
+    dm.setup("fit")
+    return next(iter(dm.train_dataloader()))
