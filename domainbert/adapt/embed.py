@@ -69,8 +69,19 @@ def embed_texts(
     if bf16 is None:
         bf16 = auto_precision(device.type) == "bf16-mixed"
     encoder.eval()
-    order = sorted(range(len(texts)), key=lambda i: len(texts[i]) if isinstance(texts[i], str) else len(texts[i][0]))
     out = torch.empty(len(texts), encoder.config.hidden_size)
+    for ids, inputs in sorted_batches(tokenizer, texts, batch_size, max_length, device):
+        out[ids] = encode(encoder, inputs, bf16)
+    return out
+
+
+def sorted_batches(tokenizer, texts: Sequence[str | tuple[str, str]], batch_size: int, max_length: int, device):
+    """``(row ids, model inputs on device)`` over ``texts`` in batches of similar length, so padding costs little.
+
+    ``texts`` may hold ``(text, pair)`` tuples; a caller writes each batch's outputs to ``out[ids]`` to keep the
+    order of ``texts``.
+    """
+    order = sorted(range(len(texts)), key=lambda i: len(texts[i]) if isinstance(texts[i], str) else len(texts[i][0]))
     for start in range(0, len(order), batch_size):
         ids = order[start : start + batch_size]
         batch = [texts[i] for i in ids]
@@ -83,8 +94,7 @@ def embed_texts(
             padding=True,
             return_tensors="pt",
         ).to(device)
-        out[ids] = encode(encoder, {k: v for k, v in enc.items() if k in tokenizer.model_input_names}, bf16)
-    return out
+        yield ids, {k: v for k, v in enc.items() if k in tokenizer.model_input_names}
 
 
 @torch.no_grad()

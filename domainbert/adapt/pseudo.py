@@ -7,6 +7,10 @@ al. 2020, *Noisy Student*): a classifier fine-tuned on the task (the teacher) la
 and a fresh model is fine-tuned on the task's rows plus the most confidently labelled documents. It turns the
 domain corpus into more task data without moving the encoder away from the geometry it was pretrained with.
 
+Several teachers (``--model '[a/hf, b/hf, c/hf]'``, e.g. the baselines of several seeds) label as an ensemble: their
+class probabilities are averaged, which makes fewer confident mistakes than any one of them (Hinton et al. 2015;
+the ensemble's gain is then distilled into a single model).
+
 Per class, the ``ratio`` × (that class's training rows) documents the teacher labels most confidently are kept,
 so the added rows follow the task's class balance and no class is flooded by the corpus's most common kind of
 document. ``<out>/train.jsonl`` holds the task's training rows, then the pseudo-labelled ones (with the task's
@@ -30,19 +34,16 @@ from domainbert.errors import DomainBertError
 @torch.no_grad()
 def class_probabilities(model, tokenizer, texts: Sequence[str], batch_size: int = 64, max_length: int = 128):
     """Softmax outputs ``[len(texts), num_labels]`` of a sequence classifier, batched in order of length."""
+    from domainbert.adapt.embed import sorted_batches
     from domainbert.core.hardware import auto_precision
 
     device = next(model.parameters()).device
     bf16 = auto_precision(device.type) == "bf16-mixed"
     model.eval()
-    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
     probs = torch.empty(len(texts), model.config.num_labels)
-    for start in range(0, len(order), batch_size):
-        ids = order[start : start + batch_size]
-        enc = tokenizer([texts[i] for i in ids], truncation=True, max_length=max_length, padding=True)
-        enc = {k: torch.tensor(v, device=device) for k, v in enc.items() if k in tokenizer.model_input_names}
+    for ids, inputs in sorted_batches(tokenizer, texts, batch_size, max_length, device):
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-            probs[ids] = model(**enc).logits.float().softmax(-1).cpu()
+            probs[ids] = model(**inputs).logits.float().softmax(-1).cpu()
     return probs
 
 
@@ -71,8 +72,36 @@ def _unlabelled(corpus: str, column: str, exclude: set[str], max_documents: int 
     return docs
 
 
+def ensemble_probabilities(models: Sequence[str], texts: Sequence[str], max_length: int = 128) -> torch.Tensor:
+    """The teachers' class probabilities on ``texts``, averaged; every teacher must have the same label names."""
+    from transformers import AutoModelForSequenceClassification
+
+    from domainbert.core.hf import load_model, load_tokenizer
+
+    total, names = None, None
+    for path in models:
+        teacher, _ = load_model(AutoModelForSequenceClassification, path)
+        labels = [str(teacher.config.id2label[i]) for i in range(teacher.config.num_labels)]
+        if names is not None and labels != names:
+            raise DomainBertError(f"pseudolabel: teacher {path} has labels {labels}; {models[0]} has {names}")
+        probs = class_probabilities(teacher, load_tokenizer(path), texts, max_length=max_length)
+        total, names = (probs if total is None else total + probs), labels
+        del teacher
+    return total / len(models)
+
+
+def label_names(model: str) -> list[str]:
+    """A sequence classifier's label names, in id order, read from its config alone."""
+    from transformers import AutoConfig
+
+    from domainbert.core.models_local import resolve_local_alias
+
+    config = AutoConfig.from_pretrained(resolve_local_alias(model))
+    return [str(config.id2label[i]) for i in range(config.num_labels)]
+
+
 def pseudolabel(
-    model: str,
+    model: str | list[str],
     corpus: str,
     task: str,
     out: str,
@@ -87,7 +116,8 @@ def pseudolabel(
     """Write the task's rows plus confidently pseudo-labelled corpus documents to ``<out>/train.jsonl``.
 
     Args:
-        model: the teacher: a fine-tuned single-label sequence classifier (an ``hf/`` export).
+        model: the teacher: a fine-tuned single-label sequence classifier (an ``hf/`` export), or a list of
+            them with the same labels, whose averaged probabilities label the documents.
         corpus: the unlabelled domain corpus (files, globs or folders; ``.txt`` one document a line).
         task: the task's training rows; documents equal to one of its texts are never added.
         out: the output folder.
@@ -99,26 +129,27 @@ def pseudolabel(
         max_length: truncation length in tokens.
         seed: seed of the corpus sample.
     """
-    from transformers import AutoModelForSequenceClassification
-
     from domainbert.adapt.probe_cmd import read_split
     from domainbert.core.files import atomic_write_text
-    from domainbert.core.hf import load_model, load_tokenizer
 
+    teachers = [model] if isinstance(model, str) else list(model)
+    if not teachers:
+        raise DomainBertError("pseudolabel: --model names no teacher; expected one or more hf/ exports")
     if ratio <= 0:
         raise DomainBertError(f"pseudolabel: ratio={ratio}; expected a positive multiple of each class's rows")
     t0 = time.time()
     texts, labels = read_split(task, text_column, None, label_column, None)
-    teacher, _ = load_model(AutoModelForSequenceClassification, model)
-    names = [str(teacher.config.id2label[i]) for i in range(teacher.config.num_labels)]
+    names = label_names(teachers[0])
     counts = collections.Counter(labels)
     unknown = sorted(set(counts) - set(names))
     if unknown:
-        raise DomainBertError(f"pseudolabel: {task} has labels {unknown} that the teacher {model} does not predict")
+        raise DomainBertError(
+            f"pseudolabel: {task} has labels {unknown} that the teacher {teachers[0]} does not predict"
+        )
     docs = _unlabelled(corpus, corpus_text_column, set(texts), max_documents, seed)
     if not docs:
         raise DomainBertError(f"pseudolabel: no corpus document in {corpus} besides the task's own texts")
-    probs = class_probabilities(teacher, load_tokenizer(model), docs, max_length=max_length)
+    probs = ensemble_probabilities(teachers, docs, max_length=max_length)
     picked = most_confident(probs, [round(ratio * counts[n]) for n in names])
     added = [{text_column: docs[r], label_column: names[c]} for r, c in picked]
     folder = Path(out)
@@ -132,11 +163,14 @@ def pseudolabel(
         "task_rows": len(texts),
         "pseudo_rows": len(added),
         "labelled_documents": len(docs),
+        "teachers": teachers,
         "per_class": {n: per_class.get(n, 0) for n in names},
         "seconds": round(time.time() - t0, 1),
     }
     atomic_write_text(folder / "result.json", json.dumps(result, indent=2) + "\n")
-    print(f"pseudolabel: {len(added)} of {len(docs)} corpus documents labelled by {model} -> {train}")
+    print(
+        f"pseudolabel: {len(added)} of {len(docs)} corpus documents labelled by {len(teachers)} teacher(s) -> {train}"
+    )
     return result
 
 

@@ -7,6 +7,7 @@ choice, by validation only → distillation of the chosen model → export → r
 
 from __future__ import annotations
 
+import json
 from importlib import resources
 
 from domainbert.adapt.stats import mean_std
@@ -106,11 +107,13 @@ def finetune_all(runner: Runner, starts: dict[str, str], task: TaskFiles, spec: 
 
 
 def self_train(runner: Runner, results: dict, corpus: dict, task: TaskFiles, spec: SelfTrainSpec, finetune: StageSpec):
-    """Self-training: each seed's baseline labels the corpus, and a fresh model learns from the task plus those labels.
+    """Self-training: the baselines label the corpus, and a fresh model learns from the task plus those labels.
 
     ``corpus`` holds ``path``, ``column`` and ``base`` (the base model). Adds ``results["self-training"]``, one
     record per seed: a model fine-tuned from the base model on the task's rows plus pseudo-labelled documents
     (with the fine-tuning stage's config and options), then, with ``spec.then_task``, on the task's rows alone.
+    The labels come from every seed's baseline averaged (``spec.teachers == "ensemble"``, labelled once) or from
+    each seed's own baseline.
     """
     if not spec.enabled:
         return
@@ -118,29 +121,35 @@ def self_train(runner: Runner, results: dict, corpus: dict, task: TaskFiles, spe
         raise DomainBertError("pipeline: self_train labels the domain corpus: set `corpus`")
     if task.text_pair_column:
         raise DomainBertError("pipeline: self_train labels single corpus documents; it cannot serve a pair task")
-    config, base = stage_config(finetune, "finetune"), corpus["base"]
-    for record in results[BASELINE]:
+    config, base, baselines = stage_config(finetune, "finetune"), corpus["base"], results[BASELINE]
+    if spec.teachers == "ensemble":
+        shared = _pseudolabel(runner, "pseudo-ensemble", baselines, corpus, task, spec)
+    for record in baselines:
         seed, name = record["seed"], f"finetune-{SELF_TRAINING}-seed{record['seed']}"
-        train = _pseudolabel(runner, record, corpus, task, spec)
+        if spec.teachers == "ensemble":
+            labels, train = "pseudo-ensemble", shared
+        else:
+            labels = f"pseudo-seed{seed}"
+            train = _pseudolabel(runner, labels, [record], corpus, task, spec)
         fit = ["--seed_everything", str(seed), *_pooling_args(base), *task.data_args(), *finetune.args]
         run = runner.fit(
             f"{name}-mixed" if spec.then_task else name,
             config,
             ["--model.init_from", base, *fit, "--data.train", train],
             test=not spec.then_task,
-            after=(f"pseudo-seed{seed}",),
+            after=(labels,),
         )
         if spec.then_task:
             run = runner.fit(name, config, ["--model.init_from", run["hf"], *fit], test=True, after=(f"{name}-mixed",))
         results.setdefault(SELF_TRAINING, []).append({**run, "seed": seed})
 
 
-def _pseudolabel(runner: Runner, teacher: dict, corpus: dict, task: TaskFiles, spec: SelfTrainSpec) -> str:
-    """Run ``domainbert pseudolabel`` with ``teacher``'s export; the path of the task + pseudo-labelled rows."""
-    stage = f"pseudo-seed{teacher['seed']}"
+def _pseudolabel(runner: Runner, stage: str, teachers: list[dict], corpus: dict, task: TaskFiles, spec) -> str:
+    """Run ``domainbert pseudolabel`` with the teachers' exports; the path of the task + pseudo-labelled rows."""
     folder = runner.out / stage
-    args = ["pseudolabel", "--model", teacher["hf"], "--corpus", corpus["path"], "--task", task.train]
-    args += ["--text_column", task.text_column, "--label_column", task.label_column, "--seed", str(teacher["seed"])]
+    models = "[" + ", ".join(json.dumps(t["hf"]) for t in teachers) + "]"
+    args = ["pseudolabel", "--model", models, "--corpus", corpus["path"], "--task", task.train]
+    args += ["--text_column", task.text_column, "--label_column", task.label_column, "--seed", str(teachers[0]["seed"])]
     args += ["--corpus_text_column", corpus["column"], "--ratio", str(spec.ratio), "--out", str(folder)]
     args += ["--max_documents", str(spec.max_documents) if spec.max_documents else "null"]
     return runner.tool(stage, args, result=str(folder))["train"]

@@ -18,7 +18,7 @@ def adaptation_minutes(runner, name: str) -> float:
     if name == BASELINE:
         return 0.0
     if name == SELF_TRAINING:
-        stages = [s for s in runner.called if s.startswith(("pseudo-seed", f"finetune-{BASELINE}-seed"))]
+        stages = [s for s in runner.called if s.startswith(("pseudo-", f"finetune-{BASELINE}-seed"))]
         stages += [s for s in runner.called if s.startswith(f"finetune-{SELF_TRAINING}") and s.endswith("-mixed")]
     else:
         stages = ["select", "vocab"] + [s for s in ("dapt", "tapt") if s in name]

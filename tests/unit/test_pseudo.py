@@ -23,3 +23,49 @@ def test_each_class_keeps_its_quota_of_most_confident_rows():
 def test_a_class_predicted_less_often_than_its_quota_keeps_all_its_rows_and_zero_keeps_none():
     probs = torch.tensor([[0.7, 0.2, 0.1], [0.6, 0.3, 0.1], [0.1, 0.8, 0.1]])
     assert most_confident(probs, [0, 5, 5]) == [(2, 1)]
+
+
+def _classifier(tiny_bert, out, seed: int, labels: list[str]):
+    """A tiny random sequence classifier with ``labels``, saved with its tokenizer to ``out``."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    torch.manual_seed(seed)
+    model = AutoModelForSequenceClassification.from_pretrained(
+        tiny_bert,
+        num_labels=len(labels),
+        id2label=dict(enumerate(labels)),
+        label2id={n: i for i, n in enumerate(labels)},
+    )
+    model.save_pretrained(out)
+    AutoTokenizer.from_pretrained(tiny_bert).save_pretrained(out)
+    return str(out)
+
+
+def test_an_ensemble_labels_with_the_mean_of_its_teachers_probabilities(tiny_bert, tmp_path):
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from domainbert.adapt.pseudo import class_probabilities, ensemble_probabilities
+
+    labels = ["api", "graphics", "network"]
+    paths = [_classifier(tiny_bert, tmp_path / f"t{i}", seed=i, labels=labels) for i in range(2)]
+    texts = ["a library for drawing", "network daemon for sockets and more text here", "api"]
+    alone = [
+        class_probabilities(
+            AutoModelForSequenceClassification.from_pretrained(p), AutoTokenizer.from_pretrained(p), texts
+        )
+        for p in paths
+    ]
+    assert not torch.allclose(alone[0], alone[1])  # the teachers differ, so the mean is a real test
+    torch.testing.assert_close(ensemble_probabilities(paths, texts), (alone[0] + alone[1]) / 2)
+
+
+def test_teachers_with_different_labels_are_refused(tiny_bert, tmp_path):
+    import pytest
+
+    from domainbert.adapt.pseudo import ensemble_probabilities
+    from domainbert.errors import DomainBertError
+
+    a = _classifier(tiny_bert, tmp_path / "a", seed=0, labels=["api", "graphics"])
+    b = _classifier(tiny_bert, tmp_path / "b", seed=1, labels=["graphics", "api"])
+    with pytest.raises(DomainBertError, match=r"teacher .*/b has labels \['graphics', 'api'\]"):
+        ensemble_probabilities([a, b], ["some text"])
