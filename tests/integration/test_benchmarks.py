@@ -42,6 +42,11 @@ CASES = {
     ),
     "eval_memory.py": (["mlm_peak_rss_1x_mb", "mlm_peak_rss_4x_mb", "peak_rss_mb"], ["flat", "mlm_growth_mb"]),
     "data_cache.py": (["first_setup_s", "second_setup_s", "ratio"], ["train_blocks"]),
+    "time_to_accuracy.py": (
+        ["domainbert_total_s", "hf_total_s", "domainbert_time_to_target_s", "hf_time_to_target_s", "ratio"],
+        ["target", "domainbert_f1_step0", "domainbert_best_f1", "domainbert_final_f1", "hf_f1_step0", "hf_best_f1"]
+        + ["hf_final_f1", "domainbert_steps_to_target", "ratio_is_lower_bound", "eval_every", "precision"],
+    ),
     "startup.py": (
         ["python_s", "import_torch_s", "help_s", "fit_help_s", "pipeline_help_s", "first_step_s"],
         ["first_step_beyond_torch_s", "repeats"],
