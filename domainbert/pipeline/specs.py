@@ -46,19 +46,19 @@ class SelectSpec:
 class SelfTrainSpec:
     """Self-training on the domain corpus (Du et al. 2021): the baseline labels corpus documents, a fresh model learns.
 
-    The fine-tuned baselines label a sample of the corpus (``domainbert pseudolabel``): by default all the seeds'
-    baselines together, their probabilities averaged (an ensemble makes fewer confident mistakes than one model),
-    or each seed's own baseline alone. For each seed a model is then fine-tuned from the base model, with the same
-    fine-tuning config, on the task's rows plus the documents labelled most confidently, and (with
-    ``then_task``) fine-tuned once more on the task's rows alone, so that the gold labels have the last word. It
+    The fine-tuned baselines label a sample of the corpus (``domainbert pseudolabel``): by default each seed's own
+    baseline, or all the seeds' baselines together, their probabilities averaged (``teachers: ensemble``). For each
+    seed a model is then fine-tuned from the base model, with the same fine-tuning config, on the task's rows plus
+    the documents labelled most confidently, and (with ``then_task``) fine-tuned once more on the task's rows
+    alone, so that the gold labels have the last word. It
     competes with the other starting models on validation.
     """
 
     enabled: bool = False
     """Run self-training (needs ``corpus``)."""
-    teachers: Literal["ensemble", "seed"] = "ensemble"
-    """Who labels the corpus: ``ensemble`` (every seed's baseline, averaged; labelled once) or ``seed`` (each
-    seed's own baseline labels its own sample)."""
+    teachers: Literal["seed", "ensemble"] = "seed"
+    """Who labels the corpus: ``seed`` (each seed's own baseline labels its own sample) or ``ensemble`` (every
+    seed's baseline, their probabilities averaged; labelled once)."""
     ratio: float = 2.0
     """Pseudo-labelled rows per class, as a multiple of that class's training rows."""
     max_documents: int | None = 20000

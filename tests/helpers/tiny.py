@@ -35,12 +35,21 @@ def _lines() -> list[str]:
 
 
 def wordpiece_vocab(size: int = VOCAB) -> dict[str, int]:
-    """A WordPiece vocabulary trained on the fixture corpus (uncased)."""
+    """A WordPiece vocabulary trained on the fixture corpus (uncased), the same in every process.
+
+    The trainer numbers the ``##`` continuation characters in hash-map order, which changes from process to
+    process, and breaks ties between equally frequent merges by those numbers, so each pytest session used to
+    get a different vocabulary (about one in sixteen left the tiny BERT unable to learn the fixture task in 80
+    steps). Given up front, sorted, they fix both.
+    """
+    norm, pre = normalizers.BertNormalizer(lowercase=True), pre_tokenizers.BertPreTokenizer()
+    lines = _lines()
+    words = (word for line in lines for word, _ in pre.pre_tokenize_str(norm.normalize_str(line)))
+    continuation = [f"##{c}" for c in sorted({c for word in words for c in word[1:]})]
     tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.normalizer, tok.pre_tokenizer = norm, pre
     special = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    tok.train_from_iterator(_lines(), trainers.WordPieceTrainer(vocab_size=size, special_tokens=special))
+    tok.train_from_iterator(lines, trainers.WordPieceTrainer(vocab_size=size, special_tokens=special + continuation))
     return tok.get_vocab()
 
 

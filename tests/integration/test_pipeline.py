@@ -167,13 +167,14 @@ def test_tiny_pipeline_runs_every_stage_writes_the_report_and_a_rerun_skips_them
     assert out.count("done earlier: skipped") == len(stages) and "running:" not in out
 
 
-def test_self_training_labels_the_corpus_with_the_baselines_ensemble_and_fine_tunes_on_task_plus_pseudo_rows(
-    tiny_bert, tmp_path
+@pytest.mark.parametrize("teachers", ["seed", "ensemble"])
+def test_self_training_labels_the_corpus_with_the_baselines_and_fine_tunes_on_task_plus_pseudo_rows(
+    tiny_bert, tmp_path, teachers
 ):
-    """The self-training stage: the baselines of both seeds label the corpus together (their probabilities
-    averaged); for each seed a fresh run reads the task's rows plus, per class, ``ratio`` x that class's rows of
-    pseudo-labelled corpus documents; its export is fine-tuned on the task's rows alone, and competes on
-    validation."""
+    """The self-training stage: each seed's baseline labels the corpus (``seed``), or both seeds' baselines label
+    it once, together, their probabilities averaged (``ensemble``); for each seed a fresh run reads the task's rows
+    plus, per class, ``ratio`` x that class's rows of pseudo-labelled corpus documents; its export is fine-tuned on
+    the task's rows alone, and competes on validation."""
     from domainbert.pipeline import SelfTrainSpec
 
     out = tmp_path / "p"
@@ -188,15 +189,21 @@ def test_self_training_labels_the_corpus_with_the_baselines_ensemble_and_fine_tu
         probe=ProbeSpec(enabled=False),
         dapt=StageSpec(enabled=False),
         finetune=StageSpec("configs/finetune/tiny_classification.yaml", ["--trainer.max_epochs=1"]),
-        self_train=SelfTrainSpec(enabled=True, ratio=0.5, max_documents=100),
+        self_train=SelfTrainSpec(enabled=True, teachers=teachers, ratio=0.5, max_documents=100),
         distill=StageSpec(enabled=False),
     )
     state = json.loads((out / "state.json").read_text())
-    stages = ("pseudo-ensemble", "finetune-self-training-seed0-mixed", "finetune-self-training-seed0")
+    labels = {s: "pseudo-ensemble" if teachers == "ensemble" else f"pseudo-seed{s}" for s in (0, 1)}
+    assert set(labels.values()) == {s for s in state if s.startswith("pseudo-")}
+    stages = (labels[0], "finetune-self-training-seed0-mixed", "finetune-self-training-seed0")
     assert [state[s]["status"] for s in stages] == ["done"] * 3
-    assert state["finetune-self-training-seed1"]["status"] == "done" and "pseudo-seed0" not in state
-    pseudo = json.loads((out / "pseudo-ensemble" / "result.json").read_text())
-    assert pseudo["teachers"] == [state[f"finetune-baseline-seed{s}"]["hf"] for s in (0, 1)]
+    assert state["finetune-self-training-seed1"]["status"] == "done"
+    pseudo = json.loads((out / labels[0] / "result.json").read_text())
+    taught = json.loads((out / labels[1] / "result.json").read_text())["teachers"]
+    if teachers == "ensemble":
+        assert pseudo["teachers"] == taught == [state[f"finetune-baseline-seed{s}"]["hf"] for s in (0, 1)]
+    else:
+        assert [pseudo["teachers"], taught] == [[state[f"finetune-baseline-seed{s}"]["hf"]] for s in (0, 1)]
     task = [json.loads(line) for line in (FIX / "cls_train.jsonl").read_text().splitlines() if line.strip()]
     counts = {label: sum(r["label"] == label for r in task) for label in ("api", "graphics", "network")}
     assert pseudo["labelled_documents"] == 100 and pseudo["task_rows"] == len(task)
@@ -213,7 +220,8 @@ def test_self_training_labels_the_corpus_with_the_baselines_ensemble_and_fine_tu
 
     mixed, final = config(stages[1]), config(stages[2])
     assert mixed["data"]["init_args"]["train"] == pseudo["train"]
-    assert config("finetune-self-training-seed1-mixed")["data"]["init_args"]["train"] == pseudo["train"]
+    seed1 = json.loads((out / labels[1] / "result.json").read_text())["train"]
+    assert config("finetune-self-training-seed1-mixed")["data"]["init_args"]["train"] == seed1
     assert mixed["model"]["init_args"]["init_from"] == str(tiny_bert)  # a fresh model, not the teacher
     assert final["model"]["init_args"]["init_from"] == state[stages[1]]["hf"]
     assert final["data"]["init_args"]["train"] == str(FIX / "cls_train.jsonl")  # the gold rows have the last word
