@@ -112,6 +112,7 @@ class DomainBertCLI(LightningCLI):
         if not sub:
             return
         cfg = self.config[sub]
+        self._model_options = _command_line_model_options(args, cfg)
         if cfg.get("run_name") is not None:
             plain_name(cfg["run_name"], "--run_name")
         _check_config(sub, cfg)
@@ -149,6 +150,10 @@ class DomainBertCLI(LightningCLI):
 
     def before_instantiate_classes(self) -> None:
         cfg = self.config[self.subcommand] if self.subcommand else self.config
+        model = cfg.get("model")
+        for key, value in getattr(self, "_model_options", {}).items():  # over the checkpoint's hyper-parameters
+            if isinstance(model, Namespace) and isinstance(model.get("init_args"), Namespace):
+                model["init_args"][key] = value
         trainer = cfg.get("trainer")
         if trainer is not None and trainer.get("precision") is None:
             trainer["precision"] = auto_precision(trainer.get("accelerator"))
@@ -268,6 +273,26 @@ def run_loggers(given: Any, family: Path, version: int, resume: bool = False) ->
             continue  # the user's CSVLogger in the run's own folder: ours already writes metrics.csv there
         loggers.append(logger)
     return loggers
+
+
+def _command_line_model_options(args: Any, cfg: Namespace) -> dict[str, Any]:
+    """The model options given on the command line (``--model.X`` / ``--model.init_args.X``), as parsed.
+
+    With ``--ckpt_path``, Lightning applies the checkpoint's saved hyper-parameters over the parsed config; a path
+    the user names again on the command line (a moved teacher, say) must win over the saved one, so these are put
+    back before the classes are instantiated.
+    """
+    model = cfg.get("model")
+    if not isinstance(args, list) or not cfg.get("ckpt_path") or not isinstance(model, Namespace):
+        return {}
+    init = model.get("init_args")
+    keys = set()
+    for arg in args:
+        if isinstance(arg, str) and arg.startswith("--model."):
+            key = arg[len("--model.") :].split("=", 1)[0].removeprefix("init_args.")
+            if key and "." not in key and isinstance(init, Namespace) and key in init:
+                keys.add(key)
+    return {key: init[key] for key in keys}
 
 
 def _check_config(sub: str, cfg: Namespace) -> None:

@@ -29,7 +29,7 @@ def _validate(kind: str, tmp_path, *extra: str) -> float:
     [
         ("cls", ()),
         ("mlm", ()),
-        ("distill", ("--model.teacher", str(OLD / "teacher-hf"))),
+        ("distill", ("--model.teacher", str(OLD / "teacher-hf"))),  # over the path the checkpoint saved
     ],
 )
 def test_old_checkpoint_validates_to_the_same_loss(kind, extra, tmp_path, monkeypatch):
