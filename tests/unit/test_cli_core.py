@@ -190,3 +190,17 @@ def test_the_guard_refuses_an_unknown_nonfinite_policy():
 
     with pytest.raises(DomainBertError, match="--guard.nonfinite='maybe': expected stop, skip or ignore"):
         TrainingGuard(nonfinite="maybe")
+
+
+def test_model_options_named_on_the_command_line_are_kept_for_a_checkpoint_run():
+    from jsonargparse import Namespace
+
+    from domainbert.core.lightning_cli import _command_line_model_options
+
+    init = Namespace(teacher="/new/teacher", learning_rate=1e-3, temperature=2.0)
+    cfg = Namespace(ckpt_path="run/best.ckpt", model=Namespace(class_path="x.Module", init_args=init))
+    args = ["validate", "--config", "c.yaml", "--model.teacher", "/new/teacher", "--model.init_args.learning_rate=1e-3"]
+    assert _command_line_model_options(args, cfg) == {"teacher": "/new/teacher", "learning_rate": 1e-3}
+    # without a checkpoint nothing is put back, and options the model does not have are ignored
+    assert _command_line_model_options(args, Namespace(ckpt_path=None, model=cfg.model)) == {}
+    assert _command_line_model_options(["--model.unknown", "1"], cfg) == {}
