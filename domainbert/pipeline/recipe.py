@@ -147,8 +147,8 @@ def self_train(runner: Runner, results: dict, corpus: dict, task: TaskFiles, spe
 def _pseudolabel(runner: Runner, stage: str, teachers: list[dict], corpus: dict, task: TaskFiles, spec) -> str:
     """Run ``domainbert pseudolabel`` with the teachers' exports; the path of the task + pseudo-labelled rows."""
     folder = runner.out / stage
-    models = "[" + ", ".join(json.dumps(t["hf"]) for t in teachers) + "]"
-    args = ["pseudolabel", "--model", models, "--corpus", corpus["path"], "--task", task.train]
+    args = ["pseudolabel", "--model", json.dumps([t["hf"] for t in teachers])]
+    args += ["--corpus", corpus["path"], "--task", task.train]
     args += ["--text_column", task.text_column, "--label_column", task.label_column, "--seed", str(teachers[0]["seed"])]
     args += ["--corpus_text_column", corpus["column"], "--ratio", str(spec.ratio), "--out", str(folder)]
     args += ["--max_documents", str(spec.max_documents) if spec.max_documents else "null"]

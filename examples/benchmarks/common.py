@@ -434,6 +434,45 @@ def reference_mfu(flops_per_second: float, precision: str = "bf16") -> float:
     return flops_per_second / (PEAK_TFLOPS[precision] * 1e12)
 
 
+def start(args) -> tuple[int, str]:
+    """Quiet the libraries, set the threads, print the machine line; ``(threads, precision kind)``.
+
+    The kind is ``args.precision`` unless that is ``auto``: then ``bf16`` where this CPU multiplies bf16 in
+    hardware, else ``fp32``.
+    """
+    quiet()
+    threads = set_threads(args.threads)
+    print_machine(threads)
+    return threads, args.precision if args.precision != "auto" else ("bf16" if native_bf16() else "fp32")
+
+
+def hf_classification(model_path: str, train: Path, max_length: int, cache_dir: str | None = None):
+    """The HF tutorial's set-up: ``(tokenizer, model, label names, tokenized training rows)``.
+
+    ``AutoModelForSequenceClassification`` with a random head over the sorted labels of ``train`` (``text`` /
+    ``label`` JSONL), tokenized with ``datasets.map`` (truncation, no padding: ``DataCollatorWithPadding`` pads).
+    """
+    import datasets
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    raw = datasets.load_dataset("json", data_files=str(train), split="train", cache_dir=cache_dir)
+    names = sorted({str(x) for x in raw["label"]})
+    label2id = {n: i for i, n in enumerate(names)}
+    model = AutoModelForSequenceClassification.from_pretrained(
+        model_path, num_labels=len(names), id2label=dict(enumerate(names)), label2id=label2id
+    )
+    encoded = raw.map(
+        lambda b: {
+            **tokenizer(b["text"], truncation=True, max_length=max_length),
+            "label": [label2id[str(x)] for x in b["label"]],
+        },
+        batched=True,
+        remove_columns=[c for c in raw.column_names if c != "label"],
+    )
+    return tokenizer, model, names, encoded
+
+
 def precision_kind(precision: str) -> str:
     """``bf16`` for bf16 precisions (``bf16-mixed``, ``bf16``), else ``fp32``."""
     return "bf16" if "bf16" in str(precision) else "fp32"

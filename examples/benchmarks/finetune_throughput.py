@@ -81,10 +81,7 @@ def run_domainbert(args, model_path: str, train: Path, kind: str, grouped: bool,
 
 def run_hf(args, model_path: str, train: Path, kind: str, grouped: bool, fused: bool | None = None) -> dict:
     """Fine-tune the Hugging Face way: tokenize, DataCollatorWithPadding, Trainer (its AdamW is fused already)."""
-    import datasets
     from transformers import (
-        AutoModelForSequenceClassification,
-        AutoTokenizer,
         DataCollatorWithPadding,
         PrinterCallback,
         Trainer,
@@ -93,21 +90,7 @@ def run_hf(args, model_path: str, train: Path, kind: str, grouped: bool, fused: 
     )
 
     set_seed(args.seed)
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
-    raw = datasets.load_dataset("json", data_files=str(train), split="train")
-    names = sorted({str(x) for x in raw["label"]})
-    label2id = {n: i for i, n in enumerate(names)}
-    model = AutoModelForSequenceClassification.from_pretrained(
-        model_path, num_labels=len(names), id2label=dict(enumerate(names)), label2id=label2id
-    )
-    encoded = raw.map(
-        lambda b: {
-            **tokenizer(b["text"], truncation=True, max_length=args.max_length),
-            "label": [label2id[str(x)] for x in b["label"]],
-        },
-        batched=True,
-        remove_columns=[c for c in raw.column_names if c != "label"],
-    )
+    tokenizer, model, names, encoded = common.hf_classification(model_path, train, args.max_length)
     pad = DataCollatorWithPadding(tokenizer)
     seen: list[tuple[int, int, int]] = []
 
@@ -163,10 +146,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.quick:
         args.max_length, args.batch, args.rows = 64, 8, args.rows or 120
         args.steps, args.warmup = min(args.steps, 2), min(args.warmup, 1)
-    common.quiet()
-    threads = common.set_threads(args.threads)
-    common.print_machine(threads)
-    kind = args.precision if args.precision != "auto" else ("bf16" if common.native_bf16() else "fp32")
+    threads, kind = common.start(args)
     sides = args.sides.split(",")
     unknown = [s for s in sides if s not in SIDES]
     if unknown:

@@ -406,10 +406,7 @@ def parse(argv: list[str] | None):
 def main(argv: list[str] | None = None) -> dict:
     """Run the benchmark; print the table and the key=value line; return the figures."""
     args = parse(argv)
-    common.quiet()
-    threads = common.set_threads(args.threads)
-    common.print_machine(threads)
-    kind = args.precision if args.precision != "auto" else ("bf16" if common.native_bf16() else "fp32")
+    threads, kind = common.start(args)
     rows = [json.loads(line) for line in open(common.DATA / "validation.jsonl", encoding="utf-8")]
     train_labels = {json.loads(line)["label"] for line in open(common.DATA / "train.jsonl", encoding="utf-8")}
     labels = sorted(str(x) for x in train_labels)

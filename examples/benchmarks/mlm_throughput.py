@@ -153,10 +153,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.quick:
         args.seq, args.batch, args.documents = 64, 8, 200
         args.steps, args.warmup = min(args.steps, 2), min(args.warmup, 1)
-    common.quiet()
-    threads = common.set_threads(args.threads)
-    common.print_machine(threads)
-    kind = args.precision if args.precision != "auto" else ("bf16" if common.native_bf16() else "fp32")
+    threads, kind = common.start(args)
     sides = args.sides.split(",") if args.sides else default_sides(args.precision)
     unknown = [s for s in sides if s not in SIDES]
     if unknown:

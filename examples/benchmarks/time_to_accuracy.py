@@ -210,10 +210,7 @@ def run_domainbert(args, model_path: str, files: dict[str, Path], test: Scorer, 
 
 def run_hf(args, model_path: str, files: dict[str, Path], test: Scorer, kind: str, steps: int) -> Clock:
     """The HF tutorial: tokenize, DataCollatorWithPadding, AutoModelForSequenceClassification, Trainer defaults."""
-    import datasets
     from transformers import (
-        AutoModelForSequenceClassification,
-        AutoTokenizer,
         DataCollatorWithPadding,
         PrinterCallback,
         Trainer,
@@ -223,20 +220,8 @@ def run_hf(args, model_path: str, files: dict[str, Path], test: Scorer, kind: st
 
     clock = Clock("hf")
     set_seed(args.seed)
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
-    raw = datasets.load_dataset("json", data_files=str(files["train"]), split="train", cache_dir=str(files["cache"]))
-    names = sorted({str(x) for x in raw["label"]})
-    label2id = {n: i for i, n in enumerate(names)}
-    model = AutoModelForSequenceClassification.from_pretrained(
-        model_path, num_labels=len(names), id2label=dict(enumerate(names)), label2id=label2id
-    )
-    encoded = raw.map(
-        lambda b: {
-            **tokenizer(b["text"], truncation=True, max_length=args.max_length),
-            "label": [label2id[str(x)] for x in b["label"]],
-        },
-        batched=True,
-        remove_columns=[c for c in raw.column_names if c != "label"],
+    tokenizer, model, names, encoded = common.hf_classification(
+        model_path, files["train"], args.max_length, cache_dir=str(files["cache"])
     )
 
     def score() -> float:
@@ -381,10 +366,7 @@ def parse(argv: list[str] | None):
 def main(argv: list[str] | None = None) -> dict:
     """Run both sides; print the curves, the summary and the key=value line; return the figures."""
     args = parse(argv)
-    common.quiet()
-    threads = common.set_threads(args.threads)
-    common.print_machine(threads)
-    kind = args.precision if args.precision != "auto" else ("bf16" if common.native_bf16() else "fp32")
+    threads, kind = common.start(args)
     model_path = common.resolve_model(args.model, args.quick)
     from transformers import AutoTokenizer
 
