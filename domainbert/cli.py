@@ -27,6 +27,7 @@ TOOLS = {
     "probe": "domainbert.adapt.probe_cmd",
     "select": "domainbert.adapt.select",
     "pseudolabel": "domainbert.adapt.pseudo",
+    "soup": "domainbert.adapt.soup",
 }
 
 #: One line per subcommand for ``domainbert --help`` (printed without importing Lightning or transformers).
@@ -43,6 +44,7 @@ COMMANDS = {
     "probe": "logistic regression on a model's frozen embeddings: the cheapest baseline (--model, --train, --val)",
     "select": "the corpus documents nearest a task's texts, for curated DAPT (--model, --corpus, --task, --k)",
     "pseudolabel": "label corpus documents with a fine-tuned classifier, for self-training (--model, --corpus, --task)",
+    "soup": "average the weights of fine-tuned classifiers (seeds of one recipe) into one model (--models, --out)",
 }
 
 USAGE = "usage: domainbert <command> [options]"

@@ -15,6 +15,11 @@ Per class, the ``ratio`` × (that class's training rows) documents the teacher l
 so the added rows follow the task's class balance and no class is flooded by the corpus's most common kind of
 document. ``<out>/train.jsonl`` holds the task's training rows, then the pseudo-labelled ones (with the task's
 text and label columns); ``<out>/result.json`` holds the counts.
+
+With ``--soft true`` the teachers' whole distribution is kept instead (knowledge distillation with the corpus as
+the transfer set; Hinton et al. 2015, Stanton et al. 2021): ``ratio`` × (the task's rows) documents of the seeded
+sample are labelled, none is filtered by confidence, and each carries its class ``probabilities`` (label name ->
+probability) beside its most probable label. Train on them with ``--data.soft_label_column probabilities``.
 """
 
 from __future__ import annotations
@@ -112,6 +117,7 @@ def pseudolabel(
     corpus_text_column: str = "text",
     max_length: int = 128,
     seed: int = 0,
+    soft: bool = False,
 ) -> dict:
     """Write the task's rows plus confidently pseudo-labelled corpus documents to ``<out>/train.jsonl``.
 
@@ -121,13 +127,16 @@ def pseudolabel(
         corpus: the unlabelled domain corpus (files, globs or folders; ``.txt`` one document a line).
         task: the task's training rows; documents equal to one of its texts are never added.
         out: the output folder.
-        ratio: pseudo-labelled rows per class, as a multiple of that class's training rows.
+        ratio: pseudo-labelled rows per class, as a multiple of that class's training rows (``soft``: in all, as a
+            multiple of the task's rows).
         max_documents: label a seeded random sample of at most this many corpus documents (None: all).
         text_column: the task file's text column (the output uses it too).
         label_column: the task file's label column (the output uses it too).
         corpus_text_column: the corpus's text column (plain text files have ``text``).
         max_length: truncation length in tokens.
         seed: seed of the corpus sample.
+        soft: keep every labelled document with the teachers' averaged class probabilities in a ``probabilities``
+            column (soft targets for ``data.soft_label_column``), instead of the most confident ones per class.
     """
     from domainbert.adapt.probe_cmd import read_split
     from domainbert.core.files import atomic_write_text
@@ -146,12 +155,18 @@ def pseudolabel(
         raise DomainBertError(
             f"pseudolabel: {task} has labels {unknown} that the teacher {teachers[0]} does not predict"
         )
-    docs = _unlabelled(corpus, corpus_text_column, set(texts), max_documents, seed)
+    wanted = round(ratio * len(texts)) if soft else None
+    sample = min(max_documents, wanted) if max_documents and wanted else (wanted or max_documents)
+    docs = _unlabelled(corpus, corpus_text_column, set(texts), sample, seed)
     if not docs:
         raise DomainBertError(f"pseudolabel: no corpus document in {corpus} besides the task's own texts")
     probs = ensemble_probabilities(teachers, docs, max_length=max_length)
-    picked = most_confident(probs, [round(ratio * counts[n]) for n in names])
-    added = [{text_column: docs[r], label_column: names[c]} for r, c in picked]
+    if soft:
+        picked = [(r, int(c)) for r, c in enumerate(probs.argmax(-1).tolist())]
+        added = [soft_row(docs[r], names, probs[r], text_column, label_column) for r in range(len(docs))]
+    else:
+        picked = most_confident(probs, [round(ratio * counts[n]) for n in names])
+        added = [{text_column: docs[r], label_column: names[c]} for r, c in picked]
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
     train = folder / "train.jsonl"
@@ -164,6 +179,7 @@ def pseudolabel(
         "pseudo_rows": len(added),
         "labelled_documents": len(docs),
         "teachers": teachers,
+        "soft": soft,
         "per_class": {n: per_class.get(n, 0) for n in names},
         "seconds": round(time.time() - t0, 1),
     }
@@ -172,6 +188,13 @@ def pseudolabel(
         f"pseudolabel: {len(added)} of {len(docs)} corpus documents labelled by {len(teachers)} teacher(s) -> {train}"
     )
     return result
+
+
+def soft_row(text: str, names: Sequence[str], probs: torch.Tensor, text_column: str, label_column: str) -> dict:
+    """One soft-labelled row: the text, its most probable label, and every label's probability (6 decimals)."""
+    values = [round(float(v), 6) for v in probs]
+    best = max(range(len(values)), key=values.__getitem__)
+    return {text_column: text, label_column: names[best], "probabilities": dict(zip(names, values))}
 
 
 def main(argv: list[str] | None = None) -> None:

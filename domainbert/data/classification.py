@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +40,41 @@ def split_labels(value, separator: str | None) -> list[str]:
     return [label_text(value)]
 
 
+def soft_target(value, label: str, label2id: dict[str, int]) -> list[float]:
+    """A row's training target as probabilities in label-id order: ``value`` normalised, else one-hot of ``label``.
+
+    Args:
+        value: the row's soft-label cell, a mapping of label name to probability (missing names count 0), or
+            None for a row with a gold label only.
+        label: the row's label (used when ``value`` is None).
+        label2id: label name -> id.
+    """
+    if value is None:
+        row = [0.0] * len(label2id)
+        row[label2id[label]] = 1.0
+        return row
+    row = [float(value.get(name) or 0.0) for name in label2id]
+    total = sum(row)
+    return [v / total for v in row]
+
+
+def soft_label_problem(value, label2id: dict[str, int]) -> str | None:
+    """What is wrong with one soft-label cell (None if nothing): it must map known labels to probabilities."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        return f"expected a mapping of label name to probability, found {value!r}"
+    unknown = sorted(str(k) for k, v in value.items() if k not in label2id and v is not None)
+    if unknown:
+        return f"names labels {unknown} outside the label set"
+    numbers = [v for v in value.values() if v is not None]
+    if any(isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 for v in numbers):
+        return f"expected probabilities (numbers >= 0), found {value!r}"
+    if sum(numbers) <= 0:
+        return "the probabilities sum to 0"
+    return None
+
+
 @dataclass
 class ClassificationEncoder:
     """Tokenize text (and text pairs) and turn labels into ids or multi-hot vectors; used with ``Dataset.map``.
@@ -52,6 +88,8 @@ class ClassificationEncoder:
         multi_label: encode labels as multi-hot vectors instead of ids.
         max_length: longest tokenized input; longer ones are truncated.
         separator: for multi-label string cells, the separator between labels.
+        soft_label_column: the column of soft targets (label name -> probability; None on gold rows); its rows
+            train towards those probabilities, the others towards one-hot vectors of their label.
     """
 
     tokenizer: Any
@@ -62,6 +100,7 @@ class ClassificationEncoder:
     multi_label: bool
     max_length: int
     separator: str | None
+    soft_label_column: str | None = None
 
     def __call__(self, batch: dict[str, list]) -> dict[str, list]:
         texts = batch[self.text_column]
@@ -78,6 +117,9 @@ class ClassificationEncoder:
                         row[self.label2id[label]] = 1.0
                     hot.append(row)
                 enc["labels"] = hot
+            elif self.soft_label_column:
+                soft = batch.get(self.soft_label_column) or [None] * len(values)
+                enc["labels"] = [soft_target(p, label_text(v), self.label2id) for p, v in zip(soft, values)]
             else:
                 enc["labels"] = [self.label2id[label_text(v)] for v in values]
         return enc
@@ -103,6 +145,7 @@ class ClassificationDataModule(LabelledDataModule):
         text_column: str = "text",
         text_pair_column: str | None = None,
         label_column: str = "label",
+        soft_label_column: str | None = None,
         labels: list[str] | None = None,
         multi_label: bool = False,
         label_separator: str | None = None,
@@ -128,6 +171,10 @@ class ClassificationDataModule(LabelledDataModule):
             text_pair_column: the column with the second text of a pair (sentence-pair tasks); None for single texts.
             label_column: the column with the label (multi-label: a list of labels, or a string split on
                 ``label_separator``).
+            soft_label_column: a training column of soft targets, e.g. a teacher's class probabilities as written by
+                ``domainbert pseudolabel --soft true``: a mapping of label name to probability, or empty on rows
+                with a gold label only. Those rows learn the probabilities (cross-entropy against them, the
+                distillation loss of Hinton et al. 2015), the others their label. Single-label only.
             labels: the label set, in id order; by default every label of the training split, sorted.
             multi_label: rows may carry several labels (sigmoid outputs, multi-hot targets).
             label_separator: for multi-label string cells, the separator between labels (e.g. ``|``).
@@ -145,15 +192,24 @@ class ClassificationDataModule(LabelledDataModule):
         self.text_column = text_column
         self.text_pair_column = text_pair_column
         self.label_column = label_column
+        self.soft_label_column = soft_label_column
         self.multi_label = multi_label
         self.label_separator = label_separator
         self.augment = as_settings(augment)
         if labels is not None and len(labels) < 2 and not multi_label:
             raise DomainBertError(f"data.labels={labels}: classification needs at least two labels")
+        if soft_label_column and multi_label:
+            raise DomainBertError("data.soft_label_column is for single-label data; unset it or data.multi_label")
 
     def columns(self, split: str) -> list[str]:
         cols = [self.text_column] + ([self.text_pair_column] if self.text_pair_column else [])
-        return cols if split == "predict" else cols + [self.label_column]
+        if split == "predict":
+            return cols
+        return cols + [self.label_column] + ([self.soft_label_column] if self._soft(split) else [])
+
+    def _soft(self, split: str) -> bool:
+        """Whether ``split`` reads soft targets: the training split, when ``soft_label_column`` is set."""
+        return split == "train" and bool(self.soft_label_column)
 
     def order_labels(self, found: set[str]) -> list[str]:
         """The sorted label set of the training split; a single class is an error (unless multi-label)."""
@@ -179,6 +235,16 @@ class ClassificationDataModule(LabelledDataModule):
     def check_rows(self, split: str, ds: datasets.Dataset) -> None:
         self.check_text(split, ds, [c for c in (self.text_column, self.text_pair_column) if c])
 
+    def check_labels(self, split: str) -> None:
+        """The label checks, and on the training split each soft-label cell (see ``soft_label_column``)."""
+        super().check_labels(split)
+        if not self._soft(split):
+            return
+        for row, value in enumerate(self.raw(split)[self.soft_label_column], 1):
+            problem = soft_label_problem(value, self.label2id)
+            if problem:
+                raise DomainBertError(f"{self.path(split)}: row {row}: column {self.soft_label_column!r} {problem}")
+
     def encoder(self, split: str) -> Callable[[dict], dict]:
         return ClassificationEncoder(
             self.tokenizer,
@@ -189,6 +255,7 @@ class ClassificationDataModule(LabelledDataModule):
             self.multi_label,
             self.max_length,
             self.label_separator,
+            self.soft_label_column if self._soft(split) else None,
         )
 
     def encode(self, split: str, ds: datasets.Dataset):

@@ -10,9 +10,11 @@ From a Hugging Face folder (for example a distillation run's ``hf/`` export) it 
   variants below;
 - ``int8/`` (``--int8``): dynamic int8 quantization of every ``nn.Linear`` (torchao's
   ``Int8DynamicActivationInt8WeightConfig`` when torchao is installed and faster on this CPU, else
-  ``torch.ao.quantization.quantize_dynamic``, which torch 2.13 still ships but marks deprecated);
+  ``torch.ao.quantization.quantize_dynamic``, which torch 2.13 still ships but marks deprecated), with one
+  weight scale per output channel (``--int8_per_channel false``: one per weight tensor, torch.ao only);
 - ``onnx_int8/`` (with ``--int8``, when onnxruntime is installed): onnxruntime's ``quantize_dynamic`` (int8
-  weights) of the fp32 ONNX export: a portable int8 model that any ONNX runtime loads, without pickles;
+  weights, per output channel likewise) of the fp32 ONNX export: a portable int8 model that any ONNX runtime
+  loads, without pickles;
 - ``bf16/`` (``--bf16``): bf16 weights, run under CPU bf16 autocast (fast on CPUs with AMX or AVX512-BF16);
 - ``onnx/`` (``--onnx``): ``model.onnx`` from the standard exporter (``torch.onnx.export(dynamo=True)``),
   with dynamic batch and sequence axes, checked against PyTorch with onnxruntime (or the ONNX reference
@@ -75,6 +77,7 @@ def export(
     max_length: int = 128,
     int8: bool = False,
     int8_backend: Literal["auto", "torchao", "torch"] = "auto",
+    int8_per_channel: bool = True,
     bf16: bool = False,
     onnx: bool = False,
     onnx_opset: int | None = None,
@@ -105,6 +108,8 @@ def export(
             ``onnx_int8/``, the same quantization of the ONNX export (onnxruntime's ``quantize_dynamic``), which any
             ONNX runtime loads without pickles (needs onnxruntime; skipped with a warning without it).
         int8_backend: ``auto`` (torchao when installed and faster here, else torch.ao), ``torchao`` or ``torch``.
+        int8_per_channel: per-output-channel weight scales for int8 and onnx_int8 (more accurate; false: one scale
+            per tensor). torchao's int8 is always per channel.
         bf16: write ``bf16/``, bf16 weights run under CPU bf16 autocast.
         onnx: write ``onnx/model.onnx`` (``torch.onnx.export(dynamo=True)``) and check it against PyTorch.
         onnx_opset: ONNX opset (default: the exporter's).
@@ -152,7 +157,8 @@ def export(
                 base, batches, prune_heads, importance_batches, refit_steps, refit_lr, teacher_model
             )
             hf_variant(outs, "pruned", deployed, extra=extra)
-        _deployed_variants(outs, deployed, bf16, int8, int8_backend, onnx)
+        int8_options = {"backend": int8_backend, "per_channel": int8_per_channel} if int8 else None
+        _deployed_variants(outs, deployed, bf16, int8_options, onnx)
         result = summary(outs.rows)
         write_summary(outs.out, result)
         print(summary_markdown(result))
@@ -187,18 +193,22 @@ def _train_batches(split, tokenizer, batch_size: int, max_length: int, seed: int
     return [batches[i] for i in order]
 
 
-def _deployed_variants(outs: Outputs, model: nn.Module, bf16: bool, int8: bool, backend: str, onnx: bool):
-    """The variants of the deployed model (the pruned one, if any): ``bf16/``, ``int8/``, ``onnx/``, ``onnx_int8/``."""
+def _deployed_variants(outs: Outputs, model: nn.Module, bf16: bool, int8: dict | None, onnx: bool):
+    """The variants of the deployed model (the pruned one, if any): ``bf16/``, ``int8/``, ``onnx/``, ``onnx_int8/``.
+
+    ``int8``: None for no int8 variants, else their options (``backend``, ``per_channel``).
+    """
     if bf16:
         hf_variant(outs, "bf16", to_bf16(model), bf16=True, extra={"runtime": "bf16 weights + CPU autocast"})
     if int8:
-        int8_variant(outs, model, backend)
+        int8_variant(outs, model, int8["backend"], per_channel=int8["per_channel"])
     if onnx:
         onnx_variant(outs, model)
     if int8 and importlib.util.find_spec("onnxruntime") is None:
         log.warning("onnxruntime is not installed: no onnx_int8/ variant (pip install onnxruntime)")
     elif int8:
-        onnx_int8_variant(outs, model, outs.out / "onnx" / "model.onnx" if onnx else None)
+        fp32 = outs.out / "onnx" / "model.onnx" if onnx else None
+        onnx_int8_variant(outs, model, fp32, per_channel=int8["per_channel"])
 
 
 @contextlib.contextmanager
@@ -257,6 +267,7 @@ def main(argv: list[str] | None = None) -> None:
     """``domainbert export``: parse the options (``--help`` lists them) and run :func:`export`."""
     from domainbert.core.tool_cli import run_function
 
-    argv = _flag_values(list(sys.argv[1:] if argv is None else argv), ("int8", "bf16", "onnx", "trust_pickle"))
+    flags = ("int8", "int8_per_channel", "bf16", "onnx", "trust_pickle")
+    argv = _flag_values(list(sys.argv[1:] if argv is None else argv), flags)
     description = "Write a model's deployment variants (HF, pruned, int8, bf16, ONNX), each with a report."
     run_function(export, argv, prog="domainbert export", description=description)

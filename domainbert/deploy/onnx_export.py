@@ -82,12 +82,19 @@ def check_onnx(path: Path) -> None:
     onnx.checker.check_model(str(path))
 
 
-def quantize_onnx_int8(source: Path, target: Path) -> None:
-    """Quantize the ONNX file ``source`` to ``target`` with onnxruntime's ``quantize_dynamic`` (int8 weights)."""
+def quantize_onnx_int8(source: Path, target: Path, per_channel: bool = True) -> None:
+    """Quantize the ONNX file ``source`` to ``target`` with onnxruntime's ``quantize_dynamic`` (int8 weights).
+
+    Args:
+        source: the float32 ONNX file.
+        target: the int8 ONNX file to write.
+        per_channel: one weight scale per output channel of each MatMul/Gemm weight (more accurate); False: one
+            scale per weight tensor.
+    """
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     with quiet():
-        quantize_dynamic(str(source), str(target), weight_type=QuantType.QInt8)
+        quantize_dynamic(str(source), str(target), per_channel=per_channel, weight_type=QuantType.QInt8)
 
 
 class OnnxRunner:

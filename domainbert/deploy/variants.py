@@ -91,10 +91,10 @@ def hf_variant(outs: Outputs, name: str, model: nn.Module, bf16: bool = False, e
     return outs.add(row)
 
 
-def int8_variant(outs: Outputs, model: nn.Module, backend: str) -> dict:
+def int8_variant(outs: Outputs, model: nn.Module, backend: str, per_channel: bool = True) -> dict:
     """``int8/``: dynamic int8 quantization of ``model``'s Linear layers, as a state dict for PyTorch."""
-    q, info = quantize_int8(model, backend, probe=outs.evalset.b32[0])
-    extra = {"int8_backend": info["backend"]}
+    q, info = quantize_int8(model, backend, probe=outs.evalset.b32[0], per_channel=per_channel)
+    extra = {"int8_backend": info["backend"], "int8_per_channel": info["per_channel"]}
     if "probe_ms" in info:
         extra["int8_backend_probe_ms"] = info["probe_ms"]
     with atomic_dir(outs.out / "int8") as tmp:
@@ -136,7 +136,7 @@ def _checked_and_measured(outs: Outputs, model: nn.Module, path: Path, batch: di
     return fields
 
 
-def onnx_int8_variant(outs: Outputs, model: nn.Module, fp32: Path | None = None) -> dict:
+def onnx_int8_variant(outs: Outputs, model: nn.Module, fp32: Path | None = None, per_channel: bool = True) -> dict:
     """``onnx_int8/``: onnxruntime's dynamic int8 quantization of the fp32 ONNX export ``fp32`` (exported if None)."""
     with contextlib.ExitStack() as stack:
         if fp32 is None:
@@ -144,11 +144,11 @@ def onnx_int8_variant(outs: Outputs, model: nn.Module, fp32: Path | None = None)
             fp32 = scratch / "model.onnx"
             export_onnx(model, fp32, _example(outs.evalset), outs.opset)
         with atomic_dir(outs.out / "onnx_int8", what="the int8 ONNX variant") as tmp:
-            quantize_onnx_int8(fp32, tmp / "model.onnx")
-            outs.save_files(
-                tmp, model.config, {"variant": "onnx_int8", "file": "model.onnx", "quantization": ONNX_INT8}
-            )
+            quantize_onnx_int8(fp32, tmp / "model.onnx", per_channel=per_channel)
+            meta = {"variant": "onnx_int8", "file": "model.onnx", "quantization": ONNX_INT8, "per_channel": per_channel}
+            outs.save_files(tmp, model.config, meta)
             runner = OnnxRunner(tmp / "model.onnx", outs.threads)
             measured = measure(runner, outs.evalset)
-            row = outs.report("onnx_int8", tmp, num_params(model), measured, {"engine": runner.engine})
+            extra = {"engine": runner.engine, "int8_per_channel": per_channel}
+            row = outs.report("onnx_int8", tmp, num_params(model), measured, extra)
     return outs.add(row)

@@ -139,11 +139,17 @@ class SequenceClassificationModule(FineTuneModule):
         return self.model(**self.model_inputs(batch)).logits
 
     def compute_loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        """Cross-entropy (multi-label: binary cross-entropy), weighted by the class weights if any."""
+        """Cross-entropy (multi-label: binary cross-entropy), weighted by the class weights if any.
+
+        Single-label targets are class ids, or one row of class probabilities per input (soft targets, see
+        ``data.soft_label_column``): then the cross-entropy against those probabilities.
+        """
         logits = logits.float()
         weight = self.class_weight
         if self.hparams.multi_label:
             return F.binary_cross_entropy_with_logits(logits, labels.float(), pos_weight=weight)
+        if labels.is_floating_point() and labels.dim() == 2:
+            return F.cross_entropy(logits, labels, weight=weight)
         return F.cross_entropy(logits, labels.long(), weight=weight)
 
     def training_loss(self, batch: dict) -> torch.Tensor:

@@ -25,7 +25,10 @@ _INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 @torch.no_grad()
 def embed_batches(model, loader) -> tuple[torch.Tensor, torch.Tensor]:
-    """Mean-pooled embeddings and labels of every batch of ``loader`` through ``model``'s encoder, frozen."""
+    """Mean-pooled embeddings and labels of every batch of ``loader`` through ``model``'s encoder, frozen.
+
+    Soft targets (rows of class probabilities) count as their most probable class.
+    """
     encoder = getattr(model, model.base_model_prefix)
     device = next(encoder.parameters()).device
     was_training = encoder.training
@@ -35,7 +38,8 @@ def embed_batches(model, loader) -> tuple[torch.Tensor, torch.Tensor]:
     try:
         for batch in loader:
             xs.append(encode(encoder, {k: v for k, v in batch.items() if k in _INPUTS}, bf16))
-            ys.append(batch["labels"].long().cpu())
+            labels = batch["labels"]
+            ys.append((labels.argmax(-1) if labels.dim() == 2 else labels).long().cpu())  # soft targets: arg-max
     finally:
         encoder.train(was_training)
     return torch.cat(xs), torch.cat(ys)

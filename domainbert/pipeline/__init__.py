@@ -6,8 +6,8 @@ A new domain needs only its paths (``base_model``, ``corpus``, ``task_train``, `
 the column names); every stage has a built-in config. Stages, each a real ``domainbert`` run in its own
 process with its log in ``<out>/<stage>/log.txt``: the frozen-embedding probe → corpus curation (optional) →
 vocabulary extension (optional) → DAPT → TAPT (optional) → fine-tuning from the base model (the baseline) and
-from each adapted model over the seeds → self-training on the corpus (optional) → the choice by validation →
-distillation → export.
+from each adapted model over the seeds → self-training on the corpus (optional) → seed soups (each starting model's
+seeds averaged into one model) → the choice by validation → distillation → export.
 ``<out>/state.json`` records the finished stages: a rerun skips them. ``<out>/report.md`` sets out what each
 stage bought, with paired bootstrap intervals and the minutes it cost.
 """
@@ -17,13 +17,23 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from domainbert.pipeline.specs import ExportSpec, ProbeSpec, SelectSpec, SelfTrainSpec, StageSpec, TaskFiles, VocabSpec
+from domainbert.pipeline.specs import (
+    ExportSpec,
+    ProbeSpec,
+    SelectSpec,
+    SelfTrainSpec,
+    SoupSpec,
+    StageSpec,
+    TaskFiles,
+    VocabSpec,
+)
 
 __all__ = [
     "ExportSpec",
     "ProbeSpec",
     "SelectSpec",
     "SelfTrainSpec",
+    "SoupSpec",
     "StageSpec",
     "TaskFiles",
     "VocabSpec",
@@ -52,6 +62,7 @@ def pipeline(
     tapt: StageSpec | None = None,
     finetune: StageSpec | None = None,
     self_train: SelfTrainSpec | None = None,
+    soup: SoupSpec | None = None,
     distill: StageSpec | None = None,
     export: ExportSpec | None = None,
 ) -> Path:
@@ -77,6 +88,8 @@ def pipeline(
         tapt: task-adaptive pretraining on the task's own text (after DAPT when both run).
         finetune: the fine-tuning stage, run for the baseline and for each adapted model.
         self_train: self-training: the baseline labels corpus documents, and a fresh model learns from them too.
+        soup: seed soups: each starting model's seed runs averaged into one model (no training), evaluated and
+            compared like the others (needs two or more seeds).
         distill: distillation of the chosen model into a smaller student.
         export: deployment variants of the student.
     """
@@ -105,6 +118,7 @@ def pipeline(
     results = recipe.finetune_all(runner, starts, task, finetune, seeds, base_model)
     corpus_spec = {"path": corpus, "column": corpus_text_column, "base": base_model}
     recipe.self_train(runner, results, corpus_spec, task, self_train or SelfTrainSpec(), finetune)
+    recipe.soups(runner, results, task, finetune, soup or SoupSpec(), base_model)
     chosen, why = recipe.choose(results, metric)
     teacher = recipe.best_run(results[chosen], metric)["hf"]
     student, deployed = recipe.distill_and_export(runner, teacher, task, distill or StageSpec(), export or ExportSpec())

@@ -1,8 +1,9 @@
 """The recipe: domain corpus and labelled task to a chosen, distilled, exported model, every stage a process.
 
 Order: frozen-embedding probe (the cheapest baseline) → corpus curation (optional) → vocabulary (optional) →
-DAPT → TAPT (optional) → fine-tuning from the base model and from each adapted model over the seeds → the
-choice, by validation only → distillation of the chosen model → export → report.
+DAPT → TAPT (optional) → fine-tuning from the base model and from each adapted model over the seeds → self-training
+(optional) → seed soups (the weight average of each starting model's seeds) → the choice, by validation only →
+distillation of the chosen model → export → report.
 """
 
 from __future__ import annotations
@@ -13,10 +14,12 @@ from importlib import resources
 from domainbert.adapt.stats import mean_std
 from domainbert.errors import DomainBertError
 from domainbert.pipeline.runner import Runner
-from domainbert.pipeline.specs import ExportSpec, ProbeSpec, SelfTrainSpec, StageSpec, TaskFiles
+from domainbert.pipeline.specs import ExportSpec, ProbeSpec, SelfTrainSpec, SoupSpec, StageSpec, TaskFiles
 
 BASELINE = "baseline"
 SELF_TRAINING = "self-training"
+SOUP = " soup"
+"""The suffix of a seed soup's name in the results: ``baseline soup`` is the weight average of the baseline's seeds."""
 
 
 def stage_config(spec: StageSpec, default: str) -> str:
@@ -93,13 +96,18 @@ def adapted_models(
     return starts
 
 
+def finetune_stage(name: str, seed: int | str) -> str:
+    """The stage name of starting model ``name``'s fine-tuning run with ``seed`` (``soup``: its seed soup's)."""
+    return f"finetune-{name.replace('+', '-')}-" + ("soup" if seed == "soup" else f"seed{seed}")
+
+
 def finetune_all(runner: Runner, starts: dict[str, str], task: TaskFiles, spec: StageSpec, seeds: list[int], base: str):
     """Fine-tune from every starting model with every seed; ``{name: [record per seed]}``."""
     config, pooling = stage_config(spec, "finetune"), _pooling_args(base)
     results: dict[str, list[dict]] = {}
     for name, init in starts.items():
         for seed in seeds:
-            stage = f"finetune-{name.replace('+', '-')}-seed{seed}"
+            stage = finetune_stage(name, seed)
             args = ["--model.init_from", init, "--seed_everything", str(seed), *pooling, *task.data_args()]
             run = runner.fit(stage, config, [*args, *spec.args], test=True)
             results.setdefault(name, []).append({**run, "seed": seed})
@@ -110,8 +118,10 @@ def self_train(runner: Runner, results: dict, corpus: dict, task: TaskFiles, spe
     """Self-training: the baselines label the corpus, and a fresh model learns from the task plus those labels.
 
     ``corpus`` holds ``path``, ``column`` and ``base`` (the base model). Adds ``results["self-training"]``, one
-    record per seed: a model fine-tuned from the base model on the task's rows plus pseudo-labelled documents
-    (with the fine-tuning stage's config and options), then, with ``spec.then_task``, on the task's rows alone.
+    record per seed: a model fine-tuned from the base model (or, with ``spec.start == "baseline"``, from the
+    seed's baseline) on the task's rows plus pseudo-labelled documents (with the fine-tuning stage's config and
+    options, then ``spec.args``; soft targets with ``spec.soft``), then, with ``spec.then_task``, on the task's
+    rows alone.
     The labels come from every seed's baseline averaged (``spec.teachers == "ensemble"``, labelled once) or from
     each seed's own baseline.
     """
@@ -132,12 +142,14 @@ def self_train(runner: Runner, results: dict, corpus: dict, task: TaskFiles, spe
             labels = f"pseudo-seed{seed}"
             train = _pseudolabel(runner, labels, [record], corpus, task, spec)
         fit = ["--seed_everything", str(seed), *_pooling_args(base), *task.data_args(), *finetune.args]
+        start = base if spec.start == "base" else record["hf"]
+        soft = ["--data.soft_label_column", "probabilities"] if spec.soft else []
         run = runner.fit(
             f"{name}-mixed" if spec.then_task else name,
             config,
-            ["--model.init_from", base, *fit, "--data.train", train],
+            ["--model.init_from", start, *fit, "--data.train", train, *soft, *spec.args],
             test=not spec.then_task,
-            after=(labels,),
+            after=(labels,) if spec.start == "base" else (labels, f"finetune-{BASELINE}-seed{seed}"),
         )
         if spec.then_task:
             run = runner.fit(name, config, ["--model.init_from", run["hf"], *fit], test=True, after=(f"{name}-mixed",))
@@ -152,7 +164,35 @@ def _pseudolabel(runner: Runner, stage: str, teachers: list[dict], corpus: dict,
     args += ["--text_column", task.text_column, "--label_column", task.label_column, "--seed", str(teachers[0]["seed"])]
     args += ["--corpus_text_column", corpus["column"], "--ratio", str(spec.ratio), "--out", str(folder)]
     args += ["--max_documents", str(spec.max_documents) if spec.max_documents else "null"]
+    args += ["--soft", "true"] if spec.soft else []
     return runner.tool(stage, args, result=str(folder))["train"]
+
+
+def soups(runner: Runner, results: dict, task: TaskFiles, finetune: StageSpec, spec: SoupSpec, base: str) -> None:
+    """Seed soups: for every starting model with two or more exported seed runs, their weight average, evaluated.
+
+    Stage ``soup-<name>`` runs ``domainbert soup`` on the seeds' exports; stage ``finetune-<name>-soup`` validates
+    and tests the soup as it is, with the fine-tuning stage's config and options (its pooling, its data), and no
+    head refit (``--model.head_init null``: the soup's head is the average of the seeds' heads). Adds
+    ``results["<name> soup"] = [record]``, the record's ``seed`` being ``"soup"``.
+    """
+    if not spec.enabled:
+        return
+    config = stage_config(finetune, "finetune")
+    for name, runs in list(results.items()):
+        exported = [r for r in runs if r.get("hf")]
+        if name.endswith(SOUP) or len(exported) < 2:
+            continue
+        slug = name.replace("+", "-")
+        folder = runner.out / f"soup-{slug}" / "hf"  # beside the stage's log.txt
+        upstream = tuple(finetune_stage(name, r["seed"]) for r in exported)
+        args = ["soup", "--models", json.dumps([r["hf"] for r in exported]), "--out", str(folder)]
+        made = runner.tool(f"soup-{slug}", args, result=str(folder), after=upstream)["result"]
+        evaluate = ["--model.init_from", made, *_pooling_args(base), *task.data_args(), *finetune.args]
+        run = runner.evaluate(
+            finetune_stage(name, "soup"), config, [*evaluate, "--model.head_init", "null"], after=(f"soup-{slug}",)
+        )
+        results[name + SOUP] = [{**run, "seed": "soup"}]
 
 
 def choose(results: dict[str, list[dict]], metric: str) -> tuple[str, str]:

@@ -7,16 +7,21 @@ from pathlib import Path
 
 from domainbert.adapt.stats import mean_std, paired_bootstrap
 from domainbert.core.files import atomic_write_text
-from domainbert.pipeline.recipe import BASELINE, SELF_TRAINING
+from domainbert.pipeline.recipe import BASELINE, SELF_TRAINING, SOUP, finetune_stage
 
 
 def adaptation_minutes(runner, name: str) -> float:
     """The minutes spent making starting model ``name`` beyond its own fine-tuning.
 
-    Curation, vocabulary, DAPT and TAPT; for self-training, the teachers' fine-tuning and the corpus labelling.
+    Curation, vocabulary, DAPT and TAPT; for self-training, the teachers' fine-tuning and the corpus labelling;
+    for a seed soup (``<name> soup``), its starting model's minutes plus the averaging and the evaluation.
     """
     if name == BASELINE:
         return 0.0
+    if name.endswith(SOUP):
+        start = name.removesuffix(SOUP)
+        own = [f"soup-{start.replace('+', '-')}", finetune_stage(start, "soup")]
+        return adaptation_minutes(runner, start) + sum(runner.seconds(s) for s in own if s in runner.called) / 60
     if name == SELF_TRAINING:
         stages = [s for s in runner.called if s.startswith(("pseudo-", f"finetune-{BASELINE}-seed"))]
         stages += [s for s in runner.called if s.startswith(f"finetune-{SELF_TRAINING}") and s.endswith("-mixed")]
@@ -88,12 +93,36 @@ def _predictions(runs: list[dict]) -> tuple[list[int], list[list[int]], int] | N
     return (gold, preds, k) if gold is not None else None
 
 
+def _verdict(name: str, verdict: str, delta: str, metric: str, per_min: str) -> str:
+    """The plain sentence of one row's paired comparison with the baseline."""
+    if name == BASELINE + SOUP:
+        what = "the weight average of the baseline's seeds (a model soup; no adaptation)"
+    elif name.endswith(SOUP):
+        what = "adaptation with the weight average of its seeds (a model soup)"
+    else:
+        what = "adaptation"
+    if name.endswith(SOUP):  # a soup is one model, not one seed
+        verdict = verdict.replace("(one seed: run-to-run noise", "(one model: its seeds' run-to-run noise")
+    return f"- **{name}**: {what} {verdict} ({delta} test {metric}{per_min})."
+
+
+def _cell(value: tuple[float, float], single: bool) -> str:
+    """``mean ± std``, or the value alone for a row of one model (a soup)."""
+    return f"{value[0]:.4f}" if single else f"{value[0]:.4f} ± {value[1]:.4f}"
+
+
 def adaptation_section(runner, results: dict, probed: dict | None, metric: str, seeds: list[int]) -> list[str]:
     """The table of starting models, the paired intervals, the verdicts and the gain per minute."""
     base_runs = results[BASELINE]
     base_pred = _predictions(base_runs)
+    soup = (
+        " A `<name> soup` row is one model, the uniform weight average of that starting model's seed runs (Wortsman"
+        " et al. 2022), evaluated as it is."
+        if any(n.endswith(SOUP) for n in results)
+        else ""
+    )
     lines = [
-        f"Mean ± std over seeds {seeds} of the best checkpoint (chosen on validation) of each run.",
+        f"Mean ± std over seeds {seeds} of the best checkpoint (chosen on validation) of each run.{soup}",
         "",
         f"| starting model | val {metric} | test {metric} | test acc | Δ test vs baseline [95% CI] | extra minutes |",
         "|---|---|---|---|---|---|",
@@ -105,7 +134,7 @@ def adaptation_section(runner, results: dict, probed: dict | None, metric: str, 
             f"{probed.get('test', {}).get('acc', float('nan')):.4f} | (no fine-tuning) | "
             f"{runner.seconds('probe') / 60:.1f} in all |"
         )
-    verdicts, chart = [], []
+    verdicts, chart, adapted = [], [], False
     for name, runs in results.items():
         val = mean_std(
             [r["metrics"].get(f"val/{metric}") for r in runs if r["metrics"].get(f"val/{metric}") is not None]
@@ -120,11 +149,13 @@ def adaptation_section(runner, results: dict, probed: dict | None, metric: str, 
             ci = paired_bootstrap(base_pred[0], base_pred[1], pred[1], max(base_pred[2], pred[2]), metric=metric)
             delta = f"{ci.diff:+.4f} [{ci.low:+.4f}, {ci.high:+.4f}]"
             per_min = f"; {ci.diff * 100 / minutes:+.2f} points per minute" if minutes > 0 else ""
-            verdicts.append(f"- **{name}**: adaptation {ci.verdict()} ({delta} test {metric}{per_min}).")
-        cells = [name, f"{val[0]:.4f} ± {val[1]:.4f}", f"{test[0]:.4f} ± {test[1]:.4f}", f"{acc[0]:.4f}", delta]
+            verdicts.append(_verdict(name, ci.verdict(), delta, metric, per_min))
+            adapted = adapted or name != BASELINE + SOUP
+        one = name.endswith(SOUP)
+        cells = [name, _cell(val, one), _cell(test, one), f"{acc[0]:.4f}", delta]
         lines.append("| " + " | ".join([*cells, f"{minutes:.1f}"]) + " |")
-    if not verdicts:
-        verdicts = [
+    if not adapted:
+        verdicts += [
             "- This run trained no adapted model (DAPT, TAPT and curation were off), or recorded no test predictions:"
             " it cannot show an adaptation gain. The full recipe (more stages and seeds) is the one to judge by."
         ]
@@ -177,6 +208,8 @@ def write_report(runner, results, probed, choice, student, deployed, metric: str
     lines += ["## Training curves", ""]
     for stage in dict.fromkeys(runner.called):
         entry = runner.state.get(stage, {})
+        if "--evaluate" in entry.get("inputs", []):
+            continue  # evaluated, not trained: no curve
         if entry.get("run") and _curves(entry["run"], out / "plots" / f"{stage}.png", stage):
             lines += [f"### {stage}", "", f"![{stage}](plots/{stage}.png)", ""]
     path = out / "report.md"

@@ -102,20 +102,38 @@ class Runner:
         seconds = self._run(stage, cmd)
         return self._finish(stage, json.loads(result.read_text()), seconds, inputs, fingerprint)
 
-    def tool(self, stage: str, args: list[str], result: str) -> dict:
+    def evaluate(self, stage: str, config: str, args: list[str], after: tuple[str, ...] = ()) -> dict:
+        """Validate and test a model without training it (``args`` name it: ``--model.init_from <folder>``).
+
+        The record is a fine-tuning run's, with ``test``: ``run``, ``metrics`` (``val/...`` and ``test/...``),
+        ``predictions`` and ``hf``, which is the evaluated folder itself.
+        """
+        inputs = [config, *args, "--evaluate"]
+        fingerprint = self.fingerprint(config, after)
+        if (done := self._done(stage, inputs, fingerprint)) is not None:
+            return done
+        result = self.out / stage / "result.json"
+        cmd = [sys.executable, "-m", "domainbert.pipeline", "--worker", str(result), "--evaluate", "--config", config]
+        cmd += [*args, "--trainer.default_root_dir", str(self.out / stage), "--run_name", "run"]
+        seconds = self._run(stage, cmd)
+        return self._finish(stage, json.loads(result.read_text()), seconds, inputs, fingerprint)
+
+    def tool(self, stage: str, args: list[str], result: str, after: tuple[str, ...] = ()) -> dict:
         """Run a ``domainbert`` tool subcommand for ``stage``; its record's ``result`` is ``result``.
 
         A tool that writes ``<result>/result.json`` (or ``result`` itself when it is a ``.json`` file) has that
-        JSON merged into the record.
+        JSON merged into the record. With ``after``, the stage also reruns when one of those upstream stages
+        finished again since (see :meth:`fingerprint`).
         """
-        if (done := self._done(stage, args)) is not None:
+        fingerprint = self.fingerprint(None, after) if after else None
+        if (done := self._done(stage, args, fingerprint)) is not None:
             return done
         seconds = self._run(stage, [sys.executable, "-m", "domainbert", *args])
         record: dict[str, Any] = {"result": result}
         for candidate in (Path(result), Path(result) / "result.json"):
             if candidate.suffix == ".json" and candidate.is_file():
                 record.update(json.loads(candidate.read_text()))
-        return self._finish(stage, record, seconds, args)
+        return self._finish(stage, record, seconds, args, fingerprint or "")
 
     def seconds(self, stage: str) -> float:
         """The measured wall-clock seconds of a finished stage (0 when unknown)."""

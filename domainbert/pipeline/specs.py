@@ -65,6 +65,28 @@ class SelfTrainSpec:
     """Label a seeded sample of at most this many corpus documents (None: all)."""
     then_task: bool = True
     """After the run on task + pseudo-labelled rows, fine-tune its export on the task's rows alone."""
+    soft: bool = False
+    """Keep the teachers' class probabilities as soft targets (distillation with the corpus as transfer set):
+    ``ratio`` × the task's rows documents are labelled and all are kept (``pseudolabel --soft``), and the model
+    learns their probabilities (``data.soft_label_column``)."""
+    start: Literal["base", "baseline"] = "base"
+    """What the self-trained model starts from: the base model, or the seed's own fine-tuned baseline."""
+    args: list[str] = field(default_factory=list)
+    """Extra overrides of the run on task + pseudo-labelled rows (after the fine-tuning stage's own), e.g.
+    ``["--trainer.max_epochs=1"]``."""
+
+
+@dataclass
+class SoupSpec:
+    """Seed soups (Wortsman et al. 2022): the uniform weight average of a starting model's fine-tuned seed runs.
+
+    For every starting model fine-tuned with two or more seeds, ``domainbert soup`` averages the seeds' weights
+    into one model, which is validated and tested as it is (no training) and competes on validation as
+    ``<name> soup``. It costs seconds and ships at the inference cost of one model.
+    """
+
+    enabled: bool = True
+    """Make and evaluate a soup of every starting model with at least two seeds."""
 
 
 @dataclass

@@ -154,10 +154,13 @@ def test_tiny_pipeline_runs_every_stage_writes_the_report_and_a_rerun_skips_them
     state = json.loads((tmp_path / "p" / "state.json").read_text())
     stages = ["probe", "dapt", "finetune-baseline-seed0", "finetune-baseline-seed1", "finetune-dapt-seed0"]
     stages += ["finetune-dapt-seed1", "distill", "export"]
-    assert [s for s in stages if state.get(s, {}).get("status") == "done"] == stages
+    soups = ["soup-baseline", "finetune-baseline-soup", "soup-dapt", "finetune-dapt-soup"]  # on by default
+    assert [s for s in stages + soups if state.get(s, {}).get("status") == "done"] == stages + soups
     assert "over seeds [0, 1]" in text and "| baseline |" in text and "| dapt |" in text
+    assert "| baseline soup |" in text and "| dapt soup |" in text
     assert "| int8 |" in text and "| student |" in text
     assert all((tmp_path / "p" / "plots" / f"{s}.png").is_file() for s in stages if s not in ("export", "probe"))
+    stages += soups
     card = Path(state["finetune-dapt-seed0"]["hf"], "README.md").read_text()
     assert "test/f1_macro" in card
 
@@ -165,6 +168,24 @@ def test_tiny_pipeline_runs_every_stage_writes_the_report_and_a_rerun_skips_them
     pipeline(**kwargs)
     out = capsys.readouterr().out
     assert out.count("done earlier: skipped") == len(stages) and "running:" not in out
+
+
+def _self_train(tiny_bert, out: Path, seeds: list[int], spec) -> None:
+    """The tiny pipeline with only the baselines and self-training (``spec``) enabled, writing to ``out``."""
+    pipeline(
+        base_model=str(tiny_bert),
+        corpus=str(FIX / "corpus.txt"),
+        task_train=str(FIX / "cls_train.jsonl"),
+        task_val=str(FIX / "cls_val.jsonl"),
+        task_test=str(FIX / "cls_test.jsonl"),
+        out=str(out),
+        seeds=seeds,
+        probe=ProbeSpec(enabled=False),
+        dapt=StageSpec(enabled=False),
+        finetune=StageSpec("configs/finetune/tiny_classification.yaml", ["--trainer.max_epochs=1"]),
+        self_train=spec,
+        distill=StageSpec(enabled=False),
+    )
 
 
 @pytest.mark.parametrize("teachers", ["seed", "ensemble"])
@@ -178,20 +199,7 @@ def test_self_training_labels_the_corpus_with_the_baselines_and_fine_tunes_on_ta
     from domainbert.pipeline import SelfTrainSpec
 
     out = tmp_path / "p"
-    pipeline(
-        base_model=str(tiny_bert),
-        corpus=str(FIX / "corpus.txt"),
-        task_train=str(FIX / "cls_train.jsonl"),
-        task_val=str(FIX / "cls_val.jsonl"),
-        task_test=str(FIX / "cls_test.jsonl"),
-        out=str(out),
-        seeds=[0, 1],
-        probe=ProbeSpec(enabled=False),
-        dapt=StageSpec(enabled=False),
-        finetune=StageSpec("configs/finetune/tiny_classification.yaml", ["--trainer.max_epochs=1"]),
-        self_train=SelfTrainSpec(enabled=True, teachers=teachers, ratio=0.5, max_documents=100),
-        distill=StageSpec(enabled=False),
-    )
+    _self_train(tiny_bert, out, [0, 1], SelfTrainSpec(enabled=True, teachers=teachers, ratio=0.5, max_documents=100))
     state = json.loads((out / "state.json").read_text())
     labels = {s: "pseudo-ensemble" if teachers == "ensemble" else f"pseudo-seed{s}" for s in (0, 1)}
     assert set(labels.values()) == {s for s in state if s.startswith("pseudo-")}
@@ -227,3 +235,35 @@ def test_self_training_labels_the_corpus_with_the_baselines_and_fine_tunes_on_ta
     assert final["data"]["init_args"]["train"] == str(FIX / "cls_train.jsonl")  # the gold rows have the last word
     assert "test/f1_macro" in state[stages[2]]["metrics"]
     assert "| self-training |" in (out / "report.md").read_text()
+
+
+def test_soft_self_training_starts_from_each_seeds_baseline_and_learns_the_ensembles_probabilities(tiny_bert, tmp_path):
+    """``soft: true, start: baseline``: the ensemble labels ``ratio`` x the task's rows of corpus documents with its
+    class probabilities, none filtered out, and each seed's baseline goes on learning from them (``spec.args``
+    last), with no gold-only phase."""
+    from domainbert.pipeline import SelfTrainSpec
+
+    out = tmp_path / "p"
+    spec = SelfTrainSpec(
+        enabled=True, teachers="ensemble", soft=True, start="baseline", then_task=False, ratio=0.5, max_documents=100
+    )
+    spec.args = ["--model.learning_rate=3e-5"]
+    _self_train(tiny_bert, out, [0], spec)
+    state = json.loads((out / "state.json").read_text())
+    pseudo = json.loads((out / "pseudo-ensemble" / "result.json").read_text())
+    task = [json.loads(line) for line in (FIX / "cls_train.jsonl").read_text().splitlines() if line.strip()]
+    assert pseudo["soft"] and pseudo["pseudo_rows"] == pseudo["labelled_documents"] == round(0.5 * len(task))
+    rows = [json.loads(line) for line in Path(pseudo["train"]).read_text().splitlines()]
+    added = rows[len(task) :]
+    assert all(sum(r["probabilities"].values()) == pytest.approx(1.0, abs=1e-4) for r in added)
+    assert all(r["label"] == max(r["probabilities"], key=r["probabilities"].get) for r in added)
+    import yaml
+
+    run = state["finetune-self-training-seed0"]
+    assert "finetune-self-training-seed0-mixed" not in state  # no gold-only phase
+    config = yaml.safe_load((Path(run["run"]) / "config.yaml").read_text())
+    assert config["model"]["init_args"]["init_from"] == state["finetune-baseline-seed0"]["hf"]
+    assert config["model"]["init_args"]["learning_rate"] == 3e-5
+    assert config["data"]["init_args"]["soft_label_column"] == "probabilities"
+    assert config["data"]["init_args"]["train"] == pseudo["train"]
+    assert "test/f1_macro" in run["metrics"]

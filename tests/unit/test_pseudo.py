@@ -69,3 +69,26 @@ def test_teachers_with_different_labels_are_refused(tiny_bert, tmp_path):
     b = _classifier(tiny_bert, tmp_path / "b", seed=1, labels=["graphics", "api"])
     with pytest.raises(DomainBertError, match=r"teacher .*/b has labels \['graphics', 'api'\]"):
         ensemble_probabilities([a, b], ["some text"])
+
+
+def test_soft_pseudolabels_keep_every_sampled_document_with_the_ensembles_probabilities(tiny_bert, tmp_path):
+    import json
+
+    from domainbert.adapt.pseudo import ensemble_probabilities, pseudolabel
+
+    labels = ["api", "graphics", "network"]
+    paths = [_classifier(tiny_bert, tmp_path / f"t{i}", seed=i, labels=labels) for i in range(2)]
+    task = tmp_path / "task.jsonl"
+    task.write_text("".join(json.dumps({"text": f"task text {i}", "label": labels[i % 3]}) + "\n" for i in range(3)))
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(f"corpus document number {i} about drawing" for i in range(20)) + "\n")
+    result = pseudolabel(paths, str(corpus), str(task), str(tmp_path / "out"), ratio=2.0, soft=True, seed=3)
+    rows = [json.loads(line) for line in open(result["train"])]
+    assert result["pseudo_rows"] == 6 and result["labelled_documents"] == 6  # ratio x 3 task rows, no filter
+    assert rows[:3] == [json.loads(line) for line in task.read_text().splitlines()]  # gold rows first, unchanged
+    added = rows[3:]
+    expected = ensemble_probabilities(paths, [r["text"] for r in added])
+    for row, probs in zip(added, expected):
+        assert list(row["probabilities"]) == labels
+        torch.testing.assert_close(torch.tensor(list(row["probabilities"].values())), probs, atol=1e-6, rtol=0)
+        assert row["label"] == labels[int(probs.argmax())]
