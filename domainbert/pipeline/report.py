@@ -191,7 +191,8 @@ def write_report(runner, results, probed, choice, student, deployed, metric: str
     chosen, why, teacher = choice
     lines = ["# domainbert pipeline report", "", f"Folder: `{out}`", "", "## Does domain adaptation help?", ""]
     lines += adaptation_section(runner, results, probed, metric, seeds)
-    lines += ["## The shipped model", "", f"**{chosen}**, seed run `{teacher}`: {why}.", ""]
+    which = "the weight average" if chosen.endswith(SOUP) else "its best seed on validation"
+    lines += ["## The shipped model", "", f"**{chosen}**, {which}, `{teacher}`: {why}.", ""]
     lines += ["The choice reads validation metrics only; the test split is reported, never used to choose.", ""]
     if student is not None:
         lines += [
