@@ -19,7 +19,8 @@ text and label columns); ``<out>/result.json`` holds the counts.
 With ``--soft true`` the teachers' whole distribution is kept instead (knowledge distillation with the corpus as
 the transfer set; Hinton et al. 2015, Stanton et al. 2021): ``ratio`` × (the task's rows) documents of the seeded
 sample are labelled, none is filtered by confidence, and each carries its class ``probabilities`` (label name ->
-probability) beside its most probable label. Train on them with ``--data.soft_label_column probabilities``.
+probability) beside its most probable label; the task's own rows carry their label as one-hot probabilities.
+Train on them with ``--data.soft_label_column probabilities``.
 """
 
 from __future__ import annotations
@@ -82,11 +83,12 @@ def ensemble_probabilities(models: Sequence[str], texts: Sequence[str], max_leng
     from transformers import AutoModelForSequenceClassification
 
     from domainbert.core.hf import load_model, load_tokenizer
+    from domainbert.distill.teacher import teacher_labels
 
     total, names = None, None
     for path in models:
         teacher, _ = load_model(AutoModelForSequenceClassification, path)
-        labels = [str(teacher.config.id2label[i]) for i in range(teacher.config.num_labels)]
+        labels = teacher_labels(teacher.config)
         if names is not None and labels != names:
             raise DomainBertError(f"pseudolabel: teacher {path} has labels {labels}; {models[0]} has {names}")
         probs = class_probabilities(teacher, load_tokenizer(path), texts, max_length=max_length)
@@ -100,9 +102,10 @@ def label_names(model: str) -> list[str]:
     from transformers import AutoConfig
 
     from domainbert.core.models_local import resolve_local_alias
+    from domainbert.distill.teacher import teacher_labels
 
     config = AutoConfig.from_pretrained(resolve_local_alias(model))
-    return [str(config.id2label[i]) for i in range(config.num_labels)]
+    return teacher_labels(config)
 
 
 def pseudolabel(
@@ -156,6 +159,8 @@ def pseudolabel(
             f"pseudolabel: {task} has labels {unknown} that the teacher {teachers[0]} does not predict"
         )
     wanted = round(ratio * len(texts)) if soft else None
+    if wanted == 0:
+        raise DomainBertError(f"pseudolabel: ratio={ratio} of {len(texts)} task rows asks for no corpus document")
     sample = min(max_documents, wanted) if max_documents and wanted else (wanted or max_documents)
     docs = _unlabelled(corpus, corpus_text_column, set(texts), sample, seed)
     if not docs:
@@ -171,6 +176,8 @@ def pseudolabel(
     folder.mkdir(parents=True, exist_ok=True)
     train = folder / "train.jsonl"
     own = [{text_column: t, label_column: y} for t, y in zip(texts, labels)]
+    if soft:  # every row has the column, so any chunk of the file has the same columns; gold rows are one-hot
+        own = [{**row, "probabilities": {n: float(n == row[label_column]) for n in names}} for row in own]
     atomic_write_text(train, "".join(json.dumps(row) + "\n" for row in [*own, *added]))
     per_class = collections.Counter(names[c] for _, c in picked)
     result = {

@@ -27,7 +27,9 @@ from domainbert.errors import DomainBertError
 
 def _labels(model) -> list[str]:
     """A classifier's label names in id order."""
-    return [str(model.config.id2label[i]) for i in range(model.config.num_labels)]
+    from domainbert.distill.teacher import teacher_labels
+
+    return teacher_labels(model.config)
 
 
 def _check_same(first, model, path: str, reference: str) -> None:
@@ -52,7 +54,8 @@ def _check_same(first, model, path: str, reference: str) -> None:
 def average_state(models: Sequence[str]) -> tuple[torch.nn.Module, object]:
     """The first model with every floating-point weight replaced by the mean over ``models``, and its tokenizer.
 
-    Models are loaded one at a time (two in memory at most); sums are kept in float32 or wider.
+    Models are loaded one at a time (the first, the running sums and one more in memory); sums are kept in
+    float32 or wider.
 
     Raises:
         DomainBertError: a model whose class, labels, weight names or shapes differ from the first's, or a
@@ -100,7 +103,8 @@ def soup(models: list[str], out: str) -> dict:
     record = {"models": models, "seconds": round(time.time() - t0, 1)}
     names = "\n".join(f"- `{m}`" for m in models)
     card = f"# Model soup\n\nThe uniform weight average (Wortsman et al. 2022) of {len(models)} models:\n\n{names}\n"
-    export_hf(model, tokenizer, out, card=card, extra_files={"soup.json": json.dumps(record, indent=2) + "\n"})
+    extras = {"soup.json": json.dumps(record, indent=2) + "\n"}
+    export_hf(model, tokenizer, out, source=models[0], card=card, extra_files=extras)
     print(f"soup: the weights of {len(models)} models averaged -> {out}")
     return {**record, "hf": str(out)}
 

@@ -286,7 +286,8 @@ class TaskDataModule(L.LightningDataModule):
     def lengths(self, ds) -> list[int]:
         """Row lengths for length grouping (token counts, or word counts of raw text)."""
         if isinstance(ds, EncodedRows):
-            cols = [c for c in self.columns("train") if c != self.label_column]
+            skip = {self.label_column, getattr(self, "soft_label_column", None)}
+            cols = [c for c in self.columns("train") if c not in skip]
             return [sum(len(str(r[c]).split()) for c in cols if r.get(c)) for r in ds.raw]
         return [len(x) for x in ds["input_ids"]]
 

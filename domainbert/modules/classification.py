@@ -142,7 +142,8 @@ class SequenceClassificationModule(FineTuneModule):
         """Cross-entropy (multi-label: binary cross-entropy), weighted by the class weights if any.
 
         Single-label targets are class ids, or one row of class probabilities per input (soft targets, see
-        ``data.soft_label_column``): then the cross-entropy against those probabilities.
+        ``data.soft_label_column``): then the cross-entropy against those probabilities. With class weights,
+        ``F.cross_entropy`` averages soft targets over the rows and class ids over the rows' weights.
         """
         logits = logits.float()
         weight = self.class_weight

@@ -197,6 +197,11 @@ class DistillationModule(HFModule):
         dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
         settings = {"multi_label": self.multi_label} if self.task_spec.labelled else {}
         check_agreement(dm, self.label_names, settings, owner="model.teacher")
+        if getattr(dm, "soft_label_column", None):
+            raise DomainBertError(
+                "distillation learns the teacher's probabilities already (the KL term); unset data.soft_label_column "
+                "(the hard-label term would read the soft targets as multi-label targets)"
+            )
 
     def train(self, mode: bool = True):
         """Switch the student (and loss modules) to ``mode``; the teacher always stays in eval mode."""

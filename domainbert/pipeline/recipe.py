@@ -101,6 +101,11 @@ def finetune_stage(name: str, seed: int | str) -> str:
     return f"finetune-{name.replace('+', '-')}-" + ("soup" if seed == "soup" else f"seed{seed}")
 
 
+def soup_stage(name: str) -> str:
+    """The stage name of ``domainbert soup`` over starting model ``name``'s seed runs."""
+    return f"soup-{name.replace('+', '-')}"
+
+
 def finetune_all(runner: Runner, starts: dict[str, str], task: TaskFiles, spec: StageSpec, seeds: list[int], base: str):
     """Fine-tune from every starting model with every seed; ``{name: [record per seed]}``."""
     config, pooling = stage_config(spec, "finetune"), _pooling_args(base)
@@ -183,14 +188,14 @@ def soups(runner: Runner, results: dict, task: TaskFiles, finetune: StageSpec, s
         exported = [r for r in runs if r.get("hf")]
         if name.endswith(SOUP) or len(exported) < 2:
             continue
-        slug = name.replace("+", "-")
-        folder = runner.out / f"soup-{slug}" / "hf"  # beside the stage's log.txt
+        stage = soup_stage(name)
+        folder = runner.out / stage / "hf"  # beside the stage's log.txt
         upstream = tuple(finetune_stage(name, r["seed"]) for r in exported)
         args = ["soup", "--models", json.dumps([r["hf"] for r in exported]), "--out", str(folder)]
-        made = runner.tool(f"soup-{slug}", args, result=str(folder), after=upstream)["result"]
+        made = runner.tool(stage, args, result=str(folder), after=upstream)["result"]
         evaluate = ["--model.init_from", made, *_pooling_args(base), *task.data_args(), *finetune.args]
         run = runner.evaluate(
-            finetune_stage(name, "soup"), config, [*evaluate, "--model.head_init", "null"], after=(f"soup-{slug}",)
+            finetune_stage(name, "soup"), config, [*evaluate, "--model.head_init", "null"], after=(stage,)
         )
         results[name + SOUP] = [{**run, "seed": "soup"}]
 
@@ -198,8 +203,10 @@ def soups(runner: Runner, results: dict, task: TaskFiles, finetune: StageSpec, s
 def choose(results: dict[str, list[dict]], metric: str) -> tuple[str, str]:
     """The starting model whose fine-tuned runs score best on **validation** (mean over seeds), and why.
 
-    An adapted model is chosen only when it beats the baseline on validation; on a tie the baseline stays, so
-    the pipeline never ships a model that validated worse than plain fine-tuning. The test split is not read.
+    An adapted model (or a seed soup) is chosen only when it beats the baseline on validation; on a tie the
+    baseline stays, so the pipeline never ships a model that validated worse than plain fine-tuning. The test
+    split is not read. A soup, one model, is compared with the seeds' mean, not with the best seed: the best of
+    several seeds' validation scores is biased upwards by the choice itself.
     """
     key = f"val/{metric}"
     scores = {}

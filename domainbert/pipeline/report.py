@@ -7,7 +7,7 @@ from pathlib import Path
 
 from domainbert.adapt.stats import mean_std, paired_bootstrap
 from domainbert.core.files import atomic_write_text
-from domainbert.pipeline.recipe import BASELINE, SELF_TRAINING, SOUP, finetune_stage
+from domainbert.pipeline.recipe import BASELINE, SELF_TRAINING, SOUP, finetune_stage, soup_stage
 
 
 def adaptation_minutes(runner, name: str) -> float:
@@ -20,7 +20,7 @@ def adaptation_minutes(runner, name: str) -> float:
         return 0.0
     if name.endswith(SOUP):
         start = name.removesuffix(SOUP)
-        own = [f"soup-{start.replace('+', '-')}", finetune_stage(start, "soup")]
+        own = [soup_stage(start), finetune_stage(start, "soup")]
         return adaptation_minutes(runner, start) + sum(runner.seconds(s) for s in own if s in runner.called) / 60
     if name == SELF_TRAINING:
         stages = [s for s in runner.called if s.startswith(("pseudo-", f"finetune-{BASELINE}-seed"))]

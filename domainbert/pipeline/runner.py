@@ -91,16 +91,7 @@ class Runner:
         validation metrics and, with ``test``, its test metrics) and ``predictions`` (a JSON file of the test
         rows' gold and predicted label ids, for paired comparisons).
         """
-        inputs = [config, *args, *(["--test"] if test else [])]
-        fingerprint = self.fingerprint(config, after)
-        if (done := self._done(stage, inputs, fingerprint)) is not None:
-            return done
-        result = self.out / stage / "result.json"
-        worker = ["--worker", str(result), *(["--test"] if test else [])]
-        cmd = [sys.executable, "-m", "domainbert.pipeline", *worker, "--config", config, *args]
-        cmd += ["--trainer.default_root_dir", str(self.out / stage), "--run_name", "run"]
-        seconds = self._run(stage, cmd)
-        return self._finish(stage, json.loads(result.read_text()), seconds, inputs, fingerprint)
+        return self._worker(stage, config, args, "--test" if test else None, after)
 
     def evaluate(self, stage: str, config: str, args: list[str], after: tuple[str, ...] = ()) -> dict:
         """Validate and test a model without training it (``args`` name it: ``--model.init_from <folder>``).
@@ -108,13 +99,18 @@ class Runner:
         The record is a fine-tuning run's, with ``test``: ``run``, ``metrics`` (``val/...`` and ``test/...``),
         ``predictions`` and ``hf``, which is the evaluated folder itself.
         """
-        inputs = [config, *args, "--evaluate"]
+        return self._worker(stage, config, args, "--evaluate", after)
+
+    def _worker(self, stage: str, config: str, args: list[str], mode: str | None, after: tuple[str, ...]) -> dict:
+        """Run the stage worker (``python -m domainbert.pipeline --worker``) in ``mode``, unless done; its record."""
+        inputs = [config, *args, *([mode] if mode else [])]
         fingerprint = self.fingerprint(config, after)
         if (done := self._done(stage, inputs, fingerprint)) is not None:
             return done
         result = self.out / stage / "result.json"
-        cmd = [sys.executable, "-m", "domainbert.pipeline", "--worker", str(result), "--evaluate", "--config", config]
-        cmd += [*args, "--trainer.default_root_dir", str(self.out / stage), "--run_name", "run"]
+        worker = ["--worker", str(result), *([mode] if mode else [])]
+        cmd = [sys.executable, "-m", "domainbert.pipeline", *worker, "--config", config, *args]
+        cmd += ["--trainer.default_root_dir", str(self.out / stage), "--run_name", "run"]
         seconds = self._run(stage, cmd)
         return self._finish(stage, json.loads(result.read_text()), seconds, inputs, fingerprint)
 

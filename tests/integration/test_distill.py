@@ -238,3 +238,18 @@ def test_qa_distillation_runs_from_the_cli_with_a_teacher_cache(tiny_bert, tmp_p
     assert cli.model.cache is not None and cli.model.cache.per_token  # start/end logits cached per token
     student = AutoModelForQuestionAnswering.from_pretrained(tmp_path / "qa" / "version_0" / "hf")
     assert student.config.num_hidden_layers == 1
+
+
+def test_distillation_refuses_soft_targets_in_the_data(teacher, tmp_path):
+    """The KL term is the soft target; ``data.soft_label_column`` would reach the hard-label term as multi-hot."""
+    from types import SimpleNamespace
+
+    from domainbert.data.classification import ClassificationDataModule
+
+    module = DistillationModule(teacher=str(teacher), student_layers=1)
+    dm = ClassificationDataModule(labels=LABELS, soft_label_column="probabilities")
+    module._trainer = SimpleNamespace(datamodule=dm)
+    with pytest.raises(DomainBertError, match="unset data.soft_label_column"):
+        module.setup("fit")
+    dm.soft_label_column = None
+    module.setup("fit")  # the same data without soft targets is accepted

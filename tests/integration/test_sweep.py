@@ -172,9 +172,13 @@ def test_report_needs_only_its_context_not_the_worker(tmp_path):
 
 
 def start_and_kill(args: list[str], log_path: Path, out: Path) -> list[optuna.trial.FrozenTrial]:
-    """Run ``domainbert sweep args`` in a subprocess and SIGKILL it while a trial after the first one trains."""
+    """Run ``domainbert sweep args`` in a subprocess and SIGKILL it while a trial after the first one trains.
+
+    Each step sleeps 0.25 s, so a trial trains for 3 s or more: the poll below (one storage load per 0.1 s, slower
+    on a busy machine) must see the second trial running before it ends.
+    """
     with open(log_path, "wb") as log:
-        cmd = [sys.executable, "-m", "domainbert", "sweep", *args, "--model.init_args.step_sleep=0.05"]
+        cmd = [sys.executable, "-m", "domainbert", "sweep", *args, "--model.init_args.step_sleep=0.25"]
         proc = subprocess.Popen(cmd, stdout=log, stderr=log)
     try:
         deadline = time.monotonic() + 180

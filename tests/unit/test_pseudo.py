@@ -85,10 +85,29 @@ def test_soft_pseudolabels_keep_every_sampled_document_with_the_ensembles_probab
     result = pseudolabel(paths, str(corpus), str(task), str(tmp_path / "out"), ratio=2.0, soft=True, seed=3)
     rows = [json.loads(line) for line in open(result["train"])]
     assert result["pseudo_rows"] == 6 and result["labelled_documents"] == 6  # ratio x 3 task rows, no filter
-    assert rows[:3] == [json.loads(line) for line in task.read_text().splitlines()]  # gold rows first, unchanged
+    gold = [json.loads(line) for line in task.read_text().splitlines()]
+    one_hot = [{**r, "probabilities": {n: float(n == r["label"]) for n in labels}} for r in gold]
+    assert rows[:3] == one_hot  # gold rows first, their label as one-hot probabilities (every row has the column)
     added = rows[3:]
     expected = ensemble_probabilities(paths, [r["text"] for r in added])
     for row, probs in zip(added, expected):
         assert list(row["probabilities"]) == labels
         torch.testing.assert_close(torch.tensor(list(row["probabilities"].values())), probs, atol=1e-6, rtol=0)
         assert row["label"] == labels[int(probs.argmax())]
+
+
+def test_soft_pseudolabels_refuse_a_ratio_that_asks_for_no_document(tiny_bert, tmp_path):
+    import json
+
+    import pytest
+
+    from domainbert.adapt.pseudo import pseudolabel
+    from domainbert.errors import DomainBertError
+
+    teacher = _classifier(tiny_bert, tmp_path / "t", seed=0, labels=["api", "graphics"])
+    task = tmp_path / "task.jsonl"
+    rows = [{"text": "t 0", "label": "api"}, {"text": "t 1", "label": "graphics"}]
+    task.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "corpus.txt").write_text("one document\nanother document\n")
+    with pytest.raises(DomainBertError, match=r"ratio=0.1 of 2 task rows asks for no corpus document"):
+        pseudolabel(teacher, str(tmp_path / "corpus.txt"), str(task), str(tmp_path / "out"), ratio=0.1, soft=True)

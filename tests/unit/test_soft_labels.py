@@ -108,3 +108,21 @@ def test_a_bad_soft_cell_names_file_row_and_column(tiny_bert, tmp_path):
 def test_soft_labels_refuse_multi_label_data():
     with pytest.raises(DomainBertError, match="soft_label_column is for single-label data"):
         ClassificationDataModule(soft_label_column="probabilities", multi_label=True)
+
+
+def test_length_grouping_of_augmented_rows_counts_the_text_not_the_soft_cell(tiny_bert, tmp_path):
+    from transformers import AutoTokenizer
+
+    train = _rows(
+        tmp_path / "train.jsonl",
+        [
+            {"text": "a daemon for sockets", "label": "net"},
+            {"text": "parsers", "label": "libs", "probabilities": {"libs": 0.6, "net": 0.4}},
+        ],
+    )
+    dm = ClassificationDataModule(
+        train=train, soft_label_column="probabilities", group_by_length=True, augment={"swap_prob": 0.5}
+    )
+    dm.connect(AutoTokenizer.from_pretrained(tiny_bert))
+    dm.setup("fit")
+    assert dm.lengths(dm.datasets["train"]) == [4, 1]  # words of the text only
