@@ -158,26 +158,27 @@ def pseudolabel(
         raise DomainBertError(
             f"pseudolabel: {task} has labels {unknown} that the teacher {teachers[0]} does not predict"
         )
-    wanted = round(ratio * len(texts)) if soft else None
-    if wanted == 0:
-        raise DomainBertError(f"pseudolabel: ratio={ratio} of {len(texts)} task rows asks for no corpus document")
-    sample = min(max_documents, wanted) if max_documents and wanted else (wanted or max_documents)
+    sample = max_documents
+    if soft:  # ratio x the task's rows documents are labelled, and all are kept
+        wanted = round(ratio * len(texts))
+        if wanted == 0:
+            raise DomainBertError(f"pseudolabel: ratio={ratio} of {len(texts)} task rows asks for no corpus document")
+        sample = min(sample, wanted) if sample else wanted
     docs = _unlabelled(corpus, corpus_text_column, set(texts), sample, seed)
     if not docs:
         raise DomainBertError(f"pseudolabel: no corpus document in {corpus} besides the task's own texts")
     probs = ensemble_probabilities(teachers, docs, max_length=max_length)
-    if soft:
+    own = [{text_column: t, label_column: y} for t, y in zip(texts, labels)]
+    if soft:  # every row has the column (gold rows one-hot), so any chunk of the file has the same columns
         picked = [(r, int(c)) for r, c in enumerate(probs.argmax(-1).tolist())]
         added = [soft_row(docs[r], names, probs[r], text_column, label_column) for r in range(len(docs))]
+        own = [{**row, "probabilities": {n: float(n == row[label_column]) for n in names}} for row in own]
     else:
         picked = most_confident(probs, [round(ratio * counts[n]) for n in names])
         added = [{text_column: docs[r], label_column: names[c]} for r, c in picked]
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
     train = folder / "train.jsonl"
-    own = [{text_column: t, label_column: y} for t, y in zip(texts, labels)]
-    if soft:  # every row has the column, so any chunk of the file has the same columns; gold rows are one-hot
-        own = [{**row, "probabilities": {n: float(n == row[label_column]) for n in names}} for row in own]
     atomic_write_text(train, "".join(json.dumps(row) + "\n" for row in [*own, *added]))
     per_class = collections.Counter(names[c] for _, c in picked)
     result = {

@@ -43,9 +43,13 @@ class Interval:
     seeds_covered: bool = True
     """Both sides had several seeds, so the interval covers run-to-run noise as well as row sampling."""
 
-    def verdict(self) -> str:
-        """``helped`` / ``made no significant difference`` / ``hurt``, from where the interval lies."""
-        caveat = "" if self.seeds_covered else " (one seed: run-to-run noise is not in the interval)"
+    def verdict(self, single: str = "one seed: run-to-run noise") -> str:
+        """``helped`` / ``made no significant difference`` / ``hurt``, from where the interval lies.
+
+        Args:
+            single: what the caveat calls a comparison whose interval holds no seed-to-seed noise.
+        """
+        caveat = "" if self.seeds_covered else f" ({single} is not in the interval)"
         if self.low > 0:
             return "helped" + caveat
         if self.high < 0:

@@ -93,17 +93,16 @@ def _predictions(runs: list[dict]) -> tuple[list[int], list[list[int]], int] | N
     return (gold, preds, k) if gold is not None else None
 
 
-def _verdict(name: str, verdict: str, delta: str, metric: str, per_min: str) -> str:
-    """The plain sentence of one row's paired comparison with the baseline."""
+def _verdict(name: str, ci, delta: str, metric: str, per_min: str) -> str:
+    """The plain sentence of one row's paired comparison (``ci``, an ``Interval``) with the baseline."""
     if name == BASELINE + SOUP:
         what = "the weight average of the baseline's seeds (a model soup; no adaptation)"
     elif name.endswith(SOUP):
         what = "adaptation with the weight average of its seeds (a model soup)"
     else:
         what = "adaptation"
-    if name.endswith(SOUP):  # a soup is one model, not one seed
-        verdict = verdict.replace("(one seed: run-to-run noise", "(one model: its seeds' run-to-run noise")
-    return f"- **{name}**: {what} {verdict} ({delta} test {metric}{per_min})."
+    single = "one model: its seeds' run-to-run noise" if name.endswith(SOUP) else "one seed: run-to-run noise"
+    return f"- **{name}**: {what} {ci.verdict(single)} ({delta} test {metric}{per_min})."
 
 
 def _cell(value: tuple[float, float], single: bool) -> str:
@@ -149,7 +148,7 @@ def adaptation_section(runner, results: dict, probed: dict | None, metric: str, 
             ci = paired_bootstrap(base_pred[0], base_pred[1], pred[1], max(base_pred[2], pred[2]), metric=metric)
             delta = f"{ci.diff:+.4f} [{ci.low:+.4f}, {ci.high:+.4f}]"
             per_min = f"; {ci.diff * 100 / minutes:+.2f} points per minute" if minutes > 0 else ""
-            verdicts.append(_verdict(name, ci.verdict(), delta, metric, per_min))
+            verdicts.append(_verdict(name, ci, delta, metric, per_min))
             adapted = adapted or name != BASELINE + SOUP
         one = name.endswith(SOUP)
         cells = [name, _cell(val, one), _cell(test, one), f"{acc[0]:.4f}", delta]

@@ -11,6 +11,7 @@ import pytest
 from domainbert.errors import DomainBertError
 from domainbert.pipeline import ExportSpec, ProbeSpec, SelectSpec, StageSpec, VocabSpec, main, pipeline
 from domainbert.pipeline.runner import Runner
+from tests.helpers.pipeline_tiny import tiny_pipeline
 
 ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "tests" / "fixtures"
@@ -172,20 +173,7 @@ def test_tiny_pipeline_runs_every_stage_writes_the_report_and_a_rerun_skips_them
 
 def _self_train(tiny_bert, out: Path, seeds: list[int], spec) -> None:
     """The tiny pipeline with only the baselines and self-training (``spec``) enabled, writing to ``out``."""
-    pipeline(
-        base_model=str(tiny_bert),
-        corpus=str(FIX / "corpus.txt"),
-        task_train=str(FIX / "cls_train.jsonl"),
-        task_val=str(FIX / "cls_val.jsonl"),
-        task_test=str(FIX / "cls_test.jsonl"),
-        out=str(out),
-        seeds=seeds,
-        probe=ProbeSpec(enabled=False),
-        dapt=StageSpec(enabled=False),
-        finetune=StageSpec("configs/finetune/tiny_classification.yaml", ["--trainer.max_epochs=1"]),
-        self_train=spec,
-        distill=StageSpec(enabled=False),
-    )
+    tiny_pipeline(tiny_bert, out, seeds, self_train=spec)
 
 
 @pytest.mark.parametrize("teachers", ["seed", "ensemble"])

@@ -32,6 +32,7 @@ def test_bootstrap_of_a_model_better_on_every_row_is_significant_and_identical_m
     better = np.where(rng.random(300) < 0.9, y, (y + 1) % 3)
     ci = paired_bootstrap(y, [worse], [better], 3, resamples=300)
     assert ci.low > 0 and ci.verdict().startswith("helped") and "one seed" in ci.verdict()
+    assert ci.verdict("one model") == "helped (one model is not in the interval)"
     assert ci.diff == pytest.approx(macro_f1(y, better, 3) - macro_f1(y, worse, 3))
     same = paired_bootstrap(y, [worse], [worse], 3, resamples=200)
     assert same.diff == 0 and same.low == 0 and same.high == 0
