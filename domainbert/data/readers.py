@@ -7,6 +7,7 @@ Accepted: ``.txt`` (one record a line, or blank-line separated paragraphs), ``.j
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import logging
@@ -208,9 +209,10 @@ def read(
     if kind == "csv" and any(suffix(f) == ".tsv" for f in files):
         kwargs["sep"] = "\t"
     try:
-        ds = datasets.load_dataset(
-            kind, data_files=[str(f) for f in files], split="train", cache_dir=cache_dir, **kwargs
-        )
+        with _no_download_counts():
+            ds = datasets.load_dataset(
+                kind, data_files=[str(f) for f in files], split="train", cache_dir=cache_dir, **kwargs
+            )
     except Exception as err:  # noqa: BLE001 - datasets raises many types; name the files
         if "corresponds to no data" in str(err):  # e.g. a CSV with a header only, a JSONL of blank lines
             raise DomainBertError(
@@ -225,6 +227,26 @@ def read(
         raise DomainBertError(f"could not read {', '.join(map(str, files))} as {kind}: {msg}{detail}") from err
     _check_columns(ds, columns, files[0] if len(files) == 1 else spec)
     return ds
+
+
+@contextlib.contextmanager
+def _no_download_counts():
+    """Keep ``datasets`` from reporting a "download" of its json/csv/text builder to the hub inside the block.
+
+    ``load_dataset("json", data_files=...)`` sends an HTTP HEAD request (3 s timeout) to count a download
+    unless ``HF_UPDATE_DOWNLOAD_COUNTS`` is off. Reading the user's own files is no download: on a machine
+    whose firewall drops the request, every read would wait out the timeout. An explicit
+    ``HF_UPDATE_DOWNLOAD_COUNTS`` in the environment is respected.
+    """
+    if "HF_UPDATE_DOWNLOAD_COUNTS" in os.environ:
+        yield
+        return
+    old = datasets.config.HF_UPDATE_DOWNLOAD_COUNTS
+    datasets.config.HF_UPDATE_DOWNLOAD_COUNTS = False
+    try:
+        yield
+    finally:
+        datasets.config.HF_UPDATE_DOWNLOAD_COUNTS = old
 
 
 def check_json_lines(path: Path) -> None:

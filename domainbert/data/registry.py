@@ -52,6 +52,7 @@ MODELS = {
     "tagging": "domainbert.modules.tagging.TokenClassificationModule",
     "qa": "domainbert.modules.qa.QuestionAnsweringModule",
     "mlm": "domainbert.modules.mlm.MaskedLMModule",
+    "contrastive": "domainbert.modules.contrastive.ContrastiveModule",
     "distill": "domainbert.modules.distill.DistillationModule",
 }
 
@@ -67,8 +68,8 @@ def expand_short_names(args: Sequence[str]) -> list[str]:
     """Replace short names by class paths.
 
     ``--data NAME`` / ``--data=NAME`` / ``--data.class_path NAME``: a registered datamodule plugin.
-    ``--model NAME`` (and the same forms): ``classification``, ``tagging``, ``qa``, ``mlm``, ``distill``, or
-    the bare class name (``SequenceClassificationModule``).
+    ``--model NAME`` (and the same forms): ``classification``, ``tagging``, ``qa``, ``mlm``, ``contrastive``,
+    ``distill``, or the bare class name (``SequenceClassificationModule``).
     """
     out = list(args)
     lookups = (("--data", class_path), ("--data.class_path", class_path))

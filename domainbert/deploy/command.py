@@ -81,6 +81,7 @@ def export(
     bf16: bool = False,
     onnx: bool = False,
     onnx_opset: int | None = None,
+    onnx_fuse: bool = True,
     prune_heads: float = 0.0,
     importance_batches: int = 8,
     refit_steps: int = 0,
@@ -113,6 +114,9 @@ def export(
         bf16: write ``bf16/``, bf16 weights run under CPU bf16 autocast.
         onnx: write ``onnx/model.onnx`` (``torch.onnx.export(dynamo=True)``) and check it against PyTorch.
         onnx_opset: ONNX opset (default: the exporter's).
+        onnx_fuse: rewrite the ONNX graphs (``onnx/``, ``onnx_int8/``) into onnxruntime's fused attention,
+            residual-LayerNorm and GELU kernels (needs onnxscript, which the ONNX exporter installs); false: the
+            exporter's graph as it is.
         prune_heads: fraction of attention heads to prune by importance (0 = none); writes ``pruned/``, which
             then is the base of the int8, bf16 and ONNX variants.
         importance_batches: training batches used to score the heads.
@@ -144,7 +148,7 @@ def export(
         num_labels = len(label2id) if label2id else None
         evalset = EvalSet.build(tokenizer, texts, labels, num_labels, batch_size, max_length, latency_examples, repeats)
         common = {"examples": len(texts), "data": data, "threads": torch.get_num_threads(), "max_length": max_length}
-        outs = Outputs(Path(out), tokenizer, evalset, common, threads, onnx_opset)
+        outs = Outputs(Path(out), tokenizer, evalset, common, threads, onnx_opset, onnx_fuse)
         teacher_model = None
         if teacher is not None:
             teacher_model = _load_teacher(teacher, tokenizer, model, trust_pickle)

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from domainbert.deploy.onnx_fuse import fuse_for_ort
 from domainbert.deploy.quantize import quiet
 from domainbert.errors import DomainBertError
 
@@ -41,7 +42,9 @@ class _LogitsOf(nn.Module):
         return self.model(**_inputs(input_ids, attention_mask, token_type_ids)).logits
 
 
-def export_onnx(model: nn.Module, path: Path, example: dict, opset: int | None = None) -> None:
+def export_onnx(
+    model: nn.Module, path: Path, example: dict, opset: int | None = None, fuse: bool = True
+) -> dict[str, int]:
     """Export ``model``'s logits to ONNX with ``torch.onnx.export(dynamo=True)``; batch and length are dynamic.
 
     Args:
@@ -49,6 +52,11 @@ def export_onnx(model: nn.Module, path: Path, example: dict, opset: int | None =
         path: the ``.onnx`` file to write.
         example: an example batch (input tensors only); its keys become the ONNX inputs.
         opset: ONNX opset (default: the exporter's).
+        fuse: rewrite attention, residual LayerNorm and GELU into onnxruntime's fused kernels
+            (``deploy.onnx_fuse``).
+
+    Returns:
+        The fused ops in the graph, by type (``{}`` when ``fuse`` is false or nothing matched).
     """
     names = [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in example]
     wrapper = _LogitsOf(model).eval()
@@ -66,6 +74,7 @@ def export_onnx(model: nn.Module, path: Path, example: dict, opset: int | None =
         logging.getLogger(name).setLevel(logging.ERROR)
     with quiet(), _silence_stdout():
         torch.onnx.export(wrapper, args, str(path), **kw)
+        return fuse_for_ort(path) if fuse else {}
 
 
 @contextlib.contextmanager
@@ -73,6 +82,18 @@ def _silence_stdout():
     """The ONNX exporter prints its progress; keep the command's own output readable."""
     with open(os.devnull, "w") as devnull, contextlib.redirect_stdout(devnull):
         yield
+
+
+@contextlib.contextmanager
+def _root_log_level(level: int):
+    """Raise the root logger's level inside the block (onnxruntime's quantizer logs through the root logger)."""
+    root = logging.getLogger()
+    old = root.level
+    root.setLevel(max(level, old))
+    try:
+        yield
+    finally:
+        root.setLevel(old)
 
 
 def check_onnx(path: Path) -> None:
@@ -91,10 +112,15 @@ def quantize_onnx_int8(source: Path, target: Path, per_channel: bool = True) -> 
         per_channel: one weight scale per output channel of each MatMul/Gemm weight (more accurate); False: one
             scale per weight tensor.
     """
+    import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    with quiet():
-        quantize_dynamic(str(source), str(target), per_channel=per_channel, weight_type=QuantType.QInt8)
+    # onnx's shape inference cannot type the outputs of onnxruntime's fused ops; every float here is fp32
+    options = {"DefaultTensorType": onnx.TensorProto.FLOAT}
+    with quiet(), _root_log_level(logging.WARNING):  # the quantizer logs a line per fused op's input at INFO
+        quantize_dynamic(
+            str(source), str(target), per_channel=per_channel, weight_type=QuantType.QInt8, extra_options=options
+        )
 
 
 class OnnxRunner:

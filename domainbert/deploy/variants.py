@@ -21,6 +21,7 @@ from domainbert.core.hf import write_modeling_file
 from domainbert.deploy.bench import EvalSet, TorchRunner, measure, num_params
 from domainbert.deploy.load import INT8_WEIGHTS, VARIANT_FILE
 from domainbert.deploy.onnx_export import ONNX_INT8, OnnxRunner, check_onnx, export_onnx, quantize_onnx_int8
+from domainbert.deploy.onnx_fuse import fused_ops
 from domainbert.deploy.quantize import quantize_int8
 from domainbert.deploy.report import progress, variant_row, write_report
 from domainbert.errors import DomainBertError
@@ -40,6 +41,7 @@ class Outputs:
         common: the fields every row carries (examples, data, threads, max_length).
         threads: CPU threads for onnxruntime (None: its default).
         opset: ONNX opset (None: the exporter's).
+        fuse: fuse the ONNX graphs into onnxruntime's transformer kernels (``deploy.onnx_fuse``).
     """
 
     out: Path
@@ -48,6 +50,7 @@ class Outputs:
     common: dict
     threads: int | None = None
     opset: int | None = None
+    fuse: bool = True
     rows: list[dict] = field(default_factory=list)
 
     def save_files(self, folder: Path, config=None, info: dict | None = None) -> None:
@@ -113,10 +116,10 @@ def onnx_variant(outs: Outputs, model: nn.Module) -> dict:
     """``onnx/``: the fp32 ONNX export, checked against PyTorch on a batch shape it was not exported with."""
     check = {k: v[:3, : max(2, v.shape[1] - 1)] for k, v in outs.evalset.b32[-1].items() if k != "labels"}
     with atomic_dir(outs.out / "onnx") as tmp:
-        export_onnx(model, tmp / "model.onnx", _example(outs.evalset), outs.opset)
-        outs.save_files(tmp, model.config, {"variant": "onnx", "file": "model.onnx"})
+        fused = export_onnx(model, tmp / "model.onnx", _example(outs.evalset), outs.opset, outs.fuse)
+        outs.save_files(tmp, model.config, {"variant": "onnx", "file": "model.onnx", "fused": fused})
         check_onnx(tmp / "model.onnx")
-        fields = _checked_and_measured(outs, model, tmp / "model.onnx", check)
+        fields = {**_checked_and_measured(outs, model, tmp / "model.onnx", check), "fused": fused}
         row = outs.report("onnx", tmp, num_params(model), {}, fields)
     return outs.add(row)
 
@@ -142,13 +145,13 @@ def onnx_int8_variant(outs: Outputs, model: nn.Module, fp32: Path | None = None,
         if fp32 is None:
             scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=".onnx-fp32-", dir=outs.out)))
             fp32 = scratch / "model.onnx"
-            export_onnx(model, fp32, _example(outs.evalset), outs.opset)
+            export_onnx(model, fp32, _example(outs.evalset), outs.opset, outs.fuse)
         with atomic_dir(outs.out / "onnx_int8", what="the int8 ONNX variant") as tmp:
             quantize_onnx_int8(fp32, tmp / "model.onnx", per_channel=per_channel)
             meta = {"variant": "onnx_int8", "file": "model.onnx", "quantization": ONNX_INT8, "per_channel": per_channel}
             outs.save_files(tmp, model.config, meta)
             runner = OnnxRunner(tmp / "model.onnx", outs.threads)
             measured = measure(runner, outs.evalset)
-            extra = {"engine": runner.engine, "int8_per_channel": per_channel}
+            extra = {"engine": runner.engine, "int8_per_channel": per_channel, "fused": fused_ops(tmp / "model.onnx")}
             row = outs.report("onnx_int8", tmp, num_params(model), measured, extra)
     return outs.add(row)

@@ -80,6 +80,16 @@ class HFModule(L.LightningModule):
         sched = torch.optim.lr_scheduler.LambdaLR(opt, self.lr_lambdas(groups, self.total_steps()))
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step", "frequency": 1}}
 
+    # -- evaluation epochs ---------------------------------------------------------------------------
+    def end_evaluation(self, stage: str) -> None:
+        """Called after a validation (``val``) or test (``test``) epoch to log what it collected; nothing by default."""
+
+    def on_validation_epoch_end(self) -> None:
+        self.end_evaluation("val")
+
+    def on_test_epoch_end(self) -> None:
+        self.end_evaluation("test")
+
     def log_metrics(self, stage: str, metrics, batch_size: int) -> None:
         """Log each metric of a ``MetricCollection`` as ``<stage>/<name>``, computed over the epoch."""
         for name, metric in metrics.items():

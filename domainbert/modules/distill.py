@@ -352,7 +352,7 @@ class DistillationModule(HFModule):
         self.task_spec.update(metrics, out.logits.float(), view["labels"], batch, self.multi_label)
         self._scored[stage] = True
 
-    def _log_scores(self, stage: str) -> None:
+    def end_evaluation(self, stage: str) -> None:
         """Log the epoch's metrics as ``<stage>/<name>`` and reset them."""
         metrics = self.val_metrics if stage == "val" else self.test_metrics
         if self._scored[stage]:
@@ -366,12 +366,6 @@ class DistillationModule(HFModule):
 
     def test_step(self, batch: dict, batch_idx: int) -> None:
         self._evaluate(batch, batch_idx, "test")
-
-    def on_validation_epoch_end(self) -> None:
-        self._log_scores("val")
-
-    def on_test_epoch_end(self) -> None:
-        self._log_scores("test")
 
 
 @functools.cache

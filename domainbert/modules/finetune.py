@@ -5,7 +5,7 @@ pretraining stage's ``hf/`` export) with its task head and dropout overrides, fr
 to LoRA, turns on activation checkpointing (:func:`~domainbert.modules.base.enable_gradient_checkpointing`) and
 exports the merged model. It also runs the common steps: the
 training loss is logged as ``train/loss``, and ``validation_step``/``test_step`` call :meth:`~FineTuneModule.evaluate`,
-with :meth:`~FineTuneModule.start_evaluation` and :meth:`~FineTuneModule.end_evaluation` around each epoch.
+with :meth:`~FineTuneModule.start_evaluation` and :meth:`~HFModule.end_evaluation` around each epoch.
 
 Each task module keeps its own constructor, so that ``--help`` lists exactly its options (a shared
 ``**kwargs`` constructor is what sank lightning-transformers, see ``ANCHORS.md``).
@@ -179,9 +179,6 @@ class FineTuneModule(HFModule):
     def start_evaluation(self, stage: str) -> None:
         """Called before a validation, test or predict epoch; nothing by default."""
 
-    def end_evaluation(self, stage: str) -> None:
-        """Called after a validation or test epoch, to log what the epoch collected; nothing by default."""
-
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
         loss = self.training_loss(batch)
         self.log("train/loss", loss, prog_bar=True, batch_size=batch["input_ids"].shape[0])
@@ -201,9 +198,3 @@ class FineTuneModule(HFModule):
 
     def on_predict_epoch_start(self) -> None:
         self.start_evaluation("predict")
-
-    def on_validation_epoch_end(self) -> None:
-        self.end_evaluation("val")
-
-    def on_test_epoch_end(self) -> None:
-        self.end_evaluation("test")

@@ -292,13 +292,7 @@ class MaskedLMModule(HFModule):
     def test_step(self, batch: dict, batch_idx: int) -> None:
         self.validation_step(batch, batch_idx)
 
-    def on_validation_epoch_end(self) -> None:
-        self._log_epoch("val")
-
-    def on_test_epoch_end(self) -> None:
-        self._log_epoch("test")
-
-    def _log_epoch(self, stage: str) -> None:
+    def end_evaluation(self, stage: str) -> None:
         """Log the epoch's masked-LM loss, perplexity and accuracy (and NSP accuracy on validation); reset them."""
         if self.val_loss.update_count == 0:
             return

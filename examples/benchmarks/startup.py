@@ -3,12 +3,16 @@
 Each measurement is a fresh subprocess, timed from just before it starts:
 
 - ``python -c pass`` and ``python -c "import torch"``: the interpreter, then the floor every command pays;
+- ``import lightning + transformers``: ``import torch, lightning.pytorch, transformers`` (ended by ``os._exit``, as
+  ``fit`` is at its mark): the libraries every training command imports, which domainbert does not control;
 - ``domainbert --help``, ``domainbert fit --help``, ``domainbert pipeline --help``: until the process exits;
 - ``domainbert fit`` to its first training step: ``--config`` (all-MiniLM-L6-v2 on the Debian corpus; ``--quick``: a
   tiny model on the test corpus) with ``--trainer.max_steps 1`` and the callback ``startup_mark.FirstStepMark``
   (this folder, on ``PYTHONPATH``), which prints ``time.time()`` when the first training batch starts and ends the
   process. Everything before it counts: imports, the config, the model, the data set-up on a warm ``datasets``
-  cache, the sanity validation. "beyond import torch" subtracts the median ``import torch`` time.
+  cache, the sanity validation. "beyond import torch" subtracts the median ``import torch`` time;
+  ``first_step_beyond_libraries_s`` subtracts the libraries' import instead: what domainbert itself spends (its own
+  imports, the config, the model, the data, the sanity validation).
 
 One untimed ``fit`` runs first (it fills a fresh ``datasets`` cache shared by the runs), with ``--warmup`` untimed
 rounds of every command; then ``--repeats`` timed rounds, interleaved, and the medians.
@@ -40,8 +44,11 @@ FIT_CONFIG = {False: "configs/pretrain/minilm_debian.yaml", True: "configs/pretr
 #: The name of the ``fit`` measurement (to its first training step).
 FIT = "domainbert fit (first step)"
 
+#: The import of the libraries every training command needs (ended at once, as ``fit`` is at its mark).
+LIBRARIES = "import lightning + transformers"
+
 #: The measurements that import torch, shown also less the ``import torch`` time.
-BEYOND_TORCH = ("domainbert fit --help", FIT)
+BEYOND_TORCH = (LIBRARIES, "domainbert fit --help", FIT)
 
 
 def domainbert_command() -> list[str]:
@@ -60,6 +67,7 @@ def commands(args, runs: Path) -> dict[str, list[str]]:
     return {
         "python -c pass": [sys.executable, "-c", "pass"],
         "import torch": [sys.executable, "-c", "import torch"],
+        LIBRARIES: [sys.executable, "-c", "import os, torch, lightning.pytorch, transformers; os._exit(0)"],
         "domainbert --help": [*db, "--help"],
         "domainbert fit --help": [*db, "fit", "--help"],
         "domainbert pipeline --help": [*db, "pipeline", "--help"],
@@ -149,6 +157,8 @@ def main(argv: list[str] | None = None) -> dict:
         "pipeline_help_s": med["domainbert pipeline --help"],
         "first_step_s": med[FIT],
         "first_step_beyond_torch_s": med[FIT] - torch_s,
+        "libraries_beyond_torch_s": med[LIBRARIES] - torch_s,
+        "first_step_beyond_libraries_s": med[FIT] - med[LIBRARIES],
         "repeats": args.repeats,
         "isa": common.isa_summary(),
     }

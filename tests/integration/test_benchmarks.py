@@ -49,7 +49,7 @@ CASES = {
     ),
     "startup.py": (
         ["python_s", "import_torch_s", "help_s", "fit_help_s", "pipeline_help_s", "first_step_s"],
-        ["first_step_beyond_torch_s", "repeats"],
+        ["first_step_beyond_torch_s", "libraries_beyond_torch_s", "first_step_beyond_libraries_s", "repeats"],
     ),
 }
 

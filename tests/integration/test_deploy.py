@@ -214,6 +214,9 @@ def test_export_writes_every_variant_with_reports(tiny):
     # the ONNX model matches PyTorch on a batch shape it was not exported with
     onnx_rep = json.loads((out / "onnx" / "report.json").read_text())
     assert onnx_rep["check"] in ("ok",) or onnx_rep["check"].startswith("skipped")
+    if onnx_rep["check"] == "ok":  # both ONNX graphs run onnxruntime's fused attention, one per (pruned) layer
+        for name in ("onnx", "onnx_int8"):
+            assert json.loads((out / name / "report.json").read_text())["fused"]["MultiHeadAttention"] == 2
     model, tok, _ = load_variant(out / "pruned")
     batch = {k: v for k, v in batches(tok, "train", 5)[3].items() if k != "labels"}
     try:
@@ -372,3 +375,25 @@ def test_a_real_runs_card_parses_and_its_reproduce_command_runs(tiny_bert, tmp_p
     assert command == f"domainbert fit --config {run.resolve() / 'config.yaml'}"
     main(shlex.split(command)[1:])
     assert (tmp_path / "tiny_classification" / "version_1" / "hf" / "README.md").is_file()
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta", "albert", "distilbert", "electra"])
+def test_fused_onnx_logits_equal_pytorch_on_padded_rows(family, tmp_path):
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxscript")
+    from domainbert.deploy.onnx_export import export_onnx
+
+    model, tok = _load(make_teacher(family, tmp_path / "model", layers=2))
+    rows = batches(tok, "test", 5)
+    example = {k: v[:2] for k, v in rows[0].items() if k != "labels"}
+    fused = export_onnx(model, tmp_path / "model.onnx", example)
+    plain = export_onnx(model, tmp_path / "plain.onnx", example, fuse=False)
+    assert plain == {}
+    if family == "bert":  # the patterns of the exporter's BERT graph: every layer's attention, LayerNorms and GELU
+        assert fused == {"MultiHeadAttention": 2, "SkipLayerNormalization": 4, "BiasGelu": 2}
+    # a batch shape the export never saw, with padding in every row but the longest
+    batch = {k: v for k, v in rows[1].items() if k != "labels"}
+    assert (batch["attention_mask"] == 0).any()
+    torch.testing.assert_close(
+        OnnxRunner(tmp_path / "model.onnx")(batch), TorchRunner(model)(batch), atol=1e-4, rtol=1e-4
+    )
