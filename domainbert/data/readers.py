@@ -13,6 +13,7 @@ import json
 import logging
 import lzma
 import os
+import threading
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
@@ -229,6 +230,10 @@ def read(
     return ds
 
 
+#: Held while ``datasets``' download-count setting is switched off (see :func:`_no_download_counts`).
+_COUNTS_LOCK = threading.Lock()
+
+
 @contextlib.contextmanager
 def _no_download_counts():
     """Keep ``datasets`` from reporting a "download" of its json/csv/text builder to the hub inside the block.
@@ -241,12 +246,13 @@ def _no_download_counts():
     if "HF_UPDATE_DOWNLOAD_COUNTS" in os.environ:
         yield
         return
-    old = datasets.config.HF_UPDATE_DOWNLOAD_COUNTS
-    datasets.config.HF_UPDATE_DOWNLOAD_COUNTS = False
-    try:
-        yield
-    finally:
-        datasets.config.HF_UPDATE_DOWNLOAD_COUNTS = old
+    with _COUNTS_LOCK:  # reads in several threads restore the library's setting in the right order
+        old = datasets.config.HF_UPDATE_DOWNLOAD_COUNTS
+        datasets.config.HF_UPDATE_DOWNLOAD_COUNTS = False
+        try:
+            yield
+        finally:
+            datasets.config.HF_UPDATE_DOWNLOAD_COUNTS = old
 
 
 def check_json_lines(path: Path) -> None:

@@ -13,12 +13,13 @@ From a Hugging Face folder (for example a distillation run's ``hf/`` export) it 
   ``torch.ao.quantization.quantize_dynamic``, which torch 2.13 still ships but marks deprecated), with one
   weight scale per output channel (``--int8_per_channel false``: one per weight tensor, torch.ao only);
 - ``onnx_int8/`` (with ``--int8``, when onnxruntime is installed): onnxruntime's ``quantize_dynamic`` (int8
-  weights, per output channel likewise) of the fp32 ONNX export: a portable int8 model that any ONNX runtime
-  loads, without pickles;
+  weights, per output channel likewise) of the fp32 ONNX export, loaded without pickles;
 - ``bf16/`` (``--bf16``): bf16 weights, run under CPU bf16 autocast (fast on CPUs with AMX or AVX512-BF16);
 - ``onnx/`` (``--onnx``): ``model.onnx`` from the standard exporter (``torch.onnx.export(dynamo=True)``),
   with dynamic batch and sequence axes, checked against PyTorch with onnxruntime (or the ONNX reference
-  evaluator when onnxruntime is missing).
+  evaluator when onnxruntime is missing). Where onnxruntime is installed, both ONNX graphs are rewritten into its
+  fused attention, residual-LayerNorm and GELU kernels (``--onnx_fuse``, :mod:`domainbert.deploy.onnx_fuse`),
+  which only onnxruntime runs; ``--onnx_fuse false`` keeps the exporter's portable graph.
 
 Each variant's folder gets ``report.json`` and ``report.md``: parameter count, weight-file size, CPU latency
 per example at batch 1 and batch 32, and accuracy / macro-F1 on ``--data`` (sequence classification). The
@@ -115,8 +116,8 @@ def export(
         onnx: write ``onnx/model.onnx`` (``torch.onnx.export(dynamo=True)``) and check it against PyTorch.
         onnx_opset: ONNX opset (default: the exporter's).
         onnx_fuse: rewrite the ONNX graphs (``onnx/``, ``onnx_int8/``) into onnxruntime's fused attention,
-            residual-LayerNorm and GELU kernels (needs onnxscript, which the ONNX exporter installs); false: the
-            exporter's graph as it is.
+            residual-LayerNorm and GELU kernels (needs onnxruntime and onnxscript; the graphs then run only in
+            onnxruntime); false: the exporter's portable graph as it is.
         prune_heads: fraction of attention heads to prune by importance (0 = none); writes ``pruned/``, which
             then is the base of the int8, bf16 and ONNX variants.
         importance_batches: training batches used to score the heads.
@@ -271,7 +272,7 @@ def main(argv: list[str] | None = None) -> None:
     """``domainbert export``: parse the options (``--help`` lists them) and run :func:`export`."""
     from domainbert.core.tool_cli import run_function
 
-    flags = ("int8", "int8_per_channel", "bf16", "onnx", "trust_pickle")
+    flags = ("int8", "int8_per_channel", "bf16", "onnx", "onnx_fuse", "trust_pickle")
     argv = _flag_values(list(sys.argv[1:] if argv is None else argv), flags)
     description = "Write a model's deployment variants (HF, pruned, int8, bf16, ONNX), each with a report."
     run_function(export, argv, prog="domainbert export", description=description)

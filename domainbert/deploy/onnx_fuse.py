@@ -2,18 +2,23 @@
 
 ``torch.onnx.export(dynamo=True)`` writes attention, LayerNorm and GELU as dozens of small ops each. onnxruntime
 has one CPU kernel for each: ``MultiHeadAttention``, ``SkipLayerNormalization`` (residual add + LayerNorm) and
-``BiasGelu``. The rewrite runs onnxscript's ORT fusion rules, the ones ``onnxscript.rewriter.ort_fusions.
-optimize_for_ort`` runs, except the last step that packs Q, K and V into one ``Attention`` op: onnxruntime's
-``quantize_dynamic`` cannot quantize a packed op that also takes a mask as an attention bias, so packing would
-leave the largest projections in fp32 in ``onnx_int8/``. Kept separate, they are quantized like every other
-MatMul, and the fp32 graph runs as fast or faster.
+``BiasGelu``. The rewrite runs the transformer fusions of onnxscript's ``ort_fusions.fuse_xformers`` that an
+encoder's graph can match (no rotary embeddings, RMSNorm or grouped-query attention), in its order, except
+``fuse_attention``, which packs Q, K and V into one ``Attention`` op: onnxruntime's ``quantize_dynamic`` cannot
+quantize a packed op that also takes a mask as an attention bias, so packing would leave the largest projections
+in fp32 in ``onnx_int8/``. Kept separate, they are quantized like every other MatMul, and the fp32 graph runs as
+fast or faster (FIGURES.md). ``optimize_for_ort``'s other rewrites (Gemm to MatMul, FusedMatMul, softmax) are
+left to onnxruntime's own graph optimizer, which runs when a session opens.
 
-Patterns that do not match (another architecture, another exporter) are left as they are: the graph stays
-correct, only slower. The export checks the fused graph's logits against PyTorch's either way.
+The fused ops exist only in onnxruntime (domain ``com.microsoft``), so nothing is fused without onnxruntime.
+Patterns that do not match (another architecture, another exporter) are left as they are, and a rewrite that
+fails or leaves a half-fused op keeps the exporter's graph: slower, as correct. The export checks the logits of
+whatever graph it keeps against PyTorch's.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 from pathlib import Path
 
@@ -21,7 +26,13 @@ log = logging.getLogger(__name__)
 
 
 def _fusions() -> list:
-    """The fusion passes, in onnxscript's order (each ``f(model) -> count``); empty without onnxscript."""
+    """The fusion passes, in onnxscript's order (each ``f(model) -> count``); empty where they cannot run."""
+    if importlib.util.find_spec("onnxruntime") is None:
+        log.warning("onnxruntime is not installed: the ONNX graph is left unfused (its fused ops need onnxruntime)")
+        return []
+    if importlib.util.find_spec("onnxscript") is None:
+        log.warning("onnxscript is not installed: the ONNX graph is left unfused (slower, as correct)")
+        return []
     try:
         from onnxscript.rewriter.ort_fusions.bias_gelu import fuse_bias_gelu
         from onnxscript.rewriter.ort_fusions.erfgelu import fuse_erfgelu
@@ -32,7 +43,8 @@ def _fusions() -> list:
         from onnxscript.rewriter.ort_fusions.sdpa import fuse_sdpa
         from onnxscript.rewriter.ort_fusions.sdpa_via_mha import replace_sdpa_by_mha
         from onnxscript.rewriter.ort_fusions.skip_normalization import fuse_skip_layer_normalization
-    except ImportError:
+    except ImportError as err:  # a version of onnxscript whose fusion rules live elsewhere
+        log.warning("onnxscript's ORT fusions could not be imported (%s): the ONNX graph is left unfused", err)
         return []
     return [
         fuse_erfgelu,
@@ -55,12 +67,33 @@ def fuse_for_ort(path: Path) -> dict[str, int]:
         path: an ONNX file (its weights inline or in ``<name>.data`` beside it, as the exporter wrote them).
 
     Returns:
-        How many of each fused op the graph now holds (``{}``: onnxscript is missing, or nothing matched).
+        How many of each fused op the graph now holds (``{}``: onnxruntime or onnxscript is missing, the
+        rewrite failed, or nothing matched; the file is then the exporter's, untouched).
     """
     fusions = _fusions()
     if not fusions:
-        log.warning("onnxscript is not installed: the ONNX graph is left unfused (slower, as correct)")
         return {}
+    try:
+        model = _fused(path, fusions)
+    except Exception as err:  # noqa: BLE001 - any failure of the rewriter keeps the exporter's (valid) graph
+        log.warning(
+            "ONNX fusion failed (%s: %s): the graph is left unfused (slower, as correct)", type(err).__name__, err
+        )
+        return {}
+    if model is None:
+        return {}
+    import onnx_ir as ir
+
+    data = path.with_name(path.name + ".data")
+    ir.save(model, str(path), external_data=data.name if data.exists() else None)
+    return fused_ops(path)
+
+
+def _fused(path: Path, fusions: list):
+    """The graph of ``path`` with ``fusions`` applied (an ``onnx_ir`` model).
+
+    None when a fusion left a half-fused op that no runtime has.
+    """
     import onnx_ir as ir
     from onnx_ir.passes import common as passes
     from onnxscript.optimizer import optimize
@@ -79,10 +112,8 @@ def fuse_for_ort(path: Path) -> dict[str, int]:
     leftover = sorted({n.op_type for n in model.graph if n.domain.startswith("ai.onnxruntime._fusion")})
     if leftover:  # a rule matched part of a pattern and left an op no runtime has: keep the exporter's graph
         log.warning("ONNX fusion left %s unresolved: the graph is left unfused (slower, as correct)", leftover)
-        return {}
-    data = path.with_name(path.name + ".data")
-    ir.save(model, str(path), external_data=data.name if data.exists() else None)
-    return fused_ops(path)
+        return None
+    return model
 
 
 def fused_ops(path: Path) -> dict[str, int]:

@@ -148,10 +148,11 @@ def onnx_int8_variant(outs: Outputs, model: nn.Module, fp32: Path | None = None,
             export_onnx(model, fp32, _example(outs.evalset), outs.opset, outs.fuse)
         with atomic_dir(outs.out / "onnx_int8", what="the int8 ONNX variant") as tmp:
             quantize_onnx_int8(fp32, tmp / "model.onnx", per_channel=per_channel)
+            fused = fused_ops(tmp / "model.onnx")
             meta = {"variant": "onnx_int8", "file": "model.onnx", "quantization": ONNX_INT8, "per_channel": per_channel}
-            outs.save_files(tmp, model.config, meta)
+            outs.save_files(tmp, model.config, {**meta, "fused": fused})
             runner = OnnxRunner(tmp / "model.onnx", outs.threads)
             measured = measure(runner, outs.evalset)
-            extra = {"engine": runner.engine, "int8_per_channel": per_channel, "fused": fused_ops(tmp / "model.onnx")}
+            extra = {"engine": runner.engine, "int8_per_channel": per_channel, "fused": fused}
             row = outs.report("onnx_int8", tmp, num_params(model), measured, extra)
     return outs.add(row)

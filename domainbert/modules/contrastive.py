@@ -131,6 +131,9 @@ class ContrastiveModule(HFModule):
         if missing:
             log.info("initialised at random (not in %s): %s", init_from, ", ".join(missing))
         self.model.train()  # from_pretrained returns eval mode; dropout is the augmentation
+        pooler = getattr(self.model, "pooler", None)
+        if isinstance(pooler, torch.nn.Module):  # never feeds the loss: frozen (DDP refuses unused parameters)
+            pooler.requires_grad_(False)
         # The export is the whole encoder. Weights of the starting checkpoint are not carried into it: from an MLM
         # checkpoint (keys under ``bert.``) they would be the *untrained* encoder, which a later
         # ``from_pretrained`` of a task head would load in place of the trained one.
