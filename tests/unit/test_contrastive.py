@@ -116,9 +116,12 @@ def test_the_export_loads_into_a_classifier(tiny_bert, corpus_file, tmp_path):
     L.seed_everything(0, verbose=False)
     module = ContrastiveModule(str(tiny_bert), learning_rate=1e-3, warmup_ratio=0.0)
     before = module.model.embeddings.word_embeddings.weight.detach().clone()
+    pooler = module.model.pooler.dense.weight.detach().clone()
+    assert not any(p.requires_grad for p in module.model.pooler.parameters()), "the unused pooler is frozen (DDP)"
     _trainer(3).fit(module, datamodule=small_corpus(module, corpus_file, tmp_path, packing=False))
     trained = module.model.embeddings.word_embeddings.weight.detach()
     assert not torch.equal(before, trained), "training changed the encoder"
+    assert torch.equal(module.model.pooler.dense.weight, pooler), "and left the pooler as it was"
     out = module.export_hf(tmp_path / "hf")
     cls = SequenceClassificationModule(init_from=str(out), label_names=["api", "graphics"])
     assert all(k.startswith("classifier.") for k in cls.missing_keys), cls.missing_keys
