@@ -84,6 +84,25 @@ def load_config(name: str, dropout: dict[str, float | None] | None = None, trust
     return config
 
 
+def dropout_values(config) -> dict[str, float]:
+    """The dropout probabilities of ``config``, under the attribute names its family uses."""
+    return {a: getattr(config, a) for attrs in DROPOUT_ATTRS.values() for a in attrs if hasattr(config, a)}
+
+
+def training_config(name: str, dropout: dict[str, float | None], trust_remote_code: bool = False):
+    """A pretraining stage's config, with its own ``dropout``; and the checkpoint's dropout for its export.
+
+    Returns:
+        ``(config, export_config)``: the config to train with, and the starting checkpoint's dropout values
+        (None when ``dropout`` overrides nothing). Dropout during continued pretraining is a training choice,
+        not a property of the model: the export keeps the checkpoint's, so fine-tuning from it gets what it expects.
+    """
+    config = load_config(name, dropout, trust_remote_code=trust_remote_code)
+    if all(v is None for v in dropout.values()):
+        return config, None
+    return config, dropout_values(load_config(name, trust_remote_code=trust_remote_code))
+
+
 def load_model(auto_cls, name: str, config=None, trust_remote_code: bool = False, **kw: Any):
     """Load ``auto_cls.from_pretrained(name)``, returning ``(model, missing_keys)``.
 

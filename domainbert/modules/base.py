@@ -49,6 +49,9 @@ class HFModule(L.LightningModule):
     optimizer = None
     #: weights of the starting checkpoint to carry into exports (see ``domainbert.core.hf.carried_weights``)
     export_source: str | None = None
+    #: config attributes the export writes instead of the training values: a pretraining stage that trains with
+    #: its own dropout exports the starting checkpoint's, so later fine-tuning gets the dropout it expects
+    export_config: dict | None = None
 
     # -- optimisation -----------------------------------------------------------------------------
     def trainable_groups(self) -> list[dict]:
@@ -109,7 +112,19 @@ class HFModule(L.LightningModule):
         return model_card(self)
 
     def export_hf(self, out_dir: str | Path) -> Path:
-        """Write the model and tokenizer in Hugging Face format to ``out_dir``, atomically."""
-        path = export_hf(self.hf_model(), self.tokenizer, out_dir, source=self.export_source, card=self.model_card())
+        """Write the model and tokenizer in Hugging Face format to ``out_dir``, atomically.
+
+        The saved config carries ``export_config``'s values where it sets any; the model's own config is left as
+        it was.
+        """
+        model = self.hf_model()
+        trained = {k: getattr(model.config, k) for k in self.export_config or {}}
+        try:
+            for k, v in (self.export_config or {}).items():
+                setattr(model.config, k, v)
+            path = export_hf(model, self.tokenizer, out_dir, source=self.export_source, card=self.model_card())
+        finally:
+            for k, v in trained.items():
+                setattr(model.config, k, v)
         log.info("exported Hugging Face model to %s", path)
         return path

@@ -12,7 +12,7 @@ from torchmetrics import MeanMetric
 from transformers import AutoModel
 
 from domainbert.adapt.embed import mean_pool
-from domainbert.core.hf import check_tokenizer_fits, load_config, load_model, load_tokenizer
+from domainbert.core.hf import check_tokenizer_fits, load_model, load_tokenizer, training_config
 from domainbert.errors import DomainBertError
 from domainbert.modules.base import HFModule
 
@@ -109,9 +109,11 @@ class ContrastiveModule(HFModule):
             temperature: the cosine similarities are divided by it before the softmax (SimCSE: 0.05).
             pooling: the sentence embedding: ``mean`` over the tokens (as sentence-transformers models such as
                 all-MiniLM-L6-v2 were trained), or ``cls``, the first token's hidden state.
-            hidden_dropout: override the checkpoint's hidden dropout (None keeps it). Dropout is the only
-                augmentation: at 0 the two views are equal and nothing is learnt.
-            attention_dropout: override the checkpoint's attention dropout (None keeps it).
+            hidden_dropout: hidden dropout during this training (None keeps the checkpoint's). Dropout is the
+                only augmentation: at 0 the two views are equal and nothing is learnt. The export's config keeps
+                the checkpoint's value.
+            attention_dropout: attention dropout during this training (None keeps the checkpoint's); exported as
+                the checkpoint's.
             seed: seed of the validation dropout masks, so every validation draws the same ones.
             trust_remote_code: allow custom modelling code shipped with the checkpoint. Off by default.
             optimizer: the optimizer class (default AdamW); its per-group learning rates come from this module.
@@ -125,7 +127,7 @@ class ContrastiveModule(HFModule):
         self.optimizer = optimizer
         self.tokenizer = load_tokenizer(init_from, trust_remote_code=trust_remote_code)
         dropout = {"hidden": hidden_dropout, "attention": attention_dropout}
-        config = load_config(init_from, dropout, trust_remote_code=trust_remote_code)
+        config, self.export_config = training_config(init_from, dropout, trust_remote_code=trust_remote_code)
         self.model, missing = load_model(AutoModel, init_from, config=config, trust_remote_code=trust_remote_code)
         check_tokenizer_fits(self.tokenizer, self.model, where=init_from)
         if missing:

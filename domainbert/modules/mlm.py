@@ -11,7 +11,7 @@ from lightning.pytorch.cli import OptimizerCallable
 from torchmetrics import MeanMetric
 from transformers import AutoModelForMaskedLM, AutoModelForPreTraining
 
-from domainbert.core.hf import check_tokenizer_fits, load_config, load_model, load_tokenizer
+from domainbert.core.hf import check_tokenizer_fits, load_model, load_tokenizer, training_config
 from domainbert.core.optim import warmup_linear
 from domainbert.core.seeding import step_generator
 from domainbert.data.masking import IGNORE_INDEX, Masker
@@ -62,8 +62,8 @@ class MaskedLMModule(HFModule):
         head_warmup_steps: int | None = None,
         head_warmup_lr: float = 1e-3,
         head_init: Literal["auto", "random", "embeddings"] = "auto",
-        hidden_dropout: float | None = None,
-        attention_dropout: float | None = None,
+        hidden_dropout: float | None = 0.0,
+        attention_dropout: float | None = 0.0,
         sparse_logits: bool = True,
         compile: bool = False,
         gradient_checkpointing: bool = False,
@@ -89,8 +89,12 @@ class MaskedLMModule(HFModule):
                 input embeddings, output bias from the training data's log unigram frequencies
                 (:mod:`domainbert.adapt.mlm_head`), so it predicts from step 0; ``random``: as ``transformers``
                 initialises it; ``auto``: ``embeddings`` when the head is missing. A trained head is never touched.
-            hidden_dropout: override the checkpoint's hidden dropout (None keeps it).
-            attention_dropout: override the checkpoint's attention dropout (None keeps it).
+            hidden_dropout: hidden dropout during this training (None keeps the checkpoint's). 0 by default, as in
+                recent MLM recipes: on all-MiniLM-L6-v2 it trained 1.37x faster on CPU and reached a lower
+                validation perplexity, for the same downstream accuracy (FIGURES.md, "DAPT defaults"). The export's
+                config keeps the checkpoint's value, so fine-tuning from it gets the dropout it expects.
+            attention_dropout: attention dropout during this training (None keeps the checkpoint's); exported
+                as the checkpoint's, like ``hidden_dropout``.
             sparse_logits: compute vocabulary logits only at masked positions (same loss, much faster).
             compile: ``torch.compile`` the encoder (pays a compile time up front; helps long runs).
             gradient_checkpointing: recompute each layer's activations in the backward pass instead of keeping
@@ -118,7 +122,7 @@ class MaskedLMModule(HFModule):
         """Load the tokenizer and the model with its MLM (and NSP) head; return the weights it lacked."""
         self.tokenizer = load_tokenizer(init_from, trust_remote_code=trust_remote_code)
         dropout = {"hidden": hidden_dropout, "attention": attention_dropout}
-        config = load_config(init_from, dropout, trust_remote_code=trust_remote_code)
+        config, self.export_config = training_config(init_from, dropout, trust_remote_code=trust_remote_code)
         auto = AutoModelForPreTraining if objective == "mlm+nsp" else AutoModelForMaskedLM
         self.model, missing = load_model(auto, init_from, config=config, trust_remote_code=trust_remote_code)
         if objective == "mlm+nsp" and not _has_nsp_head(self.model):
@@ -247,7 +251,9 @@ class MaskedLMModule(HFModule):
         target = labels[sel]
         out: dict = {}
         if self._head_fn is not None:
-            enc = (self._encoder or self.model.base_model)(**inputs, return_dict=True)
+            # `is not None`, not `or`: a compiled module's truth test calls len(), which it does not support
+            encoder = self._encoder if self._encoder is not None else self.model.base_model
+            enc = encoder(**inputs, return_dict=True)
             hidden = enc.last_hidden_state[sel]
             logits = self._head_fn(self.model, hidden)
             pooled = getattr(enc, "pooler_output", None)

@@ -243,6 +243,12 @@ class StepClock:
         t0 = self.times[self.warmup - 1] if self.warmup > 0 else self.start
         return self.times[-1] - t0
 
+    def warmup_seconds(self) -> float:
+        """Seconds from this clock's creation to the end of the warm-up steps (set-up, first steps, compiling)."""
+        if self.warmup == 0 or len(self.times) < self.warmup:
+            return 0.0 if self.warmup == 0 else float("nan")
+        return self.times[self.warmup - 1] - self.start
+
     def rate(self) -> float:
         """Tokens (or examples) per second over the timed window."""
         return sum(self.counts[self.warmup :]) / self.seconds() if self.timed_steps else float("nan")

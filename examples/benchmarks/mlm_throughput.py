@@ -12,6 +12,10 @@ thread count. Data set-up is excluded; after ``--warmup`` steps, ``--steps`` opt
     python examples/benchmarks/mlm_throughput.py                  # all-MiniLM-L6-v2, seq 128, batch 32
     python examples/benchmarks/mlm_throughput.py --quick          # tiny model, seconds (what the tests run)
     python examples/benchmarks/mlm_throughput.py --sides domainbert,domainbert_dense,hf   # what sparse logits give
+    python examples/benchmarks/mlm_throughput.py --sides domainbert,domainbert_compiled,domainbert_dropout0 --warmup 3
+
+The ``warm-up s`` column is the time from building the trainer to the end of the warm-up steps: for
+``domainbert_compiled`` it holds ``torch.compile``'s compile time, which a run pays once.
 """
 
 from __future__ import annotations
@@ -26,23 +30,27 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common  # noqa: E402
 
-#: side name -> (implementation, precision kind or None for ``--precision``, sparse logits, fused AdamW)
+#: side name -> options; ``kind`` None means ``--precision``. Unnamed options take the defaults of ``SIDE``.
+SIDE = {"impl": "domainbert", "kind": None, "sparse": True, "fused": False, "compile": False, "dropout": None}
 SIDES = {
-    "domainbert": ("domainbert", None, True, False),
-    "domainbert_fp32": ("domainbert", "fp32", True, False),
-    "domainbert_bf16": ("domainbert", "bf16", True, False),
-    "domainbert_dense": ("domainbert", None, False, False),
-    "domainbert_fused": ("domainbert", None, True, True),
-    "hf": ("hf", "fp32", None, None),
-    "hf_bf16": ("hf", "bf16", None, None),
+    "domainbert": {},
+    "domainbert_fp32": {"kind": "fp32"},
+    "domainbert_bf16": {"kind": "bf16"},
+    "domainbert_dense": {"sparse": False},
+    "domainbert_fused": {"fused": True},
+    "domainbert_compiled": {"compile": True},
+    "domainbert_dropout0": {"dropout": 0.0},
+    "hf": {"impl": "hf", "kind": "fp32"},
+    "hf_bf16": {"impl": "hf", "kind": "bf16"},
 }
 
 
-def run_domainbert(args, model_path: str, corpus: Path, kind: str, sparse: bool, fused: bool = False) -> dict:
+def run_domainbert(args, model_path: str, corpus: Path, kind: str, side: dict) -> dict:
     """Train with Lightning + MaskedLMModule + CorpusDataModule; return the clock and the model.
 
-    ``fused`` injects ``torch.optim.AdamW(fused=True)`` (what the HF Trainer uses by default) through the
-    module's ``optimizer`` argument, instead of the default AdamW (a per-tensor loop on CPU).
+    ``side["fused"]`` injects ``torch.optim.AdamW(fused=True)`` (what the HF Trainer uses by default) through
+    the module's ``optimizer`` argument, instead of the default AdamW (a per-tensor loop on CPU);
+    ``side["compile"]`` sets the module's ``compile``; ``side["dropout"]`` overrides hidden and attention dropout.
     """
     import functools
 
@@ -58,9 +66,12 @@ def run_domainbert(args, model_path: str, corpus: Path, kind: str, sparse: bool,
         learning_rate=5e-5,
         mlm_probability=0.15,
         head_warmup_steps=0,  # the encoder trains from the first step, as in the HF Trainer
-        sparse_logits=sparse,
+        sparse_logits=side["sparse"],
+        compile=side["compile"],
+        hidden_dropout=side["dropout"],
+        attention_dropout=side["dropout"],
         seed=args.seed,
-        optimizer=functools.partial(torch.optim.AdamW, fused=True) if fused else None,
+        optimizer=functools.partial(torch.optim.AdamW, fused=True) if side["fused"] else None,
     )
     dm = CorpusDataModule(train=str(corpus), val_ratio=0, max_length=args.seq, batch_size=args.batch, seed=args.seed)
     dm.connect(module.tokenizer)
@@ -166,7 +177,7 @@ def main(argv: list[str] | None = None) -> dict:
         print("# warning: this CPU has no native bf16 (AMX/AVX512-BF16): bf16 matmuls are emulated and far slower")
     from transformers import AutoConfig
 
-    kinds = {SIDES[s][1] or kind for s in sides}
+    kinds = {SIDES[s].get("kind") or kind for s in sides}
     matmul = common.probe_peaks(kinds, AutoConfig.from_pretrained(model_path), args.batch * args.seq, args.quick)
 
     results: dict[str, list[dict]] = {s: [] for s in sides}
@@ -175,11 +186,11 @@ def main(argv: list[str] | None = None) -> dict:
         corpus = common.corpus_subset(args.documents, tmp)
         for _ in range(args.repeats):
             for side in sides:
-                impl, side_kind, sparse, fused = SIDES[side]
-                side_kind = side_kind or kind
+                opts = {**SIDE, **SIDES[side]}
+                side_kind = opts["kind"] or kind
                 gc.collect()
-                if impl == "domainbert":
-                    res = run_domainbert(args, model_path, corpus, side_kind, sparse, fused)
+                if opts["impl"] == "domainbert":
+                    res = run_domainbert(args, model_path, corpus, side_kind, opts)
                 else:
                     res = run_hf(args, model_path, corpus, side_kind)
                 if fpt is None:
@@ -191,6 +202,7 @@ def main(argv: list[str] | None = None) -> dict:
                     rate=clock.rate(),
                     cpu_rate=clock.cpu_rate(),
                     step_s=common.median(clock.step_seconds()),
+                    warmup_s=clock.warmup_seconds(),
                 )
                 results[side].append(res)
                 print(f"# {side}: {res['rate']:.1f} tokens/s ({res['step_s']:.3g} s/step)", flush=True)
@@ -212,6 +224,7 @@ def main(argv: list[str] | None = None) -> dict:
                 "tokens/CPU-s": cpu_rate[side],
                 "CPU-s vs hf": cpu_rate[side] / cpu_rate.get("hf", float("nan")),
                 "s/step": common.median([r["step_s"] for r in rs]),
+                "warm-up s": common.median([r["warmup_s"] for r in rs]),
                 "peak RSS MB": max(r["peak_rss_mb"] for r in rs),
                 "MFU": common.mfu(flops, matmul[k]),
                 "MFU (ref. bf16 2.6T)": common.reference_mfu(flops, "bf16"),
@@ -233,6 +246,9 @@ def main(argv: list[str] | None = None) -> dict:
         "cpu_ratio_bf16": cpu_rate.get(bf16_side, nan) / cpu_rate.get("hf_bf16", nan),
         "peak_rss_mb": rss.get("domainbert", nan),
         "hf_peak_rss_mb": rss.get("hf", nan),
+        # the module's default since session 8 (no dropout), against the HF Trainer with the checkpoint's dropout
+        "ratio_dropout0": rate.get("domainbert_dropout0", nan) / hf,
+        "mfu_dropout0": common.mfu(rate.get("domainbert_dropout0", nan) * fpt, matmul.get(kind)),
         "mfu": common.mfu(ours * fpt, matmul.get(kind)),
         "hf_mfu": common.mfu(hf * fpt, matmul.get("fp32")),
         "mfu_ref": common.reference_mfu(ours * fpt, "bf16"),

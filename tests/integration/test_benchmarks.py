@@ -27,7 +27,8 @@ SERVING_SIDES = ["domainbert", "domainbert_sorted", "export_student", "export_in
 CASES = {
     "mlm_throughput.py": (
         ["tokens_per_s", "hf_tokens_per_s", "ratio", "peak_rss_mb", "mfu", "hf_mfu", "mfu_ref"],
-        ["ratio_fp32", "ratio_bf16", "hf_bf16_tokens_per_s", "precision", "native_bf16", "hf_mfu_ref"],
+        ["ratio_fp32", "ratio_bf16", "hf_bf16_tokens_per_s", "precision", "native_bf16", "hf_mfu_ref"]
+        + ["ratio_dropout0", "mfu_dropout0"],
     ),
     "finetune_throughput.py": (
         ["examples_per_s", "hf_examples_per_s", "ratio", "peak_rss_mb", "mfu", "hf_mfu", "mfu_ref"],
@@ -84,6 +85,22 @@ def test_quick_run_prints_figures(script, tiny_bert, tmp_path):
         assert key in figures
     assert lines[0].startswith("# machine: flags "), lines[0]
     assert f"flags {figures['isa']}" in lines[0]
+
+
+def test_every_mlm_side_runs_and_reports_its_warm_up(tiny_bert, tmp_path):
+    """The optional MLM sides (dense logits, fused AdamW, compiled encoder, no dropout) each train and are timed."""
+    spec = importlib.util.spec_from_file_location("mlm_throughput", BENCH / "mlm_throughput.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sides = [s for s in module.SIDES if s.startswith("domainbert") and s not in ("domainbert_bf16",)]
+    cmd = [sys.executable, str(BENCH / "mlm_throughput.py"), "--quick", "--model", str(tiny_bert), "--threads", "1"]
+    proc = subprocess.run([*cmd, "--sides", ",".join(sides)], capture_output=True, text=True, cwd=tmp_path, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    for side in sides:
+        rate = re.search(rf"^# {side}: ([0-9.]+) tokens/s", proc.stdout, re.M)
+        assert rate and float(rate.group(1)) > 0, side
+    header = next(line for line in proc.stdout.splitlines() if line.lstrip().startswith("side"))
+    assert "warm-up s" in header
 
 
 def test_distill_benchmark_names_the_flags_its_mfu_and_its_speedups(tiny_bert, tmp_path):

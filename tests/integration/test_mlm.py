@@ -114,3 +114,29 @@ def test_resume_continues_at_the_right_step(tiny_bert, corpus_file, tmp_path):
     state = torch.load(path, weights_only=True)
     assert state["lr_schedulers"][0]["last_epoch"] == 3
     assert state["optimizer_states"][0]["state"], "optimizer moments are saved"
+
+
+def test_compiled_encoder_trains_like_the_eager_one_and_saves_each_weight_once(tiny_bert, corpus_file, tmp_path):
+    """``compile: true`` follows the eager run's weights, and the checkpoint has no compiled copy.
+
+    Dropout is off: compiled kernels draw their dropout masks from their own generator.
+    """
+    runs = {}
+    for compiled in (False, True):
+        L.seed_everything(0, verbose=False)
+        module = MaskedLMModule(
+            str(tiny_bert),
+            learning_rate=3e-3,
+            head_warmup_steps=0,
+            hidden_dropout=0.0,
+            attention_dropout=0.0,
+            compile=compiled,
+        )
+        dm = small_corpus(module, corpus_file, tmp_path)
+        _trainer(tmp_path / str(compiled), 3).fit(module, datamodule=dm)
+        runs[compiled] = module
+    eager, compiled = runs[False], runs[True]
+    assert compiled._encoder is not None and eager._encoder is None
+    assert compiled.state_dict().keys() == eager.state_dict().keys()
+    for name, p in eager.state_dict().items():
+        torch.testing.assert_close(compiled.state_dict()[name], p, rtol=1e-3, atol=1e-4, msg=name)

@@ -52,3 +52,19 @@ def test_nsp_objective(tiny_bert, corpus_file, tmp_path):
     assert "nsp_loss" in out and torch.isfinite(out["loss"])
     with pytest.raises(DomainBertError, match="next-sentence head"):
         MaskedLMModule(str(tiny_bert).replace("bert", "roberta"), objective="mlm+nsp")
+
+
+def test_pretraining_runs_without_dropout_and_exports_the_checkpoints(tiny_bert, tmp_path):
+    from transformers import AutoConfig
+
+    original = AutoConfig.from_pretrained(tiny_bert)
+    assert original.hidden_dropout_prob > 0 and original.attention_probs_dropout_prob > 0
+    module = MaskedLMModule(str(tiny_bert))  # dropout 0 by default
+    assert {m.p for m in module.model.modules() if isinstance(m, torch.nn.Dropout)} == {0.0}
+    saved = AutoConfig.from_pretrained(module.export_hf(tmp_path / "hf"))
+    assert saved.hidden_dropout_prob == original.hidden_dropout_prob
+    assert saved.attention_probs_dropout_prob == original.attention_probs_dropout_prob
+    assert module.model.config.hidden_dropout_prob == 0.0  # the module's own config is left as it was
+    kept = MaskedLMModule(str(tiny_bert), hidden_dropout=None, attention_dropout=None)
+    assert {m.p for m in kept.model.modules() if isinstance(m, torch.nn.Dropout)} == {original.hidden_dropout_prob}
+    assert kept.export_config is None  # nothing overridden: nothing to restore
