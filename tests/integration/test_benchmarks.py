@@ -165,3 +165,14 @@ def test_the_flags_are_detected_not_assumed(monkeypatch):
     assert common.isa_summary() == "amx_bf16+amx_tile+avx512_bf16+avx512f+avx2"
     monkeypatch.setattr(common, "cpu_flags", set)  # no /proc/cpuinfo: torch's own checks
     assert set(common.cpu_isa()) == set(common.ISA_FLAGS)
+
+
+def test_step_clock_times_the_warm_up_apart_from_the_timed_steps():
+    common = load_common()
+    clock = common.StepClock(warmup=2)
+    clock.start = 10.0
+    clock.times, clock.cpu, clock.counts = [11.0, 15.0, 16.0, 18.0], [0.0, 1.0, 2.0, 3.0], [8, 8, 8, 8]
+    assert clock.warmup_seconds() == 5.0  # creation to the end of the second (last warm-up) step
+    assert clock.seconds() == 3.0 and clock.rate() == 16 / 3.0
+    assert math.isnan(common.StepClock(warmup=3).warmup_seconds())  # the warm-up never ended
+    assert common.StepClock(warmup=0).warmup_seconds() == 0.0
