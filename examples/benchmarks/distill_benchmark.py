@@ -245,8 +245,8 @@ def quick_setup(root: Path, model: str | None = None) -> tuple[str, str, str]:
     return str(root / "teacher"), str(root / "student"), str(data)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the benchmark; print the table and the key=value line."""
+def main(argv: list[str] | None = None) -> dict:
+    """Run the benchmark; print the table and the key=value line; return the figures."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--teacher", help="the fine-tuned teacher's HF folder")
     p.add_argument("--student", help="the distilled student's HF folder")
@@ -283,8 +283,8 @@ def main(argv: list[str] | None = None) -> int:
         assert {"student_speedup_b32", "int8_speedup_b32", "bf16_speedup_b32"} <= set(fig), fig
         assert (Path(args.out) / "report.json").exists()
     print(" ".join(f"{k}={v}" for k, v in fig.items()))
-    return 0
+    return fig
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = p.parse_args(argv)
     if args.quick:
         args.max_length, args.batch, args.rows = 64, 8, args.rows or 120
-        args.steps, args.warmup = min(args.steps, 2), min(args.warmup, 1)
+        args.steps, args.warmup = min(args.steps, 1), min(args.warmup, 1)
     threads, kind = common.start(args)
     sides = args.sides.split(",")
     unknown = [s for s in sides if s not in SIDES]

@@ -399,7 +399,7 @@ def parse(argv: list[str] | None):
     p.add_argument("--trust-pickle", action="store_true", help="let --export hold torchao int8 (pickled) weights")
     args = p.parse_args(argv)
     if args.quick:
-        args.steps, args.warmup, args.big_batch, args.file_texts = min(args.steps, 5), 1, 8, 24
+        args.steps, args.warmup, args.big_batch, args.file_texts = min(args.steps, 3), 1, 8, 16
     return args
 
 

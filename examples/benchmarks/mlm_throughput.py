@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = p.parse_args(argv)
     if args.quick:
         args.seq, args.batch, args.documents = 64, 8, 200
-        args.steps, args.warmup = min(args.steps, 2), min(args.warmup, 1)
+        args.steps, args.warmup = min(args.steps, 1), min(args.warmup, 1)
     threads, kind = common.start(args)
     sides = args.sides.split(",") if args.sides else default_sides(args.precision)
     unknown = [s for s in sides if s not in SIDES]

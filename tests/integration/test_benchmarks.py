@@ -1,17 +1,25 @@
 """The benchmarks under examples/benchmarks run (``--quick``, tiny model) and end with their key=value line.
 
 Speed is not asserted: only that each script works end to end, names the CPU flags on its first line and
-reports every figure a script may read; and that the matmul probe behind the MFU figures is quick and sane.
+reports every figure a script may read; and that the matmul probe behind the MFU figures is sane.
+
+Each script's ``main(argv)`` runs in this process (a fresh interpreter per script would pay the imports of torch,
+Lightning and transformers every time), with the global state it changes put back afterwards (``isolated``); one
+script runs as a subprocess, so that the command-line entry point is checked too.
 """
 
 from __future__ import annotations
 
+import gc
 import importlib.util
+import logging
 import math
+import os
+import random
 import re
 import subprocess
 import sys
-import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -57,6 +65,9 @@ CASES = {
 #: The scripts that probe the machine's matmul peak in their own precision (``peak_tflops_<precision>``).
 PROBED = ("mlm_throughput.py", "finetune_throughput.py", "inference_latency.py")
 
+#: The script run as a subprocess (its own measurements are subprocesses anyway: the in-process run saves little).
+CLI_SCRIPT = "data_cache.py"
+
 
 def load_common():
     """``examples/benchmarks/common.py`` as a module (not as ``common`` on ``sys.path``)."""
@@ -66,14 +77,134 @@ def load_common():
     return module
 
 
-@pytest.mark.parametrize("script", sorted(CASES))
-def test_quick_run_prints_figures(script, tiny_bert, tmp_path):
-    cmd = [sys.executable, str(BENCH / script), "--quick", "--model", str(tiny_bert), "--threads", "1"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=900)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
-    lines = proc.stdout.strip().splitlines()
+def load_script(script: str):
+    """A benchmark script as a fresh module; it puts its folder on ``sys.path`` for its own ``import common``.
+
+    Use it under ``isolated``, which takes the module, ``common`` and that ``sys.path`` entry away again.
+    """
+    name = f"benchmark_{Path(script).stem}"
+    spec = importlib.util.spec_from_file_location(name, BENCH / script)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+class GlobalState:
+    """What an in-process benchmark changes for the whole process, saved to be put back.
+
+    The environment (``common.quiet`` sets variables, Lightning's seeding ``PL_GLOBAL_SEED``), torch's threads,
+    random generators, grad mode and matmul precision, every logger's level, the progress bars of transformers
+    and datasets, the warning filters, the HF Trainer's accelerate singletons, torch.compile's caches, and the
+    modules loaded from the benchmark folder (``common``, ``startup_mark``, the scripts).
+    """
+
+    def __init__(self) -> None:
+        # the libraries the scripts import set their loggers' levels on import: import them first, so that those
+        # levels are the ones saved (a logger made later, under a script's run, is put back to no level of its own)
+        import datasets  # noqa: F401
+        import lightning.pytorch  # noqa: F401
+        import numpy as np
+        import torch
+        import transformers  # noqa: F401
+
+        self.environ = dict(os.environ)
+        self.threads = torch.get_num_threads()
+        self.matmul = torch.get_float32_matmul_precision()
+        self.grad = torch.is_grad_enabled()
+        self.rng = (torch.get_rng_state(), random.getstate(), np.random.get_state())
+        self.loggers = {name: logger.level for name, logger in self.loggers_now().items()}
+        self.root_level = logging.getLogger().level
+        self.filters = list(warnings.filters)
+        self.bars = self.progress_bars()
+        self.accelerate = {borg: dict(borg._shared_state) for borg in self.accelerate_states()}
+        self.modules = set(sys.modules)
+
+    @staticmethod
+    def loggers_now() -> dict[str, logging.Logger]:
+        return {n: lg for n, lg in logging.root.manager.loggerDict.items() if isinstance(lg, logging.Logger)}
+
+    @staticmethod
+    def accelerate_states() -> list[type]:
+        """accelerate's shared-state classes, once something has imported them."""
+        if "accelerate.state" not in sys.modules:
+            return []
+        from accelerate.state import AcceleratorState, GradientState, PartialState
+
+        return [PartialState, AcceleratorState, GradientState]
+
+    @staticmethod
+    def progress_bars() -> tuple[bool, bool]:
+        import datasets
+        import transformers
+
+        return datasets.is_progress_bar_enabled(), transformers.utils.logging.is_progress_bar_enabled()
+
+    def restore(self) -> None:
+        import datasets
+        import numpy as np
+        import torch
+        import transformers
+
+        os.environ.clear()
+        os.environ.update(self.environ)
+        torch.set_num_threads(self.threads)
+        torch.set_float32_matmul_precision(self.matmul)
+        torch.set_grad_enabled(self.grad)
+        torch.set_rng_state(self.rng[0])
+        random.setstate(self.rng[1])
+        np.random.set_state(self.rng[2])
+        for name, logger in self.loggers_now().items():  # a logger made meanwhile had no level of its own
+            logger.setLevel(self.loggers.get(name, logging.NOTSET))
+        logging.getLogger().setLevel(self.root_level)
+        warnings.filters[:] = self.filters
+        datasets_bar, transformers_bar = self.bars
+        (datasets.enable_progress_bars if datasets_bar else datasets.disable_progress_bars)()
+        hf_logging = transformers.utils.logging
+        (hf_logging.enable_progress_bar if transformers_bar else hf_logging.disable_progress_bar)()
+        for borg in self.accelerate_states():  # the HF Trainer's singletons (use_cpu=True)
+            borg._shared_state.clear()
+            borg._shared_state.update(self.accelerate.get(borg, {}))
+        if "torch._dynamo" in sys.modules:  # the compiled MLM side
+            torch._dynamo.reset()
+        for name in set(sys.modules) - self.modules:
+            if str(getattr(sys.modules[name], "__file__", None) or "").startswith(str(BENCH)):
+                del sys.modules[name]
+
+
+@pytest.fixture
+def isolated(monkeypatch, tmp_path):
+    """Run in ``tmp_path``, and put back afterwards the global state a benchmark's ``main`` changes.
+
+    The objects alive before are frozen meanwhile (``gc.freeze``): the scripts call ``gc.collect()`` between their
+    sides, which in this process would otherwise walk every object of the test session each time.
+    """
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the scripts add their folder to it
+    state = GlobalState()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+        state.restore()
+
+
+def run_main(module, capsys, *argv: str) -> tuple[dict, list[str]]:
+    """``module.main(argv)`` in this process: the figures it returns and the lines it prints."""
+    capsys.readouterr()
+    returned = module.main(list(argv))
+    return returned, capsys.readouterr().out.strip().splitlines()
+
+
+def check_figures(script: str, lines: list[str], returned: dict | None = None) -> dict[str, str]:
+    """What every quick run of ``script`` must print: the machine line with the CPU flags first, a side-by-side
+    table, and a last key=value line with every key of :data:`CASES` (the measurements finite and positive),
+    holding the figures ``main`` returned. Returns that line's figures."""
     assert any(re.fullmatch(r"-{3,}( +-{3,})+", line) for line in lines), "no side-by-side table printed"
     figures = dict(item.split("=", 1) for item in lines[-1].split())
+    if returned is not None:
+        assert set(returned) == set(figures)
     positive, present = CASES[script]
     if script in PROBED:
         positive = [*positive, f"peak_tflops_{figures['precision']}"]
@@ -85,30 +216,58 @@ def test_quick_run_prints_figures(script, tiny_bert, tmp_path):
         assert key in figures
     assert lines[0].startswith("# machine: flags "), lines[0]
     assert f"flags {figures['isa']}" in lines[0]
+    return figures
 
 
-def test_every_mlm_side_runs_and_reports_its_warm_up(tiny_bert, tmp_path):
-    """The optional MLM sides (dense logits, fused AdamW, compiled encoder, no dropout) each train and are timed."""
-    spec = importlib.util.spec_from_file_location("mlm_throughput", BENCH / "mlm_throughput.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    sides = [s for s in module.SIDES if s.startswith("domainbert") and s not in ("domainbert_bf16",)]
-    cmd = [sys.executable, str(BENCH / "mlm_throughput.py"), "--quick", "--model", str(tiny_bert), "--threads", "1"]
-    proc = subprocess.run([*cmd, "--sides", ",".join(sides)], capture_output=True, text=True, cwd=tmp_path, timeout=900)
+#: The scripts whose quick run is checked in-process by :func:`test_quick_run_prints_figures` (MLM: below, with
+#: every side; :data:`CLI_SCRIPT`: as a subprocess).
+IN_PROCESS = sorted(set(CASES) - {"mlm_throughput.py", CLI_SCRIPT})
+
+
+@pytest.mark.parametrize("script", IN_PROCESS)
+def test_quick_run_prints_figures(script, tiny_bert, isolated, capsys):
+    module = load_script(script)
+    returned, lines = run_main(module, capsys, "--quick", "--model", str(tiny_bert), "--threads", "1")
+    check_figures(script, lines, returned)
+
+
+def test_a_script_runs_from_the_command_line(tiny_bert, tmp_path):
+    cmd = [sys.executable, str(BENCH / CLI_SCRIPT), "--quick", "--model", str(tiny_bert), "--threads", "1"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=900)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    check_figures(CLI_SCRIPT, proc.stdout.strip().splitlines())
+
+
+def test_every_mlm_side_runs_and_reports_its_warm_up(tiny_bert, isolated, capsys):
+    """The default sides and the optional ones (dense logits, fused AdamW, compiled encoder, no dropout) each
+    train and are timed, in one run that prints every figure."""
+    module = load_script("mlm_throughput.py")
+    extra = [s for s in module.SIDES if s.startswith("domainbert_") and s != "domainbert_bf16"]
+    sides = module.default_sides("auto") + extra
+    argv = ["--quick", "--model", str(tiny_bert), "--threads", "1", "--sides", ",".join(sides)]
+    returned, lines = run_main(module, capsys, *argv)
+    check_figures("mlm_throughput.py", lines, returned)
+    stdout = "\n".join(lines)
     for side in sides:
-        rate = re.search(rf"^# {side}: ([0-9.]+) tokens/s", proc.stdout, re.M)
+        rate = re.search(rf"^# {side}: ([0-9.]+) tokens/s", stdout, re.M)
         assert rate and float(rate.group(1)) > 0, side
-    header = next(line for line in proc.stdout.splitlines() if line.lstrip().startswith("side"))
+    header = next(line for line in lines if line.lstrip().startswith("side"))
     assert "warm-up s" in header
 
 
-def test_distill_benchmark_names_the_flags_its_mfu_and_its_speedups(tiny_bert, tmp_path):
-    cmd = [sys.executable, str(BENCH / "distill_benchmark.py"), "--quick", "--model", str(tiny_bert)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=900)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
-    lines = proc.stdout.strip().splitlines()
+def test_mlm_runs_the_hf_bf16_side_by_default_only_where_bf16_is_native(isolated, monkeypatch):
+    module = load_script("mlm_throughput.py")
+    monkeypatch.setattr(module.common, "native_bf16", lambda: False)
+    assert module.default_sides("auto") == ["domainbert", "hf"]
+    assert module.default_sides("fp32") == ["domainbert", "hf", "hf_bf16"]  # asked for a precision: every side
+    monkeypatch.setattr(module.common, "native_bf16", lambda: True)
+    assert module.default_sides("auto") == ["domainbert", "hf", "hf_bf16"]
+
+
+def test_distill_benchmark_names_the_flags_its_mfu_and_its_speedups(tiny_bert, isolated, capsys):
+    returned, lines = run_main(load_script("distill_benchmark.py"), capsys, "--quick", "--model", str(tiny_bert))
     figures = dict(item.split("=", 1) for item in lines[-1].split())
+    assert set(returned) == set(figures)
     assert lines[0].startswith(f"# machine: flags {figures['isa']}"), lines[0]
     for key in ("teacher_mfu_b32", "student_mfu_b32", "bf16_mfu_b32", "peak_tflops_fp32", "peak_tflops_bf16"):
         assert math.isfinite(float(figures[key])) and float(figures[key]) > 0, f"{key}={figures[key]}"
@@ -119,25 +278,82 @@ def test_distill_benchmark_names_the_flags_its_mfu_and_its_speedups(tiny_bert, t
     assert figures["faster_b32"] in ("int8", "bf16")
 
 
+def test_in_process_runs_leave_the_global_state_as_they_found_it(isolated):
+    """What ``isolated`` puts back: what a script's ``quiet`` and thread count change, and its modules."""
+    import datasets
+    import torch
+
+    logging.getLogger("lightning.pytorch").setLevel(logging.INFO)  # (isolated puts these back as well)
+    datasets.enable_progress_bars()
+    before = GlobalState()
+    module = load_script("common.py")
+    module.quiet()
+    module.set_threads(before.threads + 1)
+    os.environ["PL_GLOBAL_SEED"] = "0"
+    assert logging.getLogger("lightning.pytorch").level == logging.ERROR
+    assert not datasets.is_progress_bar_enabled()
+    before.restore()
+    assert torch.get_num_threads() == before.threads
+    assert dict(os.environ) == before.environ
+    assert logging.getLogger("lightning.pytorch").level == logging.INFO
+    assert GlobalState.progress_bars() == before.bars
+    assert "benchmark_common" not in sys.modules
+
+
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
-def test_probe_peak_is_quick_and_reports_every_shape(precision):
+def test_probe_peak_reports_every_shape(precision):
     import torch
 
     common = load_common()
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        start = time.perf_counter()
         peak = common.probe_peak(precision, common.probe_shapes(quick=True), seconds=0.1)
-        took = time.perf_counter() - start
     finally:
         torch.set_num_threads(threads)
-    assert took < 1.0
+    assert math.isfinite(peak["seconds"]) and peak["seconds"] > 0
     assert list(peak["by_shape"]) == [f"{common.QUICK_ROWS}x384x1536"]
     assert peak["tflops"] == max(peak["by_shape"].values()) > 0
     assert (peak["precision"], peak["threads"]) == (precision, 1)
     assert common.mfu(peak["tflops"] * 1e12 / 2, peak) == pytest.approx(0.5)
     assert math.isnan(common.mfu(1e9, None))
+
+
+class FakeMatmuls:
+    """Stands in for ``common._matmul_seconds`` and ``common.time``: each repetition takes ``cost`` seconds of a
+    clock that only these matmuls move; ``calls`` holds each call's repetitions."""
+
+    def __init__(self, cost: float) -> None:
+        self.cost, self.now, self.calls = cost, 0.0, []
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def __call__(self, a, b, out, reps: int) -> float:
+        self.calls.append(reps)
+        self.now += self.cost * reps
+        return self.cost * reps
+
+
+def test_probe_peak_keeps_to_its_budget_with_at_least_two_calls_a_shape(monkeypatch):
+    common = load_common()
+    shapes = [(8, 4, 4), (4, 4, 4)]
+    fake = FakeMatmuls(cost=1e-3)
+    monkeypatch.setattr(common, "_matmul_seconds", fake)
+    monkeypatch.setattr(common, "time", fake)
+    peak = common.probe_peak("fp32", shapes, seconds=1.0, trials=3)
+    reps = int(1.0 / len(shapes) / 3 / 1e-3)  # a trial's share of the shape's share of the budget
+    # per shape: an untimed call, one timed call, then the other trials while they fit in the shape's 0.5 s
+    assert fake.calls == [1, 1, reps, reps] * 2
+    assert peak["seconds"] == pytest.approx(fake.now) and peak["seconds"] <= 1.0
+    assert peak["by_shape"] == {"8x4x4": pytest.approx(256 / 1e-3 / 1e12), "4x4x4": pytest.approx(128 / 1e-3 / 1e12)}
+    assert (peak["shape"], peak["tflops"]) == ("8x4x4", peak["by_shape"]["8x4x4"])
+
+    slow = FakeMatmuls(cost=10.0)  # one call is far over the budget: each shape still gets its two calls, no more
+    monkeypatch.setattr(common, "_matmul_seconds", slow)
+    monkeypatch.setattr(common, "time", slow)
+    common.probe_peak("fp32", shapes, seconds=0.5, trials=5)
+    assert slow.calls == [1, 1] * 2
 
 
 def test_probe_shapes_are_the_reference_and_the_model_ones():
