@@ -1,7 +1,12 @@
-"""Teacher-output cache: run the frozen teacher once over the training data and keep its outputs on disk.
+"""Teacher-output cache: keep the frozen teacher's outputs over the training data on disk.
 
 Later epochs, and sweep trials over the same teacher and data, read the teacher's logits (and, for the
 hidden-state loss, the hidden states of the layers it uses) instead of running the teacher again.
+
+The cache fills as training runs (:class:`CacheFill`): the outputs the teacher computes for a batch the cache
+lacks are kept and written at the end of the epoch, so a short run (``max_steps``, ``limit_train_batches``) runs
+the teacher only on the batches it trains on, a later run adds the rows it lacks, and an interrupted run leaves
+the cache as it was. :meth:`TeacherCache.build` fills one in a single pass over given batches.
 
 Layout: ``<root>/<fingerprint>/`` holds ``outputs.arrow`` (a ``datasets`` arrow file, memory-mapped on
 read) and ``meta.json``. The fingerprint hashes the teacher (its path and the size and modification time of
@@ -22,11 +27,15 @@ per cached layer).
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import hashlib
 import json
 import logging
 import os
+import shutil
+import tempfile
+import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +46,7 @@ import numpy as np
 import torch
 from datasets.arrow_writer import ArrowWriter
 
-from domainbert.core.files import atomic_dir
+from domainbert.core.files import MARKER, atomic_dir
 from domainbert.errors import DomainBertError
 
 log = logging.getLogger(__name__)
@@ -143,6 +152,15 @@ def batch_indices(batch: dict) -> list[int] | None:
     return None
 
 
+def cached_rows(root: str | os.PathLike, key: str) -> int | None:
+    """The number of examples in the cache ``root/key`` (from its ``meta.json``); None when there is none."""
+    meta = Path(root) / key / META
+    try:
+        return int(json.loads(meta.read_text(encoding="utf-8"))["rows"]) if (meta.parent / FILE).exists() else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 class TeacherCache:
     """Cached teacher outputs of one (teacher, data) fingerprint, looked up per batch."""
 
@@ -156,6 +174,7 @@ class TeacherCache:
         keys = np.asarray(dataset["key"], dtype=np.int64)
         idx = np.asarray(dataset["idx"], dtype=np.int64)
         self.keys = keys
+        self.idx = idx
         self.row_of_idx = {int(i): r for r, i in enumerate(idx) if i >= 0}
         self.row_of_key = {int(k): r for r, k in enumerate(keys)}
         #: batches found in the cache / batches that had to run the teacher, since opening
@@ -196,60 +215,17 @@ class TeacherCache:
             layers: the ``hidden_states`` indexes to keep (none by default).
             description: what built it, kept in ``meta.json``.
         """
-        layers = sorted(set(layers or []))
-        path = Path(root) / key
-        per_token = None
-        rows = 0
-        with atomic_dir(path) as tmp:
-            writer = ArrowWriter(path=str(tmp / FILE))
-            seen_keys: set[int] = set()
-            try:
-                for batch in batches:
-                    mask = batch["attention_mask"].bool()
-                    keys = content_keys(batch["input_ids"], mask)
-                    idxs = batch_indices(batch) or [-1] * len(keys)
-                    with torch.no_grad():
-                        logits, hidden = run_teacher(batch)
-                    logits = logits.detach().float().cpu()
-                    per_token = logits.dim() == 3 if per_token is None else per_token
-                    mcpu = mask.cpu()
-                    out: dict[str, list] = {"idx": [], "key": [], "length": [], "logits": []}
-                    for j in layers:
-                        out[f"hidden_{j}"] = []
-                    for r, (k, i) in enumerate(zip(keys, idxs)):
-                        if i < 0 and k in seen_keys:
-                            continue  # a duplicate text: one row is enough
-                        seen_keys.add(k)
-                        out["idx"].append(int(i))
-                        out["key"].append(k)
-                        out["length"].append(int(mcpu[r].sum()))
-                        row_logits = logits[r][mcpu[r]] if per_token else logits[r]
-                        out["logits"].append(row_logits.reshape(-1).numpy())
-                        for j in layers:
-                            h = hidden[j][r][mask[r]].detach().float().cpu().reshape(-1).numpy()
-                            out[f"hidden_{j}"].append(h.astype(np.float16))  # targets: half precision is plenty
-                    if out["key"]:
-                        writer.write_batch(out)
-                        rows += len(out["key"])
-            finally:
-                writer.finalize()
-                writer.close()
-            if rows == 0:
+        fill = CacheFill(root, key, layers, description=description)
+        try:
+            for batch in batches:
+                with torch.no_grad():
+                    logits, hidden = run_teacher(batch)
+                fill.add(batch, logits, hidden)
+            if fill.rows == 0:
                 raise DomainBertError("the teacher cache got no training examples: the training dataloader is empty")
-            meta = {
-                "version": VERSION,
-                "fingerprint": key,
-                "rows": rows,
-                "per_token": bool(per_token),
-                "layers": layers,
-                "description": description or {},
-            }
-            (tmp / META).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        log.info("teacher cache: wrote %d examples to %s", rows, path)
-        cache = cls.open(root, key)
-        if cache is None:
-            raise DomainBertError(f"teacher cache {path}: written, but it cannot be read back (is the disk full?)")
-        return cache
+            return fill.commit()
+        finally:
+            fill.discard()  # after a commit: nothing left to remove
 
     # -- lookup ---------------------------------------------------------------------------------------
     def rows_for(self, batch: dict) -> list[int] | None:
@@ -300,3 +276,123 @@ class TeacherCache:
         for r, flat in enumerate(flat_rows):
             out[r][mcpu[r]] = torch.tensor(np.asarray(flat, dtype=np.float32).reshape(lengths[r], width))
         return out.to(mask.device)
+
+
+class CacheFill:
+    """Teacher outputs kept batch by batch as training runs the teacher, written as a cache by :meth:`commit`.
+
+    Only the rows the run actually sends through the teacher are kept (a ``max_steps 3`` smoke run keeps three
+    batches), so filling costs no teacher pass of its own. Rows go to an arrow file in a temporary folder beside
+    the cache (``.<key>.tmp-<pid>-*``, the :func:`~domainbert.core.files.atomic_dir` naming, so a killed run's
+    leftovers are removed by the next write). :meth:`commit` swaps in the new cache atomically, with the rows of
+    the cache it extends (``base``) that the new ones do not replace; :meth:`discard` (also run when the object
+    is collected or the interpreter exits) removes the temporary folder, so an interrupted fill leaves no cache.
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike,
+        key: str,
+        layers: list[int] | None = None,
+        base: TeacherCache | None = None,
+        description: dict | None = None,
+    ) -> None:
+        """Start a fill of cache ``root/key`` keeping ``hidden_states[j]`` for ``j`` in ``layers``, over ``base``."""
+        self.target = Path(os.path.abspath(Path(root) / key))
+        self.key, self.base, self.description = key, base, description or {}
+        self.layers = sorted(set(layers if layers is not None else (base.layers if base else [])))
+        self.target.parent.mkdir(parents=True, exist_ok=True)
+        self.tmp = Path(tempfile.mkdtemp(prefix=f".{key}.tmp-{os.getpid()}-", dir=self.target.parent))
+        (self.tmp / MARKER).write_text("a teacher cache being filled by domainbert; removed if left behind\n")
+        self._cleanup = weakref.finalize(self, shutil.rmtree, str(self.tmp), True)
+        self.writer: ArrowWriter | None = ArrowWriter(path=str(self.tmp / FILE))
+        self.per_token: bool | None = base.per_token if base is not None else None
+        self.rows = 0
+        self._idx: set[int] = set()
+        self._keys: set[int] = set()
+
+    def _known(self, idx: int, key: int) -> bool:
+        """True when the row is kept already: by this fill, or by ``base`` (there, by index when it has one)."""
+        if (idx >= 0 and idx in self._idx) or (idx < 0 and key in self._keys):
+            return True
+        if self.base is None:
+            return False
+        # a base row of the same index with another key is stale (augmented text): not worth replacing
+        return idx in self.base.row_of_idx if idx >= 0 else key in self.base.row_of_key
+
+    def add(self, batch: dict, logits: torch.Tensor, hidden: tuple | None) -> int:
+        """Keep the teacher's outputs of ``batch``'s examples not kept yet; the number of rows added."""
+        if self.writer is None:
+            raise DomainBertError("teacher cache: this fill was committed or discarded; start a new one")
+        mask = batch["attention_mask"].detach().cpu().bool()
+        keys = content_keys(batch["input_ids"], mask)
+        idxs = batch_indices(batch) or [-1] * len(keys)
+        logits = logits.detach().float().cpu()
+        self.per_token = logits.dim() == 3 if self.per_token is None else self.per_token
+        out: dict[str, list] = {"idx": [], "key": [], "length": [], "logits": []}
+        out.update({f"hidden_{j}": [] for j in self.layers})
+        for r, (k, i) in enumerate(zip(keys, idxs)):
+            if self._known(i, k):
+                continue
+            (self._idx if i >= 0 else self._keys).add(i if i >= 0 else k)
+            out["idx"].append(int(i))
+            out["key"].append(k)
+            out["length"].append(int(mask[r].sum()))
+            out["logits"].append((logits[r][mask[r]] if self.per_token else logits[r]).reshape(-1).numpy())
+            for j in self.layers:
+                h = hidden[j][r].detach().float().cpu()[mask[r]].reshape(-1).numpy()
+                out[f"hidden_{j}"].append(h.astype(np.float16))  # targets: half precision is plenty
+        if out["key"]:
+            self.writer.write_batch(out)
+            self.rows += len(out["key"])
+        return len(out["key"])
+
+    def _base_rows(self) -> list[int]:
+        """The rows of ``base`` to carry into the new cache: those the new rows do not replace."""
+        pairs = zip(self.base.idx.tolist(), self.base.keys.tolist())
+        return [r for r, (i, k) in enumerate(pairs) if not self._known_new(i, k)]
+
+    def _known_new(self, idx: int, key: int) -> bool:
+        return idx in self._idx if idx >= 0 else key in self._keys
+
+    def commit(self) -> TeacherCache:
+        """Write the kept rows (and ``base``'s) as the cache ``root/key``, atomically; the cache, opened."""
+        if self.writer is None:
+            raise DomainBertError("teacher cache: this fill was committed or discarded already")
+        if self.rows == 0:
+            self.discard()
+            if self.base is None:
+                raise DomainBertError("the teacher cache got no training examples: the teacher ran on no batch")
+            return self.base
+        keep = self._base_rows() if self.base is not None else []
+        if keep:
+            self.writer.write_table(self.base.ds.data.table.take(keep))
+        carried = len(keep)
+        self.writer.finalize()
+        self.writer.close()
+        self.writer = None
+        meta = {
+            "version": VERSION,
+            "fingerprint": self.key,
+            "rows": self.rows + carried,
+            "per_token": bool(self.per_token),
+            "layers": self.layers,
+            "description": self.description,
+        }
+        with atomic_dir(self.target, "the teacher cache") as tmp:
+            os.replace(self.tmp / FILE, tmp / FILE)
+            (tmp / META).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        self.discard()
+        log.info("teacher cache: wrote %d examples (%d new) to %s", meta["rows"], self.rows, self.target)
+        cache = TeacherCache.open(self.target.parent, self.key)
+        if cache is None:
+            raise DomainBertError(f"teacher cache {self.target}: written, but it cannot be read back (disk full?)")
+        return cache
+
+    def discard(self) -> None:
+        """Drop the rows kept so far and the temporary folder; the cache on disk stays as it was."""
+        if self.writer is not None:
+            with contextlib.suppress(Exception):
+                self.writer.close()
+            self.writer = None
+        self._cleanup()

@@ -4,8 +4,9 @@ The loss is ``α·KL(student/T ‖ teacher/T)·T² + β·hard-label loss + γ·h
 (:mod:`domainbert.distill.objective`), plus any ``extra_losses``. The teacher is any fine-tuned classifier,
 tagger or QA model, or a masked-LM (:mod:`domainbert.distill.teacher`); it stays in eval mode, runs under
 ``no_grad`` (in bf16 autocast when the trainer's precision is bf16) and is left out of the Lightning checkpoints
-(it is reloaded from ``teacher``). Its outputs can be cached on disk once for all epochs and sweep trials
-(``teacher_cache``, :mod:`domainbert.distill.teacher_cache`).
+(it is reloaded from ``teacher``). Its outputs can be cached on disk for later epochs and sweep trials
+(``teacher_cache``, :mod:`domainbert.distill.teacher_cache`); the cache fills as training runs the teacher, so a
+short run costs only the batches it trains on.
 
 What differs between tasks (which outputs are distilled, the gold targets, the metrics) is one record per task
 in :data:`domainbert.distill.tasks.DISTILL_TASKS`.
@@ -23,6 +24,7 @@ import inspect
 import logging
 from typing import Literal
 
+import lightning.pytorch as L
 import torch
 from lightning.pytorch.cli import OptimizerCallable
 from torch import nn
@@ -43,7 +45,13 @@ from domainbert.distill.teacher import (
     teacher_autocast,
     teacher_labels,
 )
-from domainbert.distill.teacher_cache import TeacherCache, data_files, training_fingerprint
+from domainbert.distill.teacher_cache import (
+    CacheFill,
+    TeacherCache,
+    cached_rows,
+    data_files,
+    training_fingerprint,
+)
 from domainbert.errors import DomainBertError
 from domainbert.modules.base import HFModule
 from domainbert.modules.tasks import Task
@@ -115,9 +123,10 @@ class DistillationModule(HFModule):
                 uniform map.
             extra_losses: more loss terms, each ``{class_path, init_args, weight}``: any ``nn.Module`` whose
                 ``forward(student_out, teacher_out, batch)`` returns a scalar (see ``domainbert.losses``).
-            teacher_cache: a folder where the teacher's training-set outputs are computed once and reused by
-                later epochs and runs (logits, plus the hidden states the hidden-state loss reads). Not for
-                masked-LM (the masks change every step) nor with the attention loss.
+            teacher_cache: a folder where the teacher's training-set outputs are kept and reused by later epochs
+                and runs (logits, plus the hidden states the hidden-state loss reads). It fills as training runs
+                the teacher (written at each epoch's end): no separate pass over the data. Not for masked-LM
+                (the masks change every step) nor with the attention loss.
             mlm_probability: masked-LM: share of tokens masked (when the data does not mask).
             learning_rate: peak learning rate of the student.
             weight_decay: AdamW weight decay (not on biases and LayerNorm).
@@ -192,6 +201,8 @@ class DistillationModule(HFModule):
                 m.set_attn_implementation("eager")
         self.cache: TeacherCache | None = None
         self._cache_seen = (0, 0)
+        self._fill: CacheFill | None = None
+        self._cache_key: str | None = None
 
     def setup(self, stage: str) -> None:
         dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
@@ -229,41 +240,84 @@ class DistillationModule(HFModule):
 
     # -- teacher cache ----------------------------------------------------------------------------
     def on_train_start(self) -> None:
-        """Open (or build once) the teacher-output cache of this teacher and the training data.
+        """Open the teacher-output cache of this teacher and training data, if one was written; else start empty.
 
-        ``trainer.train_dataloader`` is the loader ``fit`` trains on (from the datamodule or given to ``fit``);
-        Lightning sets it up just before this hook.
+        Nothing runs the teacher here: the cache fills as training does (:meth:`teacher_outputs` keeps what the
+        teacher computes for a batch the cache lacks), so a short run (``max_steps``, ``limit_train_batches``)
+        costs only the batches it trains on. What was kept is written at the end of each epoch and of the run.
         """
         root = self.hparams.teacher_cache
         loader = self.trainer.train_dataloader
+        self.discard_cache_fill()
+        self._cache_key = None
         if not root or not self.need_teacher or loader is None:
             return
         dm = getattr(self.trainer, "datamodule", None)
         layers = self.losses["hidden"].teacher_layers_used() if "hidden" in self.losses else []
-        key = training_fingerprint(self.teacher_path, dm, loader, {"task": self.task.value, "layers": layers})
-        cache = TeacherCache.open(root, key)
-        if cache is None and self.trainer.is_global_zero:
-            log.info("teacher cache: running the teacher once over the training data (%s)", key)
-            described = {"teacher": self.teacher_path, "data": data_files(dm), "task": self.task.value}
-            cache = TeacherCache.build(root, key, self._cache_run, loader, layers=layers, description=described)
-        self.trainer.strategy.barrier()
-        self.cache = cache or TeacherCache.open(root, key)
-        log.info("teacher cache: %d examples in %s", len(self.cache), self.cache.path)
+        what = {"task": self.task.value, "layers": layers}
+        self._cache_key = training_fingerprint(self.teacher_path, dm, loader, what)
+        self._cache_layers = layers
+        self._cache_described = {"teacher": self.teacher_path, "data": data_files(dm), "task": self.task.value}
+        self.cache = TeacherCache.open(root, self._cache_key)
+        if self.cache is None:
+            log.info(
+                "teacher cache: none yet for this teacher and data (%s): the teacher's outputs are kept as training "
+                "computes them, and written at the end of each epoch",
+                self._cache_key,
+            )
+        else:
+            log.info("teacher cache: %d examples in %s", len(self.cache), self.cache.path)
 
-    def _cache_run(self, batch: dict) -> tuple[torch.Tensor, tuple | None]:
-        batch = {k: v.to(self.device) if torch.is_tensor(v) else v for k, v in batch.items()}
-        out = self._teacher_forward(batch, batch["input_ids"], None, hidden=bool(self.need_hidden))
-        return out.logits, out.hidden_states
+    def teacher_outputs(self, batch: dict, input_ids: torch.Tensor, selected):
+        """The teacher's outputs of a training batch: from the cache, else computed (and kept for the cache)."""
+        if self.cache is not None and (cached := self.cache.lookup(batch)) is not None:
+            return cached
+        out = self._teacher_forward(batch, input_ids, selected)
+        if self._cache_key is not None and self.trainer.is_global_zero:
+            if self._fill is None:
+                root, key, layers = self.hparams.teacher_cache, self._cache_key, self._cache_layers
+                self._fill = CacheFill(root, key, layers, base=self.cache, description=self._cache_described)
+            self._fill.add(batch, out.logits, out.hidden_states)
+        return out
+
+    def _commit_cache(self) -> None:
+        """Write the teacher outputs kept so far into the cache (rank 0), and let every rank read it."""
+        if self._cache_key is None:
+            return
+        if self._fill is not None:
+            fill, self._fill = self._fill, None
+            if fill.rows:
+                fill.commit()
+            else:
+                fill.discard()
+        self.trainer.strategy.barrier()
+        rows = cached_rows(self.hparams.teacher_cache, self._cache_key)
+        if rows is not None and (self.cache is None or rows != len(self.cache)):  # rows only grow
+            self.cache, self._cache_seen = TeacherCache.open(self.hparams.teacher_cache, self._cache_key), (0, 0)
+
+    def discard_cache_fill(self) -> None:
+        """Drop the teacher outputs not written yet (an interrupted run): the cache on disk stays as it was."""
+        fill, self._fill = getattr(self, "_fill", None), None
+        if fill is not None:
+            fill.discard()
+            log.info("teacher cache: run interrupted; %d unwritten examples dropped", fill.rows)
+
+    def configure_callbacks(self) -> list[L.Callback]:
+        """The callback that drops an unwritten cache fill when ``fit`` stops on an error, SIGTERM or Ctrl-C."""
+        return [_DropCacheFillOnError()]
 
     def on_train_epoch_end(self) -> None:
-        if self.cache is None:
-            return
-        hits, misses = self.cache.hits - self._cache_seen[0], self.cache.misses - self._cache_seen[1]
-        self._cache_seen = (self.cache.hits, self.cache.misses)
-        if hits + misses:
-            self.log("train/teacher_cache_hits", hits / (hits + misses))
-            if misses:
-                log.info("teacher cache: %d of %d batches ran the teacher", misses, hits + misses)
+        if self.cache is not None:
+            hits, misses = self.cache.hits - self._cache_seen[0], self.cache.misses - self._cache_seen[1]
+            self._cache_seen = (self.cache.hits, self.cache.misses)
+            if hits + misses:
+                self.log("train/teacher_cache_hits", hits / (hits + misses))
+                if misses:
+                    log.info("teacher cache: %d of %d batches ran the teacher", misses, hits + misses)
+        self._commit_cache()
+
+    def on_train_end(self) -> None:
+        self._commit_cache()
 
     # -- forward ----------------------------------------------------------------------------------
     def _inputs(self, model, batch: dict, input_ids: torch.Tensor) -> dict:
@@ -327,10 +381,7 @@ class DistillationModule(HFModule):
         student_out = self._run(self.model, batch, input_ids, selected, self.need_hidden, self.need_attentions)
         teacher_out = None
         if self.need_teacher:
-            if self.cache is not None:
-                teacher_out = self.cache.lookup(batch)
-            if teacher_out is None:
-                teacher_out = self._teacher_forward(batch, input_ids, selected)
+            teacher_out = self.teacher_outputs(batch, input_ids, selected)
         loss, parts = self.distill_loss(student_out, teacher_out, view)
         n = input_ids.shape[0]
         self.log("train/loss", loss, prog_bar=True, batch_size=n)
@@ -366,6 +417,14 @@ class DistillationModule(HFModule):
 
     def test_step(self, batch: dict, batch_idx: int) -> None:
         self._evaluate(batch, batch_idx, "test")
+
+
+class _DropCacheFillOnError(L.Callback):
+    """Drops the module's unwritten teacher-cache fill when ``fit`` stops on an exception (SIGTERM, Ctrl-C)."""
+
+    def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
+        if isinstance(pl_module, DistillationModule):
+            pl_module.discard_cache_fill()
 
 
 @functools.cache

@@ -8,6 +8,7 @@ strength on validation, and copying it into the head makes step 0 score the prob
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import torch
 
@@ -76,3 +77,106 @@ def init_head_from_probe(model, datamodule, num_labels: int) -> float | None:
     score = probe.val_scores.get(probe.c)
     log.info("head initialised from a logistic-regression probe (C=%s, validation macro-F1 %s)", probe.c, score)
     return score
+
+
+#: the probe's weights beside ``result.json`` in ``domainbert probe``'s output folder
+PROBE_WEIGHTS = "probe.safetensors"
+
+
+def save_probe(probe, folder) -> str:
+    """Write a fitted probe's ``weight`` and ``bias`` to ``<folder>/probe.safetensors``; the file's path."""
+    from safetensors.torch import save_file
+
+    from domainbert.core.files import atomic_file
+
+    path = Path(folder) / PROBE_WEIGHTS
+    with atomic_file(path) as tmp:
+        save_file({"weight": probe.weight.float().contiguous(), "bias": probe.bias.float().contiguous()}, str(tmp))
+    return str(path)
+
+
+def probe_classifier(base_model: str, weight: torch.Tensor, bias: torch.Tensor, labels: list[str]):
+    """A mean-pooling sequence classifier: ``base_model``'s encoder as it is, and the probe as its linear head.
+
+    Its logits on a text are the probe's on that text's mean-pooled embedding, so it ships the probe as a
+    model that ``domainbert predict``, ``export`` and distillation load like any fine-tuned classifier.
+
+    Returns:
+        ``(model, tokenizer)``, the model in eval mode.
+
+    Raises:
+        DomainBertError: the weights do not fit the encoder's width or the label count.
+    """
+    from transformers import AutoModelForSequenceClassification
+
+    from domainbert.core.hf import load_config, load_model, load_tokenizer
+    from domainbert.core.models_local import resolve_local_alias
+    from domainbert.modules.finetune import label_config
+    from domainbert.modules.pooled import mark_config
+
+    name = resolve_local_alias(base_model)
+    config = load_config(name)
+    if tuple(weight.shape) != (len(labels), config.hidden_size) or tuple(bias.shape) != (len(labels),):
+        raise DomainBertError(
+            f"probe weights {tuple(weight.shape)} do not fit {len(labels)} labels on {base_model} "
+            f"(width {config.hidden_size})"
+        )
+    for key, value in label_config(labels).items():
+        setattr(config, key, value)
+    config.problem_type = "single_label_classification"
+    mark_config(config)
+    model, _ = load_model(AutoModelForSequenceClassification, name, config=config, ignore_mismatched_sizes=True)
+    model.classifier.weight.data.copy_(weight.to(model.classifier.weight))
+    model.classifier.bias.data.copy_(bias.to(model.classifier.bias))
+    return model.eval(), load_tokenizer(name)
+
+
+def export_probe_classifier(base_model: str, probe_folder: str, out: str) -> str:
+    """Write the classifier of :func:`probe_classifier` for ``domainbert probe``'s output ``probe_folder`` to ``out``.
+
+    Reads ``probe.safetensors`` and the label names of ``result.json``; the export is atomic, with a model card.
+
+    Raises:
+        DomainBertError: the probe folder lacks its weights (a probe run by an older domainbert: run it again).
+    """
+    import json
+
+    from safetensors.torch import load_file
+
+    from domainbert.core.hf import export_hf
+
+    folder = Path(probe_folder)
+    if not (folder / PROBE_WEIGHTS).is_file() or not (folder / "result.json").is_file():
+        raise DomainBertError(f"{folder}: no {PROBE_WEIGHTS} and result.json; run `domainbert probe` again")
+    weights = load_file(str(folder / PROBE_WEIGHTS))
+    result = json.loads((folder / "result.json").read_text(encoding="utf-8"))
+    model, tokenizer = probe_classifier(base_model, weights["weight"], weights["bias"], list(result["labels"]))
+    card = _probe_card(base_model, result)
+    export_hf(model, tokenizer, out, card=card)
+    log.info("the probe as a classifier (frozen %s, the probe as its head): %s", base_model, out)
+    return str(out)
+
+
+def _probe_card(base_model: str, result: dict) -> str:
+    """A short model card for the probe classifier."""
+    scores = "; ".join(f"{split} {result[split]}" for split in ("val", "test") if split in result)
+    return "\n".join(
+        [
+            "---",
+            "pipeline_tag: text-classification",
+            "library_name: transformers",
+            "---",
+            "",
+            "# Frozen-embedding probe classifier",
+            "",
+            f"The encoder of `{base_model}`, unchanged, read through the mean of its token states, with a logistic "
+            f"regression fitted on those embeddings (L2 strength C={result.get('c')}, chosen on validation) as "
+            "its linear head. Written by `domainbert` from a `domainbert probe` run.",
+            "",
+            f"Labels: {', '.join(result.get('labels', []))}. Scores of the probe: {scores or 'none recorded'}.",
+            "",
+            "Load it with domainbert (`domainbert predict --model classification --model.init_from <this folder>`)"
+            " or with `AutoModelForSequenceClassification.from_pretrained(<this folder>, trust_remote_code=True)`.",
+            "",
+        ]
+    )

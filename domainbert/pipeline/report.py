@@ -7,7 +7,7 @@ from pathlib import Path
 
 from domainbert.adapt.stats import mean_std, paired_bootstrap
 from domainbert.core.files import atomic_write_text
-from domainbert.pipeline.recipe import BASELINE, SELF_TRAINING, SOUP, finetune_stage, soup_stage
+from domainbert.pipeline.recipe import BASELINE, PROBE, SELF_TRAINING, SOUP, below_probe, finetune_stage, soup_stage
 
 
 def adaptation_minutes(runner, name: str) -> float:
@@ -63,22 +63,35 @@ def _curves(run_dir: str, png: Path, title: str) -> bool:
     return True
 
 
-def comparison_chart(rows: list[tuple[str, float, float]], metric: str, png: Path) -> None:
-    """A bar per starting model (mean test metric, error bar = std over seeds)."""
+def comparison_chart(rows: list[tuple[str, float, float]], metric: str, png: Path, spread: bool = True) -> None:
+    """Save :func:`chart_figure` to ``png``, every label inside the image."""
     plt = _plot_setup()
-    fig, ax = plt.subplots(figsize=(1.6 * len(rows) + 2, 3.2))
+    fig = chart_figure(rows, metric, spread)
+    fig.savefig(png, dpi=90, bbox_inches="tight")
+    plt.close(fig)
+
+
+def chart_figure(rows: list[tuple[str, float, float]], metric: str, spread: bool = True):
+    """A bar per starting model (mean test metric; with ``spread``, an error bar of the std over seeds).
+
+    The axis starts at 0, so bar heights compare as the scores do; long names are tilted and kept inside the figure.
+    """
+    plt = _plot_setup()
+    fig, ax = plt.subplots(figsize=(1.6 * len(rows) + 2, 3.6))
     names, means, stds = zip(*rows)
     colors = ["#888" if n == "frozen probe" else "#37a" if n == BASELINE else "#3a7" for n in names]
-    ax.bar(names, means, yerr=stds, capsize=5, color=colors)
-    low = min(m - s for _, m, s in rows)
-    ax.set_ylim(max(0.0, low - 0.05), min(1.0, max(m + s for _, m, s in rows) + 0.03))
+    ax.bar(names, means, yerr=stds if spread else None, capsize=5 if spread else 0, color=colors)
+    top = max(m + (s if spread else 0.0) for _, m, s in rows)
+    ax.set_ylim(0.0, top * 1.1 if top > 1.0 else 1.1)
     ax.set_ylabel(f"test {metric}")
-    ax.set_title(f"test {metric} by starting model (mean ± std over seeds)", fontsize=10)
+    what = "mean ± std over seeds" if spread else "one seed"
+    ax.set_title(f"test {metric} by starting model ({what})", fontsize=10)
     for i, (m, sd) in enumerate(zip(means, stds)):
-        ax.text(i + 0.12, m + sd + 0.002, f"{m:.3f}", ha="left", va="bottom", fontsize=8)
+        ax.text(i, m + (sd if spread else 0.0) + 0.01, f"{m:.3f}", ha="center", va="bottom", fontsize=8)
+    if max(len(n) for n in names) > 10:
+        plt.setp(ax.get_xticklabels(), rotation=20, ha="right")
     fig.tight_layout()
-    fig.savefig(png, dpi=90)
-    plt.close(fig)
+    return fig
 
 
 def _predictions(runs: list[dict]) -> tuple[list[int], list[list[int]], int] | None:
@@ -106,42 +119,70 @@ def _verdict(name: str, ci, delta: str, metric: str, per_min: str) -> str:
 
 
 def _cell(value: tuple[float, float], single: bool) -> str:
-    """``mean ± std``, or the value alone for a row of one model (a soup)."""
+    """``mean ± std``, or the value alone for a row of one run (one seed, or a soup); ``–`` when not measured."""
+    if value[0] != value[0]:  # NaN: no run recorded it (no test split)
+        return "–"
     return f"{value[0]:.4f}" if single else f"{value[0]:.4f} ± {value[1]:.4f}"
 
 
-def adaptation_section(runner, results: dict, probed: dict | None, metric: str, seeds: list[int]) -> list[str]:
-    """The table of starting models, the paired intervals, the verdicts and the gain per minute."""
-    base_runs = results[BASELINE]
-    base_pred = _predictions(base_runs)
+def _probe_row(runner, probed: dict, metric: str) -> str:
+    """The table row of the frozen-embedding probe."""
+    val, test = probed.get("val", {}), probed.get("test", {})
+    cells = [_cell((split.get(key, float("nan")), 0.0), True) for split, key in ((val, metric), (test, metric))]
+    cells.append(_cell((test.get("acc", float("nan")), 0.0), True))
+    return (
+        f"| frozen embeddings + logistic regression | {' | '.join(cells)} | (no fine-tuning) | "
+        f"{runner.seconds('probe') / 60:.1f} in all |"
+    )
+
+
+def _intro(results: dict, seeds: list[int]) -> str:
+    """The sentence above the table: what a cell is (no spread with one seed)."""
     soup = (
         " A `<name> soup` row is one model, the uniform weight average of that starting model's seed runs (Wortsman"
         " et al. 2022), evaluated as it is."
         if any(n.endswith(SOUP) for n in results)
         else ""
     )
+    if len(seeds) == 1:
+        return (
+            f"One seed ({seeds[0]}) per starting model, so each cell is one run's score with no spread (give two or "
+            f"more seeds for mean ± std) of the best checkpoint (chosen on validation).{soup}"
+        )
+    return f"Mean ± std over seeds {seeds} of the best checkpoint (chosen on validation) of each run.{soup}"
+
+
+def _probe_verdict(chart: list, probed: dict, metric: str) -> str:
+    """What fine-tuning bought over the probe, on test; plainly a failure when it lost."""
+    base, frozen = next(c for c in chart if c[0] == BASELINE)[1], probed["test"][metric]
+    if base < frozen:
+        return (
+            f"- **Fine-tuning lost to the frozen-embedding probe**: the baseline scored {base:.4f} test {metric} "
+            f"against the probe's {frozen:.4f} ({base - frozen:+.4f}). Fine-tuning did not learn what a linear "
+            "probe on the frozen embeddings finds; see the shipped model below."
+        )
+    return (
+        "- What fine-tuning itself buys (baseline against the frozen-embedding probe):"
+        f" {base - frozen:+.4f} test {metric} ({base:.4f} against {frozen:.4f})."
+    )
+
+
+def adaptation_section(runner, results: dict, probed: dict | None, metric: str, seeds: list[int]) -> list[str]:
+    """The table of starting models, the paired intervals, the verdicts and the gain per minute."""
+    base_pred = _predictions(results[BASELINE])
     lines = [
-        f"Mean ± std over seeds {seeds} of the best checkpoint (chosen on validation) of each run.{soup}",
+        _intro(results, seeds),
         "",
         f"| starting model | val {metric} | test {metric} | test acc | Δ test vs baseline [95% CI] | extra minutes |",
         "|---|---|---|---|---|---|",
     ]
     if probed is not None:
-        lines.append(
-            f"| frozen embeddings + logistic regression | {probed.get('val', {}).get(metric, float('nan')):.4f} | "
-            f"{probed.get('test', {}).get(metric, float('nan')):.4f} | "
-            f"{probed.get('test', {}).get('acc', float('nan')):.4f} | (no fine-tuning) | "
-            f"{runner.seconds('probe') / 60:.1f} in all |"
-        )
+        lines.append(_probe_row(runner, probed, metric))
     verdicts, chart, adapted = [], [], False
     for name, runs in results.items():
-        val = mean_std(
-            [r["metrics"].get(f"val/{metric}") for r in runs if r["metrics"].get(f"val/{metric}") is not None]
-        )
-        test = mean_std(
-            [r["metrics"].get(f"test/{metric}") for r in runs if r["metrics"].get(f"test/{metric}") is not None]
-        )
-        acc = mean_std([r["metrics"].get("test/acc") for r in runs if r["metrics"].get("test/acc") is not None])
+        if name == PROBE:
+            continue  # its own row above
+        val, test, acc = (_mean(runs, key) for key in (f"val/{metric}", f"test/{metric}", "test/acc"))
         chart.append((name, test[0], test[1]))
         delta, minutes, pred = "", adaptation_minutes(runner, name), _predictions(runs)
         if name != BASELINE and base_pred and pred and pred[0] == base_pred[0]:
@@ -150,8 +191,8 @@ def adaptation_section(runner, results: dict, probed: dict | None, metric: str, 
             per_min = f"; {ci.diff * 100 / minutes:+.2f} points per minute" if minutes > 0 else ""
             verdicts.append(_verdict(name, ci, delta, metric, per_min))
             adapted = adapted or name != BASELINE + SOUP
-        one = name.endswith(SOUP)
-        cells = [name, _cell(val, one), _cell(test, one), f"{acc[0]:.4f}", delta]
+        one = len(runs) == 1
+        cells = [name, _cell(val, one), _cell(test, one), _cell(acc, True), delta]
         lines.append("| " + " | ".join([*cells, f"{minutes:.1f}"]) + " |")
     if not adapted:
         verdicts += [
@@ -159,18 +200,20 @@ def adaptation_section(runner, results: dict, probed: dict | None, metric: str, 
             " it cannot show an adaptation gain. The full recipe (more stages and seeds) is the one to judge by."
         ]
     if probed is not None and probed.get("test", {}).get(metric) is not None and chart:
-        base, frozen = next(c for c in chart if c[0] == BASELINE)[1], probed["test"][metric]
-        verdicts.append(
-            "- What fine-tuning itself buys (baseline against the frozen-embedding probe):"
-            f" {base - frozen:+.4f} test {metric} ({base:.4f} against {frozen:.4f})."
-        )
+        verdicts.append(_probe_verdict(chart, probed, metric))
     lines += ["", *verdicts, ""]
     if any(c[1] == c[1] for c in chart):  # not all NaN
         if probed is not None and probed.get("test", {}).get(metric) is not None:
             chart.insert(0, ("frozen probe", probed["test"][metric], 0.0))
-        comparison_chart(chart, metric, runner.out / "plots" / "comparison.png")
+        spread = any(len(runs) > 1 for runs in results.values())
+        comparison_chart(chart, metric, runner.out / "plots" / "comparison.png", spread=spread)
         lines += ["![comparison](plots/comparison.png)", ""]
     return lines
+
+
+def _mean(runs: list[dict], key: str) -> tuple[float, float]:
+    """Mean and std over ``runs`` of metric ``key`` (the runs that recorded it)."""
+    return mean_std([r["metrics"].get(key) for r in runs if r["metrics"].get(key) is not None])
 
 
 def _stage_lines(runner) -> list[str]:
@@ -183,23 +226,58 @@ def _stage_lines(runner) -> list[str]:
     return [*lines, f"| **total** | **{total:.1f}** | |", ""]
 
 
+def shipped_lines(choice: tuple[str, str, str]) -> list[str]:
+    """The section on the shipped model: which, and why (``choice`` is ``(name, why, folder)``)."""
+    chosen, why, teacher = choice
+    if chosen == PROBE:
+        which = "the base encoder, frozen, with the probe's logistic regression as its mean-pooling head"
+    else:
+        which = "the weight average" if chosen.endswith(SOUP) else "its best seed on validation"
+    lines = ["## The shipped model", "", f"**{chosen}**, {which}, `{teacher}`: {why}.", ""]
+    lines += ["The choice reads validation metrics only; the test split is reported, never used to choose.", ""]
+    return lines
+
+
+def warning_lines(results: dict, chosen: str, metric: str) -> list[str]:
+    """A warning at the top of the report when every fine-tuned model validated below the frozen probe."""
+    below = below_probe(results, metric)
+    if below is None:
+        return []
+    best, score, probe = below
+    if chosen == PROBE:
+        outcome = "The pipeline ships the probe as a classifier instead of a fine-tuned model."
+    else:
+        outcome = f"The probe could not be shipped, so **{chosen}**, below the probe, ships."
+    return [
+        f"> **Warning: fine-tuning failed.** Every fine-tuned model validated below the frozen-embedding probe "
+        f"(best: {best} {score:.4f} against the probe's {probe:.4f} validation {metric}). {outcome} Check the "
+        "fine-tuning settings (learning rate, epochs, data size).",
+        "",
+    ]
+
+
+def student_lines(student: dict, metric: str) -> list[str]:
+    """The distilled student's section: its test metric, its export, and why deployment variants are missing."""
+    lines = ["## Distilled student", ""]
+    score = student["metrics"].get(f"test/{metric}")
+    lines.append(f"- test {metric}: {score:.4f}" if score is not None else f"- test {metric}: – (no test split)")
+    lines.append(f"- export: `{student['hf']}`")
+    if student.get("export_skipped"):
+        lines.append(f"- deployment variants (int8, ONNX...): **not exported**: {student['export_skipped']}")
+    return [*lines, ""]
+
+
 def write_report(runner, results, probed, choice, student, deployed, metric: str, seeds: list[int]) -> Path:
     """Write ``<out>/report.md`` with the comparison, the choice, deployment, curves and stage costs."""
     out = runner.out
     (out / "plots").mkdir(exist_ok=True)
-    chosen, why, teacher = choice
-    lines = ["# domainbert pipeline report", "", f"Folder: `{out}`", "", "## Does domain adaptation help?", ""]
+    lines = ["# domainbert pipeline report", "", f"Folder: `{out}`", ""]
+    lines += warning_lines(results, choice[0], metric)
+    lines += ["## Does domain adaptation help?", ""]
     lines += adaptation_section(runner, results, probed, metric, seeds)
-    which = "the weight average" if chosen.endswith(SOUP) else "its best seed on validation"
-    lines += ["## The shipped model", "", f"**{chosen}**, {which}, `{teacher}`: {why}.", ""]
-    lines += ["The choice reads validation metrics only; the test split is reported, never used to choose.", ""]
+    lines += shipped_lines(choice)
     if student is not None:
-        lines += [
-            "## Distilled student",
-            "",
-            f"- test {metric}: {student['metrics'].get(f'test/{metric}', float('nan')):.4f}",
-        ]
-        lines += [f"- export: `{student['hf']}`", ""]
+        lines += student_lines(student, metric)
     if deployed is not None and (Path(deployed) / "report.md").exists():
         lines += ["## Teacher vs student vs int8", ""]
         body = (Path(deployed) / "report.md").read_text(encoding="utf-8").splitlines()

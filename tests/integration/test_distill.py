@@ -114,11 +114,90 @@ def test_teacher_cache_is_built_once_and_read(teacher, tmp_path):
     assert cache.lookup(batch) is None
     # a second run reuses the cache without running the teacher over the data again
     module2 = DistillationModule(teacher=str(teacher), student_layers=2, gamma=0.5, teacher_cache=str(cache_dir))
-    calls = []
-    module2._cache_run = lambda b: calls.append(1)  # would be used only to (re)build the cache
+    calls = _count_teacher_runs(module2)
     _trainer(3).fit(module2, train_dataloaders=_loader(module2, with_idx=True))
     assert not calls and module2.cache.hits == 3 and module2.cache.misses == 0
     assert module2.cache.path == built[0]
+
+
+def _count_teacher_runs(module) -> list[int]:
+    """Record the batch size of every teacher forward pass of ``module`` (cache hits run none)."""
+    calls, forward = [], module._teacher_forward
+
+    def counted(batch, input_ids, selected, hidden=None):
+        calls.append(int(input_ids.shape[0]))
+        return forward(batch, input_ids, selected, hidden)
+
+    module._teacher_forward = counted
+    return calls
+
+
+def _cache_folders(root: Path) -> list[Path]:
+    return sorted(root.iterdir()) if root.exists() else []
+
+
+def test_a_short_run_runs_the_teacher_only_on_the_batches_it_trains_on_and_a_longer_run_adds_the_rest(
+    teacher, tmp_path
+):
+    """ISSUES 27 item 3: ``max_steps 3`` ran the teacher over the whole training set first to fill the cache."""
+    cache_dir = tmp_path / "cache"
+    module = DistillationModule(teacher=str(teacher), student_layers=1, gamma=0.5, teacher_cache=str(cache_dir))
+    calls = _count_teacher_runs(module)
+    _trainer(2).fit(module, train_dataloaders=_loader(module, with_idx=True))  # 5 batches of 12 in an epoch
+    assert calls == [12, 12]
+    (built,) = _cache_folders(cache_dir)  # no temporary folder left beside it
+    assert json.loads((built / "meta.json").read_text())["rows"] == 24
+    # a full epoch reads the two cached batches and runs the teacher on the three others, which join the cache
+    longer = DistillationModule(teacher=str(teacher), student_layers=1, gamma=0.5, teacher_cache=str(cache_dir))
+    calls = _count_teacher_runs(longer)
+    _trainer(5).fit(longer, train_dataloaders=_loader(longer, with_idx=True))
+    assert calls == [12, 12, 12]
+    assert _cache_folders(cache_dir) == [built]
+    assert json.loads((built / "meta.json").read_text())["rows"] == 60
+    cache = TeacherCache.open(cache_dir, built.name)
+    for batch in batches(longer.tokenizer, "train", batch_size=12, with_idx=True):
+        got = cache.lookup(batch)
+        with torch.no_grad():
+            ref = longer.teacher(**{k: v for k, v in batch.items() if k not in ("labels", "idx")})
+        torch.testing.assert_close(got.logits, ref.logits, rtol=1e-5, atol=1e-5)
+
+
+class _Interrupt(L.Callback):
+    """Stops ``fit`` after its second training batch: by SIGTERM to this process, or by Ctrl-C."""
+
+    def __init__(self, how: str):
+        self.how = how
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if batch_idx < 1:
+            return
+        if self.how == "ctrl-c":
+            raise KeyboardInterrupt
+        import os
+        import signal
+
+        handler = signal.getsignal(signal.SIGTERM)
+        assert callable(handler), handler  # Lightning's: it records the signal (else this would kill the tests)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+@pytest.mark.parametrize("how", ["sigterm", "ctrl-c"])
+def test_an_interrupted_fill_stops_at_the_next_batch_and_leaves_the_cache_as_it_was(teacher, tmp_path, how):
+    """SIGTERM (Lightning stops at the next batch) or Ctrl-C during a fill: no half-written cache, none changed."""
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    cache_dir = tmp_path / "cache"
+    first = DistillationModule(teacher=str(teacher), student_layers=1, teacher_cache=str(cache_dir))
+    _trainer(1).fit(first, train_dataloaders=_loader(first, with_idx=True))
+    (built,) = _cache_folders(cache_dir)
+    before = {p.name: p.read_bytes() for p in built.iterdir()}
+    module = DistillationModule(teacher=str(teacher), student_layers=1, teacher_cache=str(cache_dir))
+    calls = _count_teacher_runs(module)
+    with pytest.raises(SIGTERMException if how == "sigterm" else SystemExit):
+        _trainer(50, callbacks=[_Interrupt(how)]).fit(module, train_dataloaders=_loader(module, with_idx=True))
+    assert calls == [12]  # the first batch was cached; the second ran the teacher, then the run stopped
+    assert _cache_folders(cache_dir) == [built]  # nothing half-written beside it
+    assert {p.name: p.read_bytes() for p in built.iterdir()} == before
 
 
 def test_smaller_width_student_gets_a_trained_projection(teacher):
@@ -175,7 +254,7 @@ DISTILL_TINY = str(Path(__file__).resolve().parents[2] / "configs/distill/tiny_d
 
 
 def test_a_distillation_runs_checkpoint_validates_in_a_new_process(tiny_bert, tmp_path, capsys):
-    """REVIEW item 5: ``validate --ckpt_path last`` on a distillation run's own checkpoint ("41 weights missing")."""
+    """``validate --ckpt_path last`` on a distillation run's own checkpoint ("41 weights missing")."""
     from domainbert.cli import main
     from domainbert.modules.classification import SequenceClassificationModule
 

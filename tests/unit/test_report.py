@@ -1,0 +1,97 @@
+"""The pipeline's choice and report on hand-made records: the probe ships when fine-tuning lost to it, and says so;
+one seed shows no spread; a skipped export is named; the comparison chart starts at 0 with every label inside."""
+
+from __future__ import annotations
+
+import pytest
+
+from domainbert.pipeline.recipe import PROBE, choose, export_skipped
+from domainbert.pipeline.report import chart_figure, write_report
+from domainbert.pipeline.runner import Runner
+from domainbert.pipeline.specs import ExportSpec, TaskFiles
+
+
+def _run(val: float, test: float, seed=0, hf: str | None = "runs/x/hf") -> dict:
+    return {"seed": seed, "hf": hf, "metrics": {"val/f1_macro": val, "test/f1_macro": test, "test/acc": test}}
+
+
+def _probe(val: float, hf: str | None = "runs/p/probe/hf") -> list[dict]:
+    record = {"seed": "probe", "metrics": {"val/f1_macro": val, "test/f1_macro": val}}
+    return [{**record, "hf": hf} if hf else {**record, "hf_error": "no encoder class for this family"}]
+
+
+def test_the_probe_ships_when_it_validates_above_every_fine_tuned_model_and_the_reason_says_so():
+    results = {"baseline": [_run(0.1667, 0.1667)], "dapt": [_run(0.20, 0.2)], PROBE: _probe(1.0)}
+    name, why = choose(results, "f1_macro")
+    assert name == PROBE
+    assert "fine-tuning failed to beat the frozen-embedding probe" in why and "1.0000" in why and "dapt 0.2000" in why
+
+
+def test_a_fine_tuned_model_at_or_above_the_probe_ships_and_one_below_an_unexportable_probe_is_flagged():
+    results = {"baseline": [_run(0.80, 0.7)], PROBE: _probe(0.80)}
+    name, why = choose(results, "f1_macro")
+    assert name == "baseline" and "the frozen probe scored 0.8000" in why  # a tie keeps the fine-tuned model
+    results[PROBE] = _probe(0.90, hf=None)
+    name, why = choose(results, "f1_macro")
+    assert name == "baseline" and "WARNING" in why and "BELOW the frozen-embedding probe (0.8000 against 0.9000)" in why
+    assert "no encoder class for this family" in why
+
+
+def _report(tmp_path, results, probed, choice, seeds, student=None) -> str:
+    runner = Runner(tmp_path / "p")
+    return write_report(runner, results, probed, choice, student, None, "f1_macro", seeds).read_text()
+
+
+def test_one_seed_prints_no_spread_and_a_probe_that_won_is_the_reports_warning_and_shipped_model(tmp_path):
+    results = {"baseline": [_run(0.1667, 0.1667)], PROBE: _probe(1.0)}
+    probed = {"val": {"f1_macro": 1.0, "acc": 1.0}, "test": {"f1_macro": 1.0, "acc": 1.0}}
+    name, why = choose(results, "f1_macro")
+    text = _report(tmp_path, results, probed, (name, why, "runs/p/probe/hf"), [0])
+    assert "±" not in text.split("## The shipped model")[0].split("| starting model")[1]  # the table: no spread
+    assert "One seed (0) per starting model" in text and "| baseline | 0.1667 | 0.1667 |" in text
+    assert text.index("Warning: fine-tuning failed") < text.index("## Does domain adaptation help?")
+    assert "ships the probe as a classifier" in text
+    assert "**Fine-tuning lost to the frozen-embedding probe**: the baseline scored 0.1667" in text
+    assert "What fine-tuning itself buys" not in text
+    assert "**frozen probe**, the base encoder, frozen, with the probe's logistic regression" in text
+    assert "| frozen probe |" not in text  # one probe row: the frozen-embeddings one
+    assert (tmp_path / "p" / "plots" / "comparison.png").is_file()
+
+
+def test_two_seeds_print_mean_and_std_and_a_probe_below_fine_tuning_raises_no_warning(tmp_path):
+    results = {"baseline": [_run(0.8, 0.7, 0), _run(0.9, 0.8, 1)], PROBE: _probe(0.5)}
+    probed = {"val": {"f1_macro": 0.5}, "test": {"f1_macro": 0.5, "acc": 0.5}}
+    name, why = choose(results, "f1_macro")
+    text = _report(tmp_path, results, probed, (name, why, "runs/x/hf"), [0, 1])
+    assert name == "baseline" and "| baseline | 0.8500 ± 0.0707 | 0.7500 ± 0.0707 |" in text
+    assert "Warning" not in text and "What fine-tuning itself buys" in text and "+0.2500 test f1_macro" in text
+
+
+def test_a_skipped_export_is_named_in_the_report_with_its_reason(tmp_path):
+    student = {"hf": "runs/p/distill/hf", "metrics": {"test/f1_macro": 0.5}}
+    reason = export_skipped(ExportSpec(), student, TaskFiles("train.jsonl", "val.jsonl", None))
+    assert "no test split (task_test)" in reason and "domainbert export --model runs/p/distill/hf" in reason
+    assert export_skipped(ExportSpec(), student, TaskFiles("train.jsonl", "val.jsonl", "test.jsonl")) is None
+    assert "disabled" in export_skipped(ExportSpec(enabled=False), student, TaskFiles("t", "v", "te"))
+    results = {"baseline": [_run(0.8, 0.7)]}
+    text = _report(tmp_path, results, None, ("baseline", "why", "x"), [0], {**student, "export_skipped": reason})
+    assert f"- deployment variants (int8, ONNX...): **not exported**: {reason}" in text
+
+
+@pytest.mark.parametrize("spread", [True, False])
+def test_the_comparison_chart_starts_at_zero_and_keeps_every_label_inside(spread):
+    import matplotlib.pyplot as plt
+    from matplotlib.container import ErrorbarContainer
+
+    rows = [("frozen probe", 1.0, 0.0), ("baseline", 0.167, 0.01), ("knn-dapt+tapt soup", 0.18, 0.0)]
+    fig = chart_figure(rows, "f1_macro", spread=spread)
+    ax = fig.axes[0]
+    assert ax.get_ylim()[0] == 0.0 and ax.get_ylim()[1] >= 1.0
+    errorbars = [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
+    assert bool(errorbars) == spread  # no error bars for one seed
+    renderer = fig.canvas.get_renderer()
+    box = fig.bbox
+    for label in [*ax.get_xticklabels(), *ax.texts, ax.title]:
+        extent = label.get_window_extent(renderer)
+        assert extent.x0 >= box.x0 - 1 and extent.x1 <= box.x1 + 1 and extent.y0 >= box.y0 - 1, label
+    plt.close(fig)
