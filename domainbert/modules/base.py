@@ -52,6 +52,13 @@ class HFModule(L.LightningModule):
     #: config attributes the export writes instead of the training values: a pretraining stage that trains with
     #: its own dropout exports the starting checkpoint's, so later fine-tuning gets the dropout it expects
     export_config: dict | None = None
+    #: a sentence-transformers folder whose pooling files the export carries (None: ``export_source``), so that
+    #: ``pooling: auto`` fine-tunes an export of a mean-pooled checkpoint through the mean, as its source was trained
+    pooling_source: str | None = None
+    #: the sentence-embedding pooling the export records over the source's (``mean``, ``cls``); None: the source's
+    export_pooling: str | None = None
+    #: the metrics of the latest validation and test (``val/...``, ``test/...``), for the model card
+    evaluated_metrics: dict | None = None
 
     # -- optimisation -----------------------------------------------------------------------------
     def trainable_groups(self) -> list[dict]:
@@ -93,6 +100,30 @@ class HFModule(L.LightningModule):
     def on_test_epoch_end(self) -> None:
         self.end_evaluation("test")
 
+    def on_validation_end(self) -> None:
+        self.remember_metrics("val")
+
+    def on_test_end(self) -> None:
+        self.remember_metrics("test")
+
+    def remember_metrics(self, stage: str) -> None:
+        """Keep the ``<stage>/...`` metrics just computed (not the sanity check's) in ``evaluated_metrics``.
+
+        The model card falls back on them when the trainer's own metrics were reset (a ``predict`` after a
+        ``validate`` in the Python API).
+        """
+        trainer = self._trainer
+        if trainer is None or getattr(trainer, "sanity_checking", False):
+            return
+        kept = {k: v for k, v in (self.evaluated_metrics or {}).items() if not k.startswith(f"{stage}/")}
+        for key, value in trainer.callback_metrics.items():
+            if key.startswith(f"{stage}/"):
+                try:
+                    kept[key] = float(value)
+                except (TypeError, ValueError):
+                    continue
+        self.evaluated_metrics = kept
+
     def log_metrics(self, stage: str, metrics, batch_size: int) -> None:
         """Log each metric of a ``MetricCollection`` as ``<stage>/<name>``, computed over the epoch."""
         for name, metric in metrics.items():
@@ -122,9 +153,17 @@ class HFModule(L.LightningModule):
         try:
             for k, v in (self.export_config or {}).items():
                 setattr(model.config, k, v)
-            path = export_hf(model, self.tokenizer, out_dir, source=self.export_source, card=self.model_card())
+            path = export_hf(
+                model,
+                self.tokenizer,
+                out_dir,
+                source=self.export_source,
+                card=self.model_card(),
+                pooling_from=self.pooling_source or self.export_source,
+                pooling=self.export_pooling,
+            )
         finally:
             for k, v in trained.items():
                 setattr(model.config, k, v)
-        log.info("exported Hugging Face model to %s", path)
+        log.debug("exported Hugging Face model to %s", path)  # HFExport prints it
         return path

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import logging
+import os
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from lightning.pytorch.cli import OptimizerCallable
 
-from domainbert.core.hf import load_config
+from domainbert.core.hf import check_source, load_config
 from domainbert.core.models_local import resolve_local_alias
 from domainbert.errors import DomainBertError
 from domainbert.modules.base import enable_gradient_checkpointing as enable_gradient_checkpointing  # re-exported
@@ -94,6 +96,7 @@ class SequenceClassificationModule(FineTuneModule):
             optimizer: an optimizer class path and its arguments; AdamW by default.
         """
         super().__init__()
+        check_source(resolve_local_alias(init_from))  # a broken folder is named before its labels are looked for
         pooling = resolve_pooling(pooling, init_from)
         head_init = resolve_head_init(head_init, pooling, multi_label)
         lora = lora_hparam(lora)
@@ -200,7 +203,9 @@ def resolve_pooling(pooling: str, init_from: str) -> str:
     try:
         return "mean" if is_mean_pooled(load_config(name)) else "cls"
     except DomainBertError:
-        return "cls"
+        if Path(os.path.expanduser(name)).is_dir():  # a local folder's own fault (bad JSON, code of its own)
+            raise
+        return "cls"  # a hub name without a network: the loader says so next
 
 
 def resolve_head_init(head_init: str | None, pooling: str, multi_label: bool) -> str | None:

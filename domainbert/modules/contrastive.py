@@ -140,6 +140,7 @@ class ContrastiveModule(HFModule):
         # checkpoint (keys under ``bert.``) they would be the *untrained* encoder, which a later
         # ``from_pretrained`` of a task head would load in place of the trained one.
         self.export_source = None
+        self.pooling_source, self.export_pooling = init_from, pooling  # its sentence-transformers files say so
         self.input_keys = tuple(k for k in INPUT_KEYS if k in self.tokenizer.model_input_names)
         self.val_loss, self.val_alignment, self.val_top1 = MeanMetric(), MeanMetric(), MeanMetric()
         self._warned_single = False

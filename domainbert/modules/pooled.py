@@ -6,10 +6,14 @@ left over from an earlier stage. ``transformers`` has no mean-pooling classifica
 builds one per family: the family's own ``PreTrainedModel`` base (its config class, weight names, initialiser,
 gradient checkpointing), its encoder without pooler, dropout and a linear layer.
 
-Exports are ordinary Hugging Face folders: ``config.json`` carries ``classifier_pooling: mean`` and an
-``auto_map`` to ``modeling_domainbert.py``, written beside the weights, so that anyone can load one with
-``AutoModelForSequenceClassification.from_pretrained(path, trust_remote_code=True)``. domainbert itself
-never runs that file: :func:`pooled_class` builds the same class from this module.
+Exports are Hugging Face folders whose ``config.json`` carries ``classifier_pooling: mean``, a ``model_type`` of
+domainbert's own (:data:`MODEL_TYPE`, the family's in :data:`FAMILY_KEY`) and an ``auto_map`` to
+``modeling_domainbert.py``, written beside the weights. transformers does not know that model type, so plain
+``AutoModelForSequenceClassification.from_pretrained(path)`` or ``pipeline(...)`` fails with its own error asking for
+``trust_remote_code=True`` instead of loading the family's ``[CLS]`` head with a random pooler (which would answer
+wrong); with it, they load this class and give domainbert's logits. domainbert itself never runs that file:
+:func:`family_config` reads the config as the family's and :func:`pooled_class` builds the same class from this
+module. Exports written before (``model_type`` the family's) still load in domainbert.
 """
 
 from __future__ import annotations
@@ -25,6 +29,10 @@ from transformers.modeling_outputs import SequenceClassifierOutput
 POOLING_KEY = "classifier_pooling"
 #: the remote-code file written into exports
 MODELING_FILE = "modeling_domainbert.py"
+#: the ``model_type`` of a mean-pooling export's ``config.json``: unknown to transformers, so it asks for remote code
+MODEL_TYPE = "domainbert-mean-pooling"
+#: the config key of such an export that names the encoder family's own ``model_type``
+FAMILY_KEY = "domainbert_model_type"
 
 
 class MeanPoolingHead:
@@ -130,24 +138,88 @@ def unmark_config(config: PretrainedConfig) -> None:
     """Undo :func:`mark_config` (a mean-pooling export fine-tuned again with the family's own head)."""
     if getattr(config, POOLING_KEY, None) is not None:
         setattr(config, POOLING_KEY, None)
-    auto_map = getattr(config, "auto_map", None)
-    if isinstance(auto_map, dict) and str(auto_map.get("AutoModelForSequenceClassification", "")).startswith(
-        "modeling_domainbert."
-    ):
+    if is_own_code(getattr(config, "auto_map", None)):
         del config.auto_map
+
+
+def is_own_code(auto_map) -> bool:
+    """True for an ``auto_map`` whose every entry points into domainbert's ``modeling_domainbert.py``."""
+    if not isinstance(auto_map, dict) or not auto_map:
+        return False
+    refs = [r for v in auto_map.values() for r in (v if isinstance(v, list | tuple) else [v]) if r]
+    return bool(refs) and all(str(r).startswith("modeling_domainbert.") for r in refs)
+
+
+def is_export_dict(data) -> bool:
+    """True for the ``config.json`` contents of a mean-pooling export (domainbert's :data:`MODEL_TYPE`)."""
+    return isinstance(data, dict) and data.get("model_type") == MODEL_TYPE
+
+
+def family_config(data: dict, where: str, **kwargs) -> PretrainedConfig:
+    """The family's own config (``BertConfig``...) of a mean-pooling export, from its ``config.json`` contents.
+
+    Args:
+        data: the contents of ``config.json``.
+        where: the file, for errors.
+        **kwargs: attributes to set over the file's (as ``from_pretrained`` takes them).
+
+    Raises:
+        DomainBertError: :data:`FAMILY_KEY` names no model type transformers knows.
+    """
+    from transformers import CONFIG_MAPPING
+
+    from domainbert.errors import DomainBertError
+
+    family = data.get(FAMILY_KEY)
+    if not isinstance(family, str) or family not in CONFIG_MAPPING:
+        raise DomainBertError(
+            f"{where}: field {FAMILY_KEY!r}: expected the encoder's model_type (bert, roberta...), got {family!r}"
+        )
+    plain = {k: v for k, v in data.items() if k not in (FAMILY_KEY, "auto_map")}
+    plain["model_type"] = family
+    return CONFIG_MAPPING[family].from_dict(plain, **kwargs)
+
+
+def config_class_name(cls: type) -> str:
+    """The name of the remote-code config class written for the classifier class ``cls``."""
+    return cls.__name__.removesuffix("ForSequenceClassification") + "Config"
+
+
+def export_config(data: dict, cls: type) -> dict:
+    """``config.json``'s contents (``data``, as ``save_pretrained`` wrote them) as a mean-pooling export writes them.
+
+    The family's ``model_type`` moves to :data:`FAMILY_KEY` and domainbert's :data:`MODEL_TYPE` takes its place;
+    ``auto_map`` names the config and classifier classes of ``modeling_domainbert.py``.
+    """
+    out = dict(data)
+    family = out.get(FAMILY_KEY) if is_export_dict(out) else out.get("model_type")
+    out.update({"model_type": MODEL_TYPE, FAMILY_KEY: family, POOLING_KEY: "mean"})
+    out["auto_map"] = {
+        "AutoConfig": f"modeling_domainbert.{config_class_name(cls)}",
+        "AutoModelForSequenceClassification": f"modeling_domainbert.{cls.__name__}",
+    }
+    return out
 
 
 def modeling_source(model: nn.Module) -> str:
     """The self-contained ``modeling_domainbert.py`` of ``model``'s class, to write into its export."""
     cls = type(model)
     encoder_cls, base = cls._encoder_cls, next(c for c in cls.__mro__ if c.__name__.endswith("PreTrainedModel"))
+    config_cls = encoder_cls.config_class
     head = inspect.getsource(MeanPoolingHead)
     text = f'''"""Mean-pooling sequence classifier written by domainbert; load with trust_remote_code=True."""
 
 import torch
 from torch import nn
 from transformers.modeling_outputs import SequenceClassifierOutput
+from {config_cls.__module__} import {config_cls.__name__}
 from {encoder_cls.__module__} import {encoder_cls.__name__}, {base.__name__}
+
+
+class {config_class_name(cls)}({config_cls.__name__}):
+    """{config_cls.__name__} under domainbert's model type, which transformers loads only with this file."""
+
+    model_type = {MODEL_TYPE!r}
 
 
 {head}
@@ -155,6 +227,7 @@ from {encoder_cls.__module__} import {encoder_cls.__name__}, {base.__name__}
 class {cls.__name__}(MeanPoolingHead, {base.__name__}):
     """Encoder without pooler, mean of the token states, dropout, linear."""
 
+    config_class = {config_class_name(cls)}
     _encoder_cls = {encoder_cls.__name__}
 
     def __init__(self, config):

@@ -42,6 +42,8 @@ def test_mean_pooled_head_averages_token_states_and_its_export_reloads_equal(tin
     torch.testing.assert_close(again.eval()(**batch).logits, logits)
     remote = AutoModelForSequenceClassification.from_pretrained(out, trust_remote_code=True).eval()  # no domainbert
     torch.testing.assert_close(remote(**batch).logits, logits)
+    with pytest.raises(ValueError, match="trust_remote_code=True"):  # never the family's head with a random pooler
+        AutoModelForSequenceClassification.from_pretrained(out, trust_remote_code=False)
 
 
 def test_pooling_auto_follows_the_checkpoint(tiny_bert, tmp_path):

@@ -43,6 +43,13 @@ def test_the_readme_python_api_snippet_runs(tiny_bert, tmp_path, monkeypatch):
     assert len(rows) == 6 and all(r["label"] in ("api", "graphics", "network") for r in rows)
     exported = AutoModelForSequenceClassification.from_pretrained(tmp_path / "runs" / "notebook" / "hf")
     assert exported.config.id2label == {0: "api", 1: "graphics", 2: "network"}
+    # the card holds the validated metrics although predict() reset the trainer's (it said "(none logged)")
+    from huggingface_hub import ModelCard
+
+    card = ModelCard.load(tmp_path / "runs" / "notebook" / "hf" / "README.md")
+    assert "(none logged)" not in card.text
+    got = {r.metric_name: r.metric_value for r in card.data.eval_results}
+    assert got["val/f1_macro"] == pytest.approx(scope["metrics"]["val/f1_macro"], abs=1e-5)
 
 
 # -- gradient checkpointing ---------------------------------------------------------------------------
