@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-fast lint bench clean
+.PHONY: setup demo test test-fast test-long lint bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -21,15 +21,22 @@ setup: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/domainbert pipeline --config configs/pipeline/minilm_debian.yaml
 
-## The tests: the default suite (under 10 minutes on 2 cores), then the multi-process ones
-## (DDP on gloo, multi-worker sweeps on PostgreSQL; they skip with a reason when no server can be started).
+## The tests (FIGURES.md has how long they take): the default suite, then the multi-process ones (DDP on gloo,
+## multi-worker sweeps on PostgreSQL, a killed fit; the PostgreSQL ones skip with a reason when no server can be
+## started). Each run ends with its 25 slowest tests.
+DURATIONS := --durations=25
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
-	$(BIN)/python -m pytest -q -m slow
+	$(BIN)/python -m pytest -q $(DURATIONS)
+	$(BIN)/python -m pytest -q $(DURATIONS) -m "slow and not long"
 
-## The unit tier alone (tests/unit: no Trainer.fit, no subprocess): the check to run after every edit.
+## The unit tier alone (tests/unit: no Trainer.fit, no subprocess; tests/helpers/tiers.py fails a test that does
+## either): the check to run after every edit.
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q tests/unit
+	$(BIN)/python -m pytest -q $(DURATIONS) tests/unit
+
+## The long tier: trains the shipped demo model for real (all-MiniLM-L6-v2, 3 epochs); in neither half of `make test`.
+test-long: $(STAMP)
+	$(BIN)/python -m pytest -q $(DURATIONS) -m long
 
 lint: $(STAMP)
 	$(BIN)/ruff check domainbert tests examples

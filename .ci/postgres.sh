@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Start a throwaway PostgreSQL for the sweep test (tests/test_sweep_postgres.py); source it:
+# Start a throwaway PostgreSQL for the sweep test (tests/integration/test_sweep_postgres.py); source it:
 #   source .ci/postgres.sh        # exports DOMAINBERT_TEST_POSTGRES=postgresql://domainbert@127.0.0.1:<port>/domainbert
 # Installs the OS package with apt-get when it is missing (CI, as root). Idempotent: a cluster this script started
 # earlier (state in $DOMAINBERT_PG_DIR, default /tmp/domainbert-pg) is reused. Harmless without apt or root: it

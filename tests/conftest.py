@@ -1,4 +1,4 @@
-"""Shared fixtures: tiny checkpoints of every family, built once per session, and an offline environment."""
+"""Shared fixtures (tiny checkpoints of every family, built once per session), an offline environment, the plugins."""
 
 from __future__ import annotations
 
@@ -32,9 +32,9 @@ if "datasets.config" in sys.modules:
 
 from tests.helpers.tiny import CORPUS, FAMILIES, make_tiny  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
-
-pytest_plugins = ["tests.helpers.faults_summary"]
+#: the fault-injection summary; the unit tier's rule (no Trainer.fit, no subprocess under tests/unit); pytester for
+#: the tests of that rule
+pytest_plugins = ["tests.helpers.faults_summary", "tests.helpers.tiers", "pytester"]
 
 
 @pytest.fixture(scope="session")

@@ -14,6 +14,8 @@ import lightning.pytorch as L
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
+from tests.helpers.kill import hold
+
 
 class ToyRegressor(L.LightningModule):
     """An MLP regressor with the hyper-parameters a sweep tunes."""
@@ -25,11 +27,12 @@ class ToyRegressor(L.LightningModule):
         hidden_dropout: float = 0.0,
         weight_decay: float = 0.0,
         hidden: int = 16,
-        step_sleep: float = 0.0,
         fail: bool = False,
         barrier_dir: str | None = None,
         barrier_n: int = 2,
         interrupt_marker: str | None = None,
+        hold_dir: str | None = None,
+        hold_after: int = 1,
     ) -> None:
         """Build the model.
 
@@ -39,13 +42,17 @@ class ToyRegressor(L.LightningModule):
             hidden_dropout: dropout after the hidden layer.
             weight_decay: SGD weight decay.
             hidden: hidden width.
-            step_sleep: seconds to sleep per training step (to make a trial slow enough to kill).
             fail: raise in the first training step (to test failed trials).
-            barrier_dir: at the start of training, write this process's id here and wait (up to 120 s) until
-                ``barrier_n`` distinct processes have, so that parallel sweep workers each run a trial.
+            barrier_dir: at the start of training, write this process's id here and wait until ``barrier_n``
+                distinct processes have, so that parallel sweep workers each run a trial; after 300 s without
+                them the trial fails, saying so.
             barrier_n: processes to wait for.
             interrupt_marker: if this file exists, delete it and raise ``KeyboardInterrupt`` (as Ctrl-C does) in
                 the first training step.
+            hold_dir: each fit records its start here; the fit that finds ``hold_after`` earlier starts writes
+                ``<hold_dir>/holding`` and waits to be killed (:func:`tests.helpers.kill.hold`), its trial's
+                parameters all sampled, so that a test can kill a sweep while a trial after the first trains.
+            hold_after: fits that train through before the one that holds.
         """
         super().__init__()
         self.save_hyperparameters()
@@ -55,13 +62,28 @@ class ToyRegressor(L.LightningModule):
         )
 
     def on_train_start(self) -> None:
-        if not self.hparams.barrier_dir:
-            return
-        folder = Path(self.hparams.barrier_dir)
+        if self.hparams.hold_dir:
+            self._hold(Path(self.hparams.hold_dir))
+        if self.hparams.barrier_dir:
+            self._barrier(Path(self.hparams.barrier_dir))
+
+    def _hold(self, folder: Path) -> None:
+        """Record this fit's start; hold for a kill if ``hold_after`` fits started before it."""
+        folder.mkdir(parents=True, exist_ok=True)
+        earlier = len(list(folder.glob("started-*")))
+        (folder / f"started-{earlier}").touch()
+        if earlier >= self.hparams.hold_after:
+            hold(folder / "holding")
+
+    def _barrier(self, folder: Path) -> None:
+        """Wait until ``barrier_n`` processes have reached the barrier in ``folder`` (300 s at most)."""
         folder.mkdir(parents=True, exist_ok=True)
         (folder / str(os.getpid())).touch()
-        deadline = time.monotonic() + 120
-        while len(list(folder.iterdir())) < self.hparams.barrier_n and time.monotonic() < deadline:
+        deadline = time.monotonic() + 300
+        while len(list(folder.iterdir())) < self.hparams.barrier_n:
+            if time.monotonic() > deadline:
+                arrived = len(list(folder.iterdir()))
+                raise RuntimeError(f"barrier {folder}: {arrived} of {self.hparams.barrier_n} processes in 300 s")
             time.sleep(0.1)
 
     def _loss(self, batch) -> torch.Tensor:
@@ -75,8 +97,6 @@ class ToyRegressor(L.LightningModule):
         if marker and os.path.exists(marker):
             os.unlink(marker)
             raise KeyboardInterrupt
-        if self.hparams.step_sleep:
-            time.sleep(self.hparams.step_sleep)
         loss = self._loss(batch)
         self.log("train/loss", loss)
         return loss

@@ -92,7 +92,7 @@ def _cache_files() -> set[Path]:
 
 
 def test_tokenization_is_cached_across_runs_under_the_trainer(tiny_bert, corpus_file, tmp_path, monkeypatch):
-    """Review 12.8: ``datasets`` could not hash the tokenize closure (it held the datamodule, through it the trainer
+    """Once ``datasets`` could not hash the tokenize closure (it held the datamodule, through it the trainer
     and its callbacks), used a random fingerprint, and tokenized again on every run. A second run (a new datamodule and
     module, as a new process has) now finds the tokenized arrow files and never calls the tokenizer."""
     corpus = tmp_path / "corpus.txt"  # a file of its own: no other test's cache can serve it

@@ -1,5 +1,5 @@
-"""Hostile data, second round (review 15.4, 15.5): each case printed a traceback or trained silently on nonsense;
-now each is one ``domainbert: error:`` line naming the file and the line, or the field, and what was expected.
+"""Hostile data: each case, unchecked, would print a traceback or train silently on nonsense; each is one
+``domainbert: error:`` line naming the file and the line, or the field, and what was expected.
 
 Each test (or parametrize case) is one bad input in the fault-injection summary.
 """

@@ -1,4 +1,4 @@
-"""Checkpoints and configs saved by main before the issue-13 restructure still load and score the same.
+"""Checkpoints and configs saved by main before the package restructure still load and score the same.
 
 The fixture (``tests/fixtures/old_main``) was written by main at 8af7684. Its configs name the class paths users'
 saved runs name (``domainbert.modules.*``, ``domainbert.data.*``, ``domainbert.prediction.*``,

@@ -1,6 +1,7 @@
 """Plugin datamodules: the example package installs, registers a short name, lists, and fits; the contract."""
 
 import importlib.metadata
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -20,27 +21,41 @@ PLUGIN = ROOT / "examples" / "plugin_datamodule"
 DIST = "domainbert-folder-datamodule"
 
 
-def _run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+def _run(*args: str, cwd: Path = ROOT, path: Path | None = None) -> subprocess.CompletedProcess:
+    """``python *args``; with ``path``, that folder is on the subprocess's ``PYTHONPATH``."""
     env = {**os.environ, "PYTHONWARNINGS": "default"}
+    if path is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(path), env.get("PYTHONPATH", "")])
     return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
 
 
 @pytest.fixture(scope="module")
-def installed_plugin(tmp_path_factory):
-    """``pip install`` the example plugin into this environment (no network: no build isolation, no deps).
+def installed_plugin(tmp_path_factory) -> Path:
+    """The example plugin ``pip install``ed into a throwaway folder (returned), never into the project's environment.
 
-    It is built from a copy, so the build leaves nothing (``build/``, ``*.egg-info``) in the source tree.
+    No network: no index, no build isolation, no deps. It is built from a copy, so the build leaves nothing
+    (``build/``, ``*.egg-info``) in the source tree; ``--no-cache-dir`` keeps pip's wheel cache untouched.
+    Subprocesses see the plugin with the folder on their ``PYTHONPATH`` (its entry points come with it).
     """
-    copy = tmp_path_factory.mktemp("plugin") / "plugin_datamodule"
+    root = tmp_path_factory.mktemp("plugin")
+    copy, target = root / "plugin_datamodule", root / "site"
     shutil.copytree(PLUGIN, copy, ignore=shutil.ignore_patterns("build", "*.egg-info", "sample"))
-    done = _run("-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", str(copy))
+    pip = ["-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-build-isolation", "--no-cache-dir"]
+    done = _run(*pip, "--disable-pip-version-check", "--target", str(target), str(copy))
     assert done.returncode == 0, done.stdout + done.stderr
-    yield
-    _run("-m", "pip", "uninstall", "-q", "-y", DIST)
+    assert list(target.glob("*.dist-info/entry_points.txt")), sorted(p.name for p in target.iterdir())
+    return target
+
+
+def test_the_plugin_is_installed_only_into_its_own_folder(installed_plugin):
+    assert (installed_plugin / "folder_datamodule").is_dir()
+    with pytest.raises(importlib.metadata.PackageNotFoundError):
+        importlib.metadata.distribution(DIST)  # this environment has no such distribution...
+    assert importlib.util.find_spec("folder_datamodule") is None  # ...and cannot import the plugin
 
 
 def test_installed_plugin_is_listed_and_fits_by_its_short_name(installed_plugin, tiny_bert, tmp_path):
-    listed = _run("-m", "domainbert", "datamodules")
+    listed = _run("-m", "domainbert", "datamodules", path=installed_plugin)
     assert listed.returncode == 0, listed.stderr
     assert any(
         line.split() == ["folder", "folder_datamodule.FolderClassificationDataModule"]
@@ -51,7 +66,7 @@ def test_installed_plugin_is_listed_and_fits_by_its_short_name(installed_plugin,
     fit += ["--data.batch_size", "8", "--model", "domainbert.modules.classification.SequenceClassificationModule"]
     fit += ["--model.init_from", str(tiny_bert), "--model.learning_rate", "3e-3", "--trainer.max_epochs", "3"]
     fit += ["--trainer.default_root_dir", str(tmp_path), "--run_name", "plugin", "--trainer.enable_progress_bar=false"]
-    done = _run(*fit)
+    done = _run(*fit, path=installed_plugin)
     assert done.returncode == 0, done.stderr[-3000:]
     run = tmp_path / "plugin" / "version_0"
     # the label set came from the plugin's folders, through link_arguments, into the exported config

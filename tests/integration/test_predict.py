@@ -1,6 +1,6 @@
 """``domainbert predict`` and evaluation from exports: predictions always written, the export's labels and their
-order used, raw text accepted, short model names (REVIEW "A new user's first week" items 4 and 6); predict batches
-grouped by length, predictions still in file order (issue 14)."""
+order used, raw text accepted, short model names; predict batches grouped by length, predictions still in file
+order."""
 
 from __future__ import annotations
 
@@ -100,7 +100,7 @@ def test_predict_from_an_export_on_raw_text_writes_predictions_by_default(tiny_b
 
 
 def test_an_export_with_reordered_labels_scores_as_the_original(tiny_bert, tmp_path):
-    """REVIEW item 6: a copy of an export whose id2label (and head) are reordered validates with the same metrics."""
+    """A copy of an export whose id2label (and head) are reordered validates with the same metrics."""
     bias = [4.0, 0.0, -4.0]  # a head that strongly prefers 'api': a wrong mapping changes every metric
     a = _export(tiny_bert, tmp_path / "a", ALPHA, bias)
     order = ["network", "api", "graphics"]

@@ -4,14 +4,14 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
 
 from domainbert.cli import main
-from tests.helpers import tiny_mlm_args
+from tests.helpers import ROOT, tiny_mlm_args
+from tests.helpers.kill import wait_for
 
 
 def _args(tiny_bert, corpus_file, root, steps):
@@ -52,25 +52,41 @@ def test_resume_mid_epoch_matches_uninterrupted(tiny_bert, corpus_file, tmp_path
         torch.testing.assert_close(a[k], b[k], rtol=0, atol=1e-5, msg=k)
 
 
+def _start(args: list[str], log: Path) -> subprocess.Popen:
+    """``domainbert *args`` in a new process group that can import tests/helpers (its output in ``log``)."""
+    env = {
+        **os.environ,
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+    with open(log, "wb") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "domainbert", *args], env=env, stdout=out, stderr=out, start_new_session=True
+        )
+
+
+def _hold_after(marker: Path, step: int) -> list[str]:
+    """Arguments that make a fit hold for a kill once step ``step``'s checkpoints are written."""
+    hold = "tests.helpers.kill.HoldAfterStep"
+    return [f"--trainer.callbacks+={hold}", f"--trainer.callbacks.marker={marker}", f"--trainer.callbacks.step={step}"]
+
+
+def _kill(proc: subprocess.Popen, marker: Path, log: Path) -> None:
+    """SIGKILL ``proc``'s process group once it holds at ``marker``."""
+    try:
+        wait_for(marker, proc, log)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
 @pytest.mark.faults(kills=1)
 def test_sigkill_then_resume_reaches_the_same_step(tiny_bert, corpus_file, tmp_path):
     root = tmp_path / "killed"
-    args = _args(tiny_bert, corpus_file, root, 12)
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "domainbert", *args],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    deadline = time.time() + 240
-    while time.time() < deadline and not list((root / "ck").glob("*step=6.ckpt")):
-        time.sleep(0.2)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+    marker, log = tmp_path / "holding", tmp_path / "killed.log"
+    _kill(_start([*_args(tiny_bert, corpus_file, root, 12), *_hold_after(marker, 6)], log), marker, log)
     ckpts = sorted((root / "ck").glob("*.ckpt"), key=lambda p: p.stat().st_mtime)
-    assert ckpts, "no checkpoint was written before the kill"
+    assert [p.name.rpartition("step=")[2] for p in ckpts] == ["3.ckpt", "6.ckpt"], "killed after step 6's checkpoint"
     main([*_args(tiny_bert, corpus_file, root, 12), "--ckpt_path", str(ckpts[-1])])
     state = torch.load(sorted((root / "ck").glob("*step=12.ckpt"))[0], weights_only=True)
     assert state["global_step"] == 12
@@ -180,20 +196,11 @@ def test_fit_ckpt_path_last_after_sigkill_resumes_the_run_in_its_own_folder(tiny
     main(["fit", "--config", str(_resume_config(tmp_path / "a", tiny_bert, tiny_corpus, steps))])
     cfg = _resume_config(tmp_path / "b", tiny_bert, tiny_corpus, steps)
     run = tmp_path / "b" / "runs" / "resume" / "version_0"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "domainbert", "fit", "--config", str(cfg)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    deadline = time.time() + 240
-    while time.time() < deadline and proc.poll() is None and not (run / "checkpoints" / "last.ckpt").exists():
-        time.sleep(0.05)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+    marker, log = tmp_path / "holding", tmp_path / "killed.log"  # the run holds after its first checkpoint (step 2)
+    _kill(_start(["fit", "--config", str(cfg), *_hold_after(marker, 2)], log), marker, log)
     killed = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
     killed_at = killed["global_step"]
-    assert 0 < killed_at < steps and not (run / "hf").exists(), "the fit was not interrupted"
+    assert killed_at == 2 and not (run / "hf").exists(), "the fit was not interrupted after its first checkpoint"
     metrics_before = (run / "metrics.csv").read_text().splitlines() if (run / "metrics.csv").exists() else []
 
     main(["fit", "--config", str(cfg), "--ckpt_path", "last"])  # the same command again, plus --ckpt_path last

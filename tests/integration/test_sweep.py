@@ -22,6 +22,7 @@ from domainbert.sweep.bookkeeping import tally
 from domainbert.sweep.report import ReportContext, report
 from domainbert.sweep.storage import open_storage
 from domainbert.sweep.worker import Sweep
+from tests.helpers.kill import wait_for
 
 TESTS = Path(__file__).resolve().parents[1]
 ROOT = TESTS.parent
@@ -172,33 +173,25 @@ def test_report_needs_only_its_context_not_the_worker(tmp_path):
 
 
 def start_and_kill(args: list[str], log_path: Path, out: Path) -> list[optuna.trial.FrozenTrial]:
-    """Run ``domainbert sweep args`` in a subprocess and SIGKILL it while a trial after the first one trains.
+    """Run ``domainbert sweep args`` in a subprocess and SIGKILL it while its second trial trains.
 
-    Each step sleeps 0.25 s, so a trial trains for 3 s or more: the poll below (one storage load per 0.1 s, slower
-    on a busy machine) must see the second trial running before it ends.
+    The toy's second fit writes ``holding`` when it starts training (its parameters all sampled) and waits to be
+    killed (``hold_dir``, tests/helpers/sweep_toy.py): the kill comes at that point on any machine.
     """
+    hold_dir = out.parent / f"{out.name}-hold"
     with open(log_path, "wb") as log:
-        cmd = [sys.executable, "-m", "domainbert", "sweep", *args, "--model.init_args.step_sleep=0.25"]
+        cmd = [sys.executable, "-m", "domainbert", "sweep", *args, f"--model.init_args.hold_dir={hold_dir}"]
         proc = subprocess.Popen(cmd, stdout=log, stderr=log)
     try:
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline and proc.poll() is None:
-            time.sleep(0.1)
-            try:
-                trials = load(out).get_trials()
-            except Exception:  # noqa: BLE001 - the study is not created yet
-                continue
-            done = [t for t in trials if t.state == TrialState.COMPLETE]
-            # kill while the newest trial trains: it has all its parameters (it is not still sampling them)
-            if done and trials[-1].state == TrialState.RUNNING and len(trials[-1].params) == len(done[0].params):
-                break
+        wait_for(hold_dir / "holding", proc, log_path)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
     finally:
         if proc.poll() is None:
             proc.kill()
     before = load(out).get_trials()
-    assert before[-1].state == TrialState.RUNNING, log_path.read_text()[-3000:]
+    assert [t.state for t in before] == [TrialState.COMPLETE, TrialState.RUNNING], log_path.read_text()[-3000:]
+    assert before[1].params.keys() == before[0].params.keys()  # killed while training, not while sampling
     return before
 
 

@@ -1,8 +1,10 @@
-"""Unsupervised SimCSE continued pretraining: the loss, the pooling, a short fit, every family, the export."""
+"""Unsupervised SimCSE continued pretraining: the loss, the pooling, one step in every family, validation.
+
+The fits (the loss falls, the export, a batch size of one) are in tests/integration/test_contrastive_fit.py.
+"""
 
 import math
 
-import lightning.pytorch as L
 import pytest
 import torch
 import torch.nn.functional as F
@@ -11,28 +13,6 @@ from domainbert.errors import DomainBertError
 from domainbert.modules.contrastive import ContrastiveModule, info_nce, pool
 from tests.helpers.mlm import fixed_batch, small_corpus
 from tests.helpers.tiny import FAMILIES
-
-
-def _trainer(max_steps: int, callbacks=()) -> L.Trainer:
-    return L.Trainer(
-        accelerator="cpu",
-        devices=1,
-        max_steps=max_steps,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        limit_val_batches=0,
-        callbacks=list(callbacks),
-    )
-
-
-class _Losses(L.Callback):
-    def __init__(self) -> None:
-        self.losses: list[float] = []
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        self.losses.append(float(outputs["loss"]))
 
 
 def test_info_nce_matches_the_formula():
@@ -67,17 +47,6 @@ def test_padding_does_not_change_the_embedding(tiny_bert):
         torch.testing.assert_close(module(batch)[:1], module(alone), rtol=1e-4, atol=1e-5)
 
 
-def test_a_short_fit_lowers_the_loss(tiny_bert, corpus_file, tmp_path):
-    L.seed_everything(0, verbose=False)
-    module = ContrastiveModule(str(tiny_bert), learning_rate=1e-3, warmup_ratio=0.0, temperature=0.05)
-    dm = small_corpus(module, corpus_file, tmp_path, packing=False)  # 64 texts, 8 batches of 8
-    losses = _Losses()
-    _trainer(40, [losses]).fit(module, datamodule=dm)
-    assert len(losses.losses) == 40 and all(math.isfinite(x) for x in losses.losses)
-    first, last = sum(losses.losses[:8]) / 8, sum(losses.losses[-8:]) / 8  # the same 8 batches, epochs 1 and 5
-    assert last < 0.8 * first, f"the loss did not fall: {first:.3f} -> {last:.3f}"
-
-
 @pytest.mark.parametrize("family", FAMILIES)
 def test_one_step_in_every_family(tiny_models, corpus_file, family):
     module = ContrastiveModule(str(tiny_models[family]))
@@ -110,32 +79,8 @@ def test_validation_is_deterministic_and_keeps_the_mode(tiny_bert, corpus_file):
     assert not module.model.training, "validation restores the mode it found"
 
 
-def test_the_export_loads_into_a_classifier(tiny_bert, corpus_file, tmp_path):
-    from domainbert.modules.classification import SequenceClassificationModule
-
-    L.seed_everything(0, verbose=False)
-    module = ContrastiveModule(str(tiny_bert), learning_rate=1e-3, warmup_ratio=0.0)
-    before = module.model.embeddings.word_embeddings.weight.detach().clone()
-    pooler = module.model.pooler.dense.weight.detach().clone()
-    assert not any(p.requires_grad for p in module.model.pooler.parameters()), "the unused pooler is frozen (DDP)"
-    _trainer(3).fit(module, datamodule=small_corpus(module, corpus_file, tmp_path, packing=False))
-    trained = module.model.embeddings.word_embeddings.weight.detach()
-    assert not torch.equal(before, trained), "training changed the encoder"
-    assert torch.equal(module.model.pooler.dense.weight, pooler), "and left the pooler as it was"
-    out = module.export_hf(tmp_path / "hf")
-    cls = SequenceClassificationModule(init_from=str(out), label_names=["api", "graphics"])
-    assert all(k.startswith("classifier.") for k in cls.missing_keys), cls.missing_keys
-    torch.testing.assert_close(cls.model.bert.embeddings.word_embeddings.weight, trained, rtol=0, atol=0)
-    layer = "encoder.layer.1.output.dense.weight"
-    torch.testing.assert_close(cls.model.bert.state_dict()[layer], module.model.state_dict()[layer], rtol=0, atol=0)
-
-
-def test_a_batch_of_one_is_refused_or_skipped(tiny_bert, corpus_file, tmp_path):
+def test_a_last_batch_of_one_row_is_skipped(tiny_bert, corpus_file):
     module = ContrastiveModule(str(tiny_bert))
-    dm = small_corpus(module, corpus_file, tmp_path, packing=False)
-    dm.batch_size = 1
-    with pytest.raises(DomainBertError, match="batch_size to 2 or more"):
-        _trainer(1).fit(module, datamodule=dm)
     batch = fixed_batch(small_corpus(module, corpus_file, packing=False))
     one = {k: v[:1] for k, v in batch.items()}
     assert module.training_step(one, 0) is None, "a last partial batch of one row is skipped"

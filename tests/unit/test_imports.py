@@ -1,73 +1,13 @@
-"""Start-up pins, not timings: what the ``fit`` path imports, and what the LightningCLI builds for one command."""
+"""Start-up pins, not timings: when docstrings are read, and what the LightningCLI builds for one command.
+
+What a fresh interpreter imports for ``fit`` is checked in tests/integration/test_import_footprint.py.
+"""
 
 from __future__ import annotations
-
-import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from domainbert.core.tool_cli import wants_docs
-
-ROOT = Path(__file__).resolve().parents[2]
-
-#: Packages and domainbert parts that ``domainbert fit`` never needs: tools, deployment, sweeps, other stages.
-NOT_ON_THE_FIT_PATH = (
-    "optuna",
-    "onnx",
-    "onnxruntime",
-    "peft",
-    "sklearn",
-    "torchao",
-    "domainbert.deploy",
-    "domainbert.sweep",
-    "domainbert.pipeline",
-    "domainbert.distill",
-    "domainbert.adapt.vocab",
-    "domainbert.adapt.probe",
-    "domainbert.adapt.select",
-    "domainbert.adapt.pseudo",
-)
-
-# `domainbert fit --help` in a fresh interpreter, then the modules a fine-tuning config names; the imported
-# modules after each step, as JSON
-_SCRIPT = """
-import contextlib, io, json, sys
-from domainbert.cli import main
-with contextlib.redirect_stdout(io.StringIO()) as out:
-    try:
-        main(["fit", "--help"])
-    except SystemExit as exc:
-        assert exc.code == 0, exc.code
-assert "--trainer.max_steps" in out.getvalue()
-after_help = sorted(sys.modules)
-import domainbert.modules.classification, domainbert.prediction, domainbert.callbacks
-print(json.dumps({"help": after_help, "fit": sorted(sys.modules)}))
-"""
-
-
-def _imported(names: list[str], wanted: str) -> bool:
-    return any(n == wanted or n.startswith(wanted + ".") for n in names)
-
-
-@pytest.fixture(scope="module")
-def imported() -> dict[str, list[str]]:
-    proc = subprocess.run([sys.executable, "-c", _SCRIPT], capture_output=True, text=True, cwd=ROOT, check=True)
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-@pytest.mark.parametrize("name", NOT_ON_THE_FIT_PATH)
-def test_the_fit_path_imports_no_tool_or_optional_package(imported, name):
-    assert not _imported(imported["fit"], name)
-
-
-def test_fit_help_loads_no_model_code(imported):
-    # the parser needs the classes' signatures, not transformers' model loading (core.hf pulls it in)
-    assert "domainbert.core.hf" not in imported["help"]
-    assert not _imported(imported["help"], "domainbert.modules")
-    assert "domainbert.data.classification" in imported["help"]  # the plugins stay known subclasses of --data
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import socket
-import subprocess
 
 import optuna
 from optuna.distributions import FloatDistribution
@@ -56,12 +55,11 @@ def test_interrupted_trials_are_requeued_once():
 
 
 def test_only_trials_of_dead_workers_of_this_machine_fail(tmp_path):
-    dead = subprocess.Popen(["true"])
-    dead.wait()
+    dead = 2**22  # above Linux's largest pid (PID_MAX_LIMIT): no process of this machine has it
     storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 's.db'}")
     study = optuna.create_study(storage=storage)
     here = socket.gethostname()
-    for worker in (f"{here}:{os.getpid()}", f"{here}:{dead.pid}", "other-host:1", "no-pid-recorded", ""):
+    for worker in (f"{here}:{os.getpid()}", f"{here}:{dead}", "other-host:1", "no-pid-recorded", ""):
         study.ask().set_user_attr("worker", worker)
     assert fail_dead_workers(study) == [1]
     assert [t.state for t in study.get_trials()] == [TrialState.RUNNING, TrialState.FAIL] + [TrialState.RUNNING] * 3

@@ -1,4 +1,4 @@
-"""A new user's first week with the CLI: help, smoke runs, loggers, quiet output, a plain CSV log that survives."""
+"""The CLI's help, smoke runs of the shipped configs, any logger with the run folder and its CSV log, quiet output."""
 
 import re
 import subprocess
@@ -92,7 +92,7 @@ def test_any_logger_keeps_the_run_folder_and_metrics_csv(tiny_bert, tmp_path, mo
     extra.write_text(
         "trainer:\n  logger:\n"
         f"    - class_path: lightning.pytorch.loggers.CSVLogger\n      init_args: {{save_dir: {tmp_path / 'D'}}}\n"
-        "    - class_path: tests.integration.test_cli_first_week.MemoryLogger\n"
+        "    - class_path: tests.integration.test_cli_help_loggers_output.MemoryLogger\n"
     )
     root = tmp_path / "runs"
     cli = cli_main(
