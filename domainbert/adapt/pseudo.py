@@ -30,7 +30,6 @@ import json
 import random
 import time
 from collections.abc import Sequence
-from pathlib import Path
 
 import torch
 
@@ -78,16 +77,48 @@ def _unlabelled(corpus: str, column: str, exclude: set[str], max_documents: int 
     return docs
 
 
-def ensemble_probabilities(models: Sequence[str], texts: Sequence[str], max_length: int = 128) -> torch.Tensor:
-    """The teachers' class probabilities on ``texts``, averaged; every teacher must have the same label names."""
+def load_classifier(path: str):
+    """The teacher at ``path``: a sequence classifier whose head's weights are in its checkpoint.
+
+    ``transformers`` fills the weights a checkpoint lacks with random numbers; a pretrained encoder (a base model,
+    a DAPT export) loaded as a classifier would label the corpus with a random head. Such a teacher is refused.
+
+    Raises:
+        DomainBertError: the checkpoint lacks the classification head's weights (naming them).
+    """
     from transformers import AutoModelForSequenceClassification
 
-    from domainbert.core.hf import load_model, load_tokenizer
+    from domainbert.core.hf import load_model
+
+    model, missing = load_model(AutoModelForSequenceClassification, path)
+    prefix = model.base_model_prefix + "."
+    head = [k for k in missing if not k.startswith(prefix)]
+    if head:
+        raise DomainBertError(
+            f"pseudolabel: the teacher {path} has no trained classification head (its checkpoint lacks "
+            f"{', '.join(head[:4])}, which would be random): give the hf/ export of a fine-tuning run on the task"
+        )
+    return model
+
+
+def check_teachers(models: Sequence[str]) -> None:
+    """Raise before any document is read unless every teacher has a trained head (see :func:`load_classifier`)."""
+    for path in models:
+        load_classifier(path)  # one teacher in memory at a time: the model is dropped at once
+
+
+def ensemble_probabilities(models: Sequence[str], texts: Sequence[str], max_length: int = 128) -> torch.Tensor:
+    """The teachers' class probabilities on ``texts``, averaged; every teacher must have the same label names.
+
+    Raises:
+        DomainBertError: a teacher without a trained head, or with other labels than the first.
+    """
+    from domainbert.core.hf import load_tokenizer
     from domainbert.distill.teacher import teacher_labels
 
     total, names = None, None
     for path in models:
-        teacher, _ = load_model(AutoModelForSequenceClassification, path)
+        teacher = load_classifier(path)
         labels = teacher_labels(teacher.config)
         if names is not None and labels != names:
             raise DomainBertError(f"pseudolabel: teacher {path} has labels {labels}; {models[0]} has {names}")
@@ -99,12 +130,11 @@ def ensemble_probabilities(models: Sequence[str], texts: Sequence[str], max_leng
 
 def label_names(model: str) -> list[str]:
     """A sequence classifier's label names, in id order, read from its config alone."""
-    from transformers import AutoConfig
-
+    from domainbert.core.hf import load_config
     from domainbert.core.models_local import resolve_local_alias
     from domainbert.distill.teacher import teacher_labels
 
-    config = AutoConfig.from_pretrained(resolve_local_alias(model))
+    config = load_config(resolve_local_alias(model))  # a mean-pooling export too, without its own code
     return teacher_labels(config)
 
 
@@ -129,7 +159,7 @@ def pseudolabel(
             them with the same labels, whose averaged probabilities label the documents.
         corpus: the unlabelled domain corpus (files, globs or folders; ``.txt`` one document a line).
         task: the task's training rows; documents equal to one of its texts are never added.
-        out: the output folder.
+        out: the output folder: new, empty or domainbert's; never the task's or the corpus's folder.
         ratio: pseudo-labelled rows per class, as a multiple of that class's training rows (``soft``: in all, as a
             multiple of the task's rows).
         max_documents: label a seeded random sample of at most this many corpus documents (None: all).
@@ -140,7 +170,12 @@ def pseudolabel(
         seed: seed of the corpus sample.
         soft: keep every labelled document with the teachers' averaged class probabilities in a ``probabilities``
             column (soft targets for ``data.soft_label_column``), instead of the most confident ones per class.
+
+    Raises:
+        DomainBertError: ``out`` is a file, a folder of the user's, holds an input or cannot be written (checked
+            first); a teacher without a trained classification head; task labels the teacher does not predict.
     """
+    from domainbert.adapt.outputs import claim_output_folder, input_paths
     from domainbert.adapt.probe_cmd import read_split
     from domainbert.core.files import atomic_write_text
 
@@ -149,8 +184,10 @@ def pseudolabel(
         raise DomainBertError("pseudolabel: --model names no teacher; expected one or more hf/ exports")
     if ratio <= 0:
         raise DomainBertError(f"pseudolabel: ratio={ratio}; expected a positive multiple of each class's rows")
+    folder = claim_output_folder("pseudolabel", out, input_paths(teachers, corpus, task))  # before any work
     t0 = time.time()
     texts, labels = read_split(task, text_column, None, label_column, None)
+    check_teachers(teachers)
     names = label_names(teachers[0])
     counts = collections.Counter(labels)
     unknown = sorted(set(counts) - set(names))
@@ -176,8 +213,6 @@ def pseudolabel(
     else:
         picked = most_confident(probs, [round(ratio * counts[n]) for n in names])
         added = [{text_column: docs[r], label_column: names[c]} for r, c in picked]
-    folder = Path(out)
-    folder.mkdir(parents=True, exist_ok=True)
     train = folder / "train.jsonl"
     atomic_write_text(train, "".join(json.dumps(row) + "\n" for row in [*own, *added]))
     per_class = collections.Counter(names[c] for _, c in picked)

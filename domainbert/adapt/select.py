@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 
 import torch
 
@@ -58,21 +57,29 @@ def select(
         model: the encoder whose mean-pooled embeddings measure nearness (the pipeline's base model).
         corpus: the domain corpus (files, globs or folders; ``.txt`` one document a line).
         task: the task's training rows.
-        out: the output folder.
+        out: the output folder: new, empty or domainbert's; never the corpus's or the task's folder.
         k: neighbours taken per task text.
         text_column: the task file's text column.
         corpus_text_column: the corpus's text column (plain text files have ``text``).
         max_documents: read at most this many corpus documents.
         max_length: truncation length in tokens for the embeddings.
+
+    Raises:
+        DomainBertError: ``out`` is a file, a folder of the user's, holds an input or cannot be written (checked
+            before the model is loaded); no text in the corpus or the task.
     """
     from transformers import AutoModel
 
     from domainbert.adapt.embed import embed_texts
+    from domainbert.adapt.outputs import claim_output_folder, input_paths
     from domainbert.core.files import atomic_write_text
     from domainbert.core.hf import load_model, load_tokenizer
     from domainbert.core.models_local import resolve_local_alias
     from domainbert.data.corpus import documents
 
+    if k < 1:
+        raise DomainBertError(f"select: k={k}; expected at least 1 neighbour per task text")
+    folder = claim_output_folder("select", out, input_paths(model, corpus, task))  # before any work
     t0 = time.time()
     docs = list(dict.fromkeys(documents(corpus, corpus_text_column)))  # unique, in corpus order
     docs = docs[:max_documents] if max_documents else docs
@@ -87,8 +94,6 @@ def select(
         embed_texts(encoder, tokenizer, docs, max_length=max_length),
         k,
     )
-    folder = Path(out)
-    folder.mkdir(parents=True, exist_ok=True)
     path = folder / "corpus.jsonl"
     atomic_write_text(path, "".join(json.dumps({"text": docs[i]}) + "\n" for i in chosen))
     result = {"corpus": str(path), "documents": len(chosen), "of": len(docs), "seconds": round(time.time() - t0, 1)}

@@ -88,16 +88,23 @@ def soup(models: list[str], out: str) -> dict:
     Args:
         models: two or more fine-tuned sequence classifiers (``hf/`` exports) of the same pretrained model, with
             the same labels (e.g. one recipe's runs with different seeds).
-        out: the output folder (an earlier soup there is replaced once the new one is complete).
+        out: the output folder: new, empty, or an earlier soup (replaced once the new one is complete); never
+            one of ``models`` nor a folder holding one.
 
     Returns:
         ``soup.json``'s contents (``models``, ``seconds``) plus ``hf``: the output folder.
+
+    Raises:
+        DomainBertError: ``out`` is one of ``models``, holds one, is a folder of the user's or cannot be written
+            (checked before any model is loaded); the models do not match.
     """
+    from domainbert.adapt.outputs import check_output_dir, input_paths
     from domainbert.core.hf import export_hf
 
     models = [str(m) for m in models]
     if len(models) < 2:
         raise DomainBertError(f"soup: --models names {len(models)} model(s); a weight average needs two or more")
+    check_output_dir("soup", out, input_paths(models))  # before any model is loaded
     t0 = time.time()
     model, tokenizer = average_state(models)
     record = {"models": models, "seconds": round(time.time() - t0, 1)}

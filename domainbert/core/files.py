@@ -16,7 +16,7 @@ import errno
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from domainbert.errors import DomainBertError
@@ -275,3 +275,61 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     """Write ``text`` to ``path`` through a temporary file and a rename (mode ``0o666 & ~umask``)."""
     with atomic_file(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
+
+
+def check_not_input(out: str | os.PathLike, inputs: Iterable[str | os.PathLike | None], what: str = "--out") -> None:
+    """Raise unless the output ``out`` is none of ``inputs`` and holds none of them.
+
+    A tool's output must never be one of its own inputs: ``soup --out A`` with ``A`` among ``--models``, or
+    ``select --out F`` where the corpus is ``F/corpus.jsonl``, would replace what the user gave it.
+
+    Args:
+        out: the output file or folder.
+        inputs: the command's input files and folders (``None`` entries are skipped).
+        what: the option that names ``out``, for the message.
+
+    Raises:
+        DomainBertError: naming the option, the output and the input it would overwrite.
+    """
+    target = Path(os.path.abspath(out)).resolve()
+    for given in inputs:
+        if given is None or str(given) == "":
+            continue
+        source = Path(os.path.abspath(given)).resolve()
+        if source == target or source.is_relative_to(target):
+            raise DomainBertError(
+                f"{what} {out} would overwrite the input {given}: a command's output is never one of its inputs; "
+                "choose a new output path"
+            )
+
+
+def claim_folder(out: str | os.PathLike, inputs: Iterable[str | os.PathLike | None] = (), what: str = "out") -> Path:
+    """Create or reuse the output folder ``out`` of a command that writes into it piece by piece; return it.
+
+    The folder must be new, empty, or one that domainbert marked as its own (it holds :data:`MARKER`), and hold
+    none of the command's inputs; it is then marked, so that a rerun (a resumed pipeline) may use it again.
+
+    Args:
+        out: the output folder.
+        inputs: the command's input files and folders; ``out`` may be none of them and hold none of them.
+        what: the option or field that names ``out``, for the message.
+
+    Raises:
+        DomainBertError: when ``out`` is empty text, a folder of the user's, or would overwrite an input.
+    """
+    if str(out).strip() == "":
+        raise DomainBertError(f"{what} is empty: name a new folder for the outputs (for example runs/pipeline)")
+    check_not_input(out, inputs, what)
+    folder = Path(out)
+    try:
+        check_replaceable(folder)
+    except DomainBertError as err:
+        raise DomainBertError(f"{what}: {err}") from None
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        marker = folder / MARKER
+        if not marker.is_file():
+            marker.write_text("written by domainbert; a rerun of the same command may write here again\n")
+    except OSError as err:
+        raise write_error(err, "the output folder", folder) from err
+    return folder
