@@ -1,29 +1,95 @@
-"""Run pipeline stages in subprocesses, record them in ``state.json``, and skip the ones already done."""
+"""Run pipeline stages, record them in ``state.json``, and skip the ones already done.
+
+A stage runs in a process of its own or in the pipeline's own process, as ``isolate`` says:
+
+- ``training`` (the default): the training stages (``fit``, ``evaluate``: the stage worker) each get a process of
+  their own, for crash isolation and memory handed back in full; the tool stages (probe, select, vocab, pseudolabel,
+  soup, export) run in the pipeline's process, each sparing the 11-15 s a new process takes to start;
+- ``all``: every stage gets a process of its own;
+- ``none``: every stage runs in the pipeline's process (tests, small data; single-device training only).
+
+Either way a stage's output goes to ``<out>/<stage>/log.txt``, and a failing stage is recorded and reported the
+same way (see :mod:`domainbert.pipeline.inprocess`).
+"""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from domainbert.core.files import atomic_write_text
+from domainbert.core.files import MARKER, atomic_write_text, claim_folder
 from domainbert.errors import DomainBertError
+
+Isolate = Literal["training", "all", "none"]
+#: The values of ``isolate``: which stages get a process of their own.
+ISOLATE: tuple[str, ...] = ("training", "all", "none")
+
+
+def read_state(path: Path) -> dict[str, dict]:
+    """The stage records in the pipeline's ``state.json`` (``{}`` when there is none yet).
+
+    Raises:
+        DomainBertError: naming the file, when it is not a JSON object of stage records.
+    """
+    if not path.exists():
+        return {}
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise DomainBertError(
+            f"{path}: not a state file the pipeline wrote ({err}); expected JSON: delete it to run every stage "
+            "again, or choose another out"
+        ) from None
+    if not isinstance(state, dict) or not all(isinstance(v, dict) for v in state.values()):
+        raise DomainBertError(
+            f"{path}: expected a JSON object of stage records ({{stage: {{status: ...}}}}); delete it to run every "
+            "stage again, or choose another out"
+        )
+    return state
+
+
+def claim_out(out: str | os.PathLike, inputs: Iterable[str | os.PathLike | None] = ()) -> Path:
+    """The pipeline's folder ``out``, created or reused (see :func:`~domainbert.core.files.claim_folder`).
+
+    A folder that the pipeline of an older domainbert wrote (a ``state.json`` of stage records, but no marker) is
+    its own too: a rerun resumes it.
+    """
+    folder = Path(out)
+    if str(out).strip() and (folder / "state.json").is_file() and not (folder / MARKER).exists():
+        try:
+            read_state(folder / "state.json")
+        except DomainBertError:
+            pass  # not a pipeline's: claim_folder refuses the folder
+        else:
+            (folder / MARKER).write_text("written by domainbert; a rerun of the same command may write here again\n")
+    return claim_folder(out, inputs=inputs, what="out")
 
 
 class Runner:
     """Runs each stage once; a rerun skips a finished stage unless its inputs (its command line) changed."""
 
-    def __init__(self, out: Path) -> None:
-        """Use (and create) ``out``."""
-        self.out = out
-        out.mkdir(parents=True, exist_ok=True)
-        self.state_file = out / "state.json"
-        self.state: dict[str, Any] = json.loads(self.state_file.read_text()) if self.state_file.exists() else {}
+    def __init__(self, out: Path, isolate: Isolate = "training", inputs: Iterable[str | None] = ()) -> None:
+        """Use (and create) ``out``, refusing a folder of the user's or one holding ``inputs``.
+
+        Args:
+            out: the pipeline's folder.
+            isolate: which stages get a process of their own (see the module's docstring).
+            inputs: the pipeline's input files and folders (``out`` may hold none of them).
+        """
+        if isolate not in ISOLATE:
+            raise DomainBertError(f"pipeline: isolate={isolate!r}; expected one of {list(ISOLATE)}")
+        self.out = claim_out(out, inputs)
+        self.isolate = isolate
+        self.state_file = self.out / "state.json"
+        self.state: dict[str, Any] = read_state(self.state_file)
         self.called: list[str] = []
         """The stages of this invocation, in order (the report shows these, not older ones in ``state.json``)."""
 
@@ -56,21 +122,30 @@ class Runner:
             return entry
         return None
 
-    def _run(self, stage: str, cmd: list[str]) -> float:
+    def _run(self, stage: str, cmd: list[str], inline: Callable[[], Any] | None = None) -> float:
+        """Run ``stage``: the command ``cmd`` in a process of its own, or ``inline`` in this one; its seconds."""
+        from domainbert.pipeline.inprocess import run_in_process
+
         folder = self.out / stage
         folder.mkdir(parents=True, exist_ok=True)
+        (folder / MARKER).touch()  # the pipeline's own folder: the stage's tool (probe, select...) may write here
         log = folder / "log.txt"
-        print(f"[{stage}] running: {' '.join(cmd[2:])}\n[{stage}] log: {log}", flush=True)
+        where = "" if inline is None else " (the stage runs in the pipeline's process)"
+        print(f"[{stage}] running: {' '.join(cmd[2:])}\n[{stage}] log: {log}{where}", flush=True)
         t0 = time.time()
-        with open(log, "w", encoding="utf-8") as fh:
-            proc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        if inline is not None:
+            code = run_in_process(inline, log, cmd[2:])
+        else:
+            with open(log, "w", encoding="utf-8") as fh:
+                env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+                code = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env).returncode
         seconds = time.time() - t0
-        if proc.returncode != 0:
+        if code != 0:
             self.state[stage] = {"status": "failed", "log": str(log), "seconds": round(seconds, 1)}
             self._save()
             tail = "".join(log.read_text(encoding="utf-8", errors="replace").splitlines(keepends=True)[-25:])
             raise DomainBertError(
-                f"stage {stage!r} failed (exit {proc.returncode}); its log is {log}. Last lines:\n{tail}\n"
+                f"stage {stage!r} failed (exit {code}); its log is {log}. Last lines:\n{tail}\n"
                 "Fix the cause and run the same command again: finished stages are skipped."
             )
         return seconds
@@ -108,10 +183,16 @@ class Runner:
         if (done := self._done(stage, inputs, fingerprint)) is not None:
             return done
         result = self.out / stage / "result.json"
-        worker = ["--worker", str(result), *([mode] if mode else [])]
-        cmd = [sys.executable, "-m", "domainbert.pipeline", *worker, "--config", config, *args]
+        flags = ["--worker", str(result), *([mode] if mode else [])]
+        cmd = [sys.executable, "-m", "domainbert.pipeline", *flags, "--config", config, *args]
         cmd += ["--trainer.default_root_dir", str(self.out / stage), "--run_name", "run"]
-        seconds = self._run(stage, cmd)
+        inline = None
+        if self.isolate == "none":
+            from domainbert.pipeline.worker import worker
+
+            rest = cmd[3 + len(flags) :]  # the worker's fit arguments
+            inline = functools.partial(worker, str(result), rest, test=mode == "--test", evaluate=mode == "--evaluate")
+        seconds = self._run(stage, cmd, inline)
         return self._finish(stage, json.loads(result.read_text()), seconds, inputs, fingerprint)
 
     def tool(self, stage: str, args: list[str], result: str, after: tuple[str, ...] = ()) -> dict:
@@ -124,7 +205,12 @@ class Runner:
         fingerprint = self.fingerprint(None, after) if after else None
         if (done := self._done(stage, args, fingerprint)) is not None:
             return done
-        seconds = self._run(stage, [sys.executable, "-m", "domainbert", *args])
+        inline = None
+        if self.isolate != "all":
+            from domainbert.cli import main
+
+            inline = functools.partial(main, list(args))
+        seconds = self._run(stage, [sys.executable, "-m", "domainbert", *args], inline)
         record: dict[str, Any] = {"result": result}
         for candidate in (Path(result), Path(result) / "result.json"):
             if candidate.suffix == ".json" and candidate.is_file():

@@ -19,6 +19,21 @@ class StageSpec:
 
 
 @dataclass
+class FinetuneSpec:
+    """The fine-tuning stage: a fit config and its overrides. It always runs: every starting model is fine-tuned.
+
+    There is no ``enabled``: the fine-tuned base model (the baseline) is what every other model is compared with.
+    To run the baseline alone, turn the adaptation stages off (``dapt: {enabled: false}``; tapt, select, vocab and
+    self_train are off unless enabled).
+    """
+
+    config: str | None = None
+    """The stage's fit config; None: the built-in one (``domainbert/pipeline/stages/finetune.yaml``)."""
+    args: list[str] = field(default_factory=list)
+    """Extra command-line overrides, e.g. ``["--trainer.max_epochs=2"]``."""
+
+
+@dataclass
 class VocabSpec:
     """Domain vocabulary extension before DAPT."""
 

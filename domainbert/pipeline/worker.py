@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import torch
+from lightning.pytorch import Callback
 
 from domainbert.core.files import atomic_write_text
 
@@ -22,7 +23,11 @@ def _floats(metrics) -> dict[str, float]:
 
 @torch.no_grad()
 def test_predictions(trainer, model, datamodule) -> dict:
-    """Gold and predicted label ids of the test rows, in file order (single-label classification only)."""
+    """Gold and predicted label ids of the test rows, in file order, from a pass of their own (single-label only).
+
+    Only for what the test pass itself cannot give (see :class:`TestPredictions`): a multi-device run, whose ranks
+    each see a part of the rows, or a module whose test step the callback cannot read.
+    """
     gold, pred = [], []
     model.eval()
     with trainer.precision_plugin.forward_context():
@@ -31,6 +36,56 @@ def test_predictions(trainer, model, datamodule) -> dict:
             pred += model(batch).argmax(-1).tolist()
             gold += batch["labels"].long().tolist()
     return {"gold": gold, "pred": pred, "labels": list(getattr(model, "label_names", []) or [])}
+
+
+class TestPredictions(Callback):
+    """The test pass's own predictions: each test batch's gold and predicted label ids, in the pass's order.
+
+    A forward hook on the module's model (its ``model`` attribute: the classifier, or a distillation's student)
+    keeps the logits of the batch's forward pass, and ``on_test_batch_end`` pairs their argmax with the batch's
+    ``labels``; the test rows are read once, not again for the predictions. ``complete`` turns False when a batch
+    gave no such logits (another task, a step that bypasses the model): then the predictions are not to be used.
+    """
+
+    def __init__(self) -> None:
+        self.gold: list[int] = []
+        self.pred: list[int] = []
+        self.complete = True
+        self._logits = None
+        self._hook = None
+
+    def _keep(self, module, args, output) -> None:
+        self._logits = getattr(output, "logits", output)
+
+    def on_test_start(self, trainer, pl_module) -> None:
+        target = getattr(pl_module, "model", None)
+        target = target if isinstance(target, torch.nn.Module) else pl_module
+        self._hook = target.register_forward_hook(self._keep)
+
+    def on_test_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0) -> None:
+        self._logits = None
+
+    def on_test_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
+        logits, labels = self._logits, batch.get("labels") if isinstance(batch, dict) else None
+        if not (torch.is_tensor(logits) and torch.is_tensor(labels) and logits.dim() == 2 and labels.dim() == 1):
+            self.complete = False
+        elif logits.shape[0] != labels.shape[0]:
+            self.complete = False
+        else:
+            self.pred += logits.argmax(-1).tolist()
+            self.gold += labels.long().tolist()
+        self._logits = None
+
+    def on_test_end(self, trainer, pl_module) -> None:
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
+
+    def record(self, model) -> dict | None:
+        """``{"gold", "pred", "labels"}`` (the format of :func:`test_predictions`), or None when incomplete."""
+        if not self.complete or not self.gold:
+            return None
+        return {"gold": self.gold, "pred": self.pred, "labels": list(getattr(model, "label_names", []) or [])}
 
 
 def worker(result_path: str, args: list[str], test: bool, evaluate: bool = False) -> None:
@@ -72,9 +127,24 @@ def worker(result_path: str, args: list[str], test: bool, evaluate: bool = False
 
 
 def _test(trainer, model, dm, metrics: dict, record: dict, predictions: Path) -> None:
-    """Test the model as it is; its test metrics into ``metrics``, and (single-label) its test predictions."""
-    trainer.test(model, datamodule=dm, ckpt_path=None, verbose=False)
+    """Test the model as it is; its test metrics into ``metrics``, and (single-label) its test predictions.
+
+    The predictions come from the test pass itself (:class:`TestPredictions`); a second pass over the test rows
+    only where that pass cannot give them (several devices, or a module the callback cannot read).
+    """
+    single = hasattr(model, "label_names") and not model.hparams.get("multi_label", False)
+    collect = TestPredictions() if single and trainer.world_size == 1 else None
+    if collect is not None:
+        trainer.callbacks.append(collect)
+    try:
+        trainer.test(model, datamodule=dm, ckpt_path=None, verbose=False)
+    finally:
+        if collect is not None:
+            trainer.callbacks.remove(collect)
     metrics.update(_floats(trainer.callback_metrics))
-    if trainer.is_global_zero and hasattr(model, "label_names") and not model.hparams.get("multi_label", False):
-        atomic_write_text(predictions, json.dumps(test_predictions(trainer, model, dm)) + "\n")
+    if trainer.is_global_zero and single:
+        rows = collect.record(model) if collect is not None else None
+        if rows is None:
+            rows = test_predictions(trainer, model, dm)
+        atomic_write_text(predictions, json.dumps(rows) + "\n")
         record["predictions"] = str(predictions)

@@ -12,6 +12,9 @@ FIX = Path(__file__).resolve().parents[1] / "fixtures"
 def tiny_pipeline(tiny_bert, out: Path, seeds: list[int], **stages) -> Path:
     """Run ``pipeline`` on the fixture task with one fine-tuning epoch; probe, DAPT and distillation off.
 
+    Every stage runs in the test's own process (``isolate="none"``): a process start costs 11-15 s a stage, and
+    the one test of stages as processes is test_pipeline.py's ``test_stages_in_processes_of_their_own...``.
+
     Args:
         tiny_bert: the tiny checkpoint's folder.
         out: the pipeline's folder.
@@ -29,6 +32,7 @@ def tiny_pipeline(tiny_bert, out: Path, seeds: list[int], **stages) -> Path:
         "task_test": str(FIX / "cls_test.jsonl"),
         "out": str(out),
         "seeds": seeds,
+        "isolate": "none",
         "probe": ProbeSpec(enabled=False),
         "dapt": StageSpec(enabled=False),
         "finetune": StageSpec("configs/finetune/tiny_classification.yaml", ["--trainer.max_epochs=1"]),

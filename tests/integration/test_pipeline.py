@@ -11,6 +11,7 @@ import pytest
 from domainbert.errors import DomainBertError
 from domainbert.pipeline import ExportSpec, ProbeSpec, SelectSpec, StageSpec, VocabSpec, main, pipeline
 from domainbert.pipeline.runner import Runner
+from domainbert.pipeline.specs import TaskFiles
 from tests.helpers.pipeline_tiny import tiny_pipeline
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,6 +39,35 @@ def test_runner_skips_done_stages_reruns_changed_ones_and_names_the_log_of_a_fai
     assert f"stage 'bad' failed (exit 2); its log is {log}" in str(err.value)
     assert "domainbert: error: x: no such file" in str(err.value)  # the last lines of the log
     assert json.loads((tmp_path / "state.json").read_text())["bad"]["status"] == "failed"
+
+
+def test_stages_in_processes_of_their_own_record_their_results_and_a_failure_names_its_log(tiny_bert, tmp_path, capsys):
+    """``isolate="all"``, the one test of the process boundary (the other pipeline tests run every stage in the
+    test's process): a fine-tuning worker's record and test predictions come back from its process, and a stage whose
+    process fails is recorded as failed, its message naming its log and quoting the error."""
+    from domainbert.adapt.stats import macro_f1
+
+    runner = Runner(tmp_path / "p", isolate="all")
+    task = TaskFiles(str(FIX / "cls_train.jsonl"), str(FIX / "cls_val.jsonl"), str(FIX / "cls_test.jsonl"))
+    config = str(ROOT / "configs/finetune/tiny_classification.yaml")
+    args = [*task.data_args(), "--trainer.max_epochs=1"]
+    record = runner.fit("ft", config, ["--model.init_from", str(tiny_bert), *args], test=True)
+    assert {"val/f1_macro", "test/f1_macro"} <= set(record["metrics"]) and Path(record["hf"]).is_dir()
+    preds = json.loads(Path(record["predictions"]).read_text())
+    assert len(preds["gold"]) == len(preds["pred"]) == 15 and preds["labels"] == ["api", "graphics", "network"]
+    assert macro_f1(np.array(preds["gold"]), np.array(preds["pred"]), 3) == pytest.approx(
+        record["metrics"]["test/f1_macro"], abs=1e-4
+    )
+    printed = capsys.readouterr().out
+    assert "[ft] running: domainbert.pipeline --worker" in printed and "pipeline's process" not in printed
+
+    with pytest.raises(DomainBertError) as err:
+        runner.fit("bad", config, ["--model.init_from", str(tmp_path / "no-model"), *args])
+    log = tmp_path / "p" / "bad" / "log.txt"
+    assert f"stage 'bad' failed (exit 2); its log is {log}" in str(err.value)
+    assert "domainbert: error:" in str(err.value) and "no-model" in log.read_text()
+    state = json.loads((tmp_path / "p" / "state.json").read_text())
+    assert state["ft"]["status"] == "done" and state["bad"]["status"] == "failed"
 
 
 def test_a_rerun_reruns_a_stage_whose_config_file_changed_and_what_follows_an_upstream_rerun(tmp_path, capsys):
@@ -95,6 +125,7 @@ task_test: {data / "test.jsonl"}
 text_column: body
 label_column: section
 out: {tmp_path / "p"}
+isolate: none
 dapt: {{args: ["--trainer.max_steps=4", "--trainer.val_check_interval=2"]}}
 finetune: {{args: ["--trainer.max_epochs=1"]}}
 distill: {{enabled: false}}
@@ -128,7 +159,6 @@ distill: {{enabled: false}}
     assert set(probe) >= {"val", "test", "c"} and probe["labels"] == ["api", "graphics", "network"]
 
 
-@pytest.mark.slow
 def test_tiny_pipeline_runs_every_stage_writes_the_report_and_a_rerun_skips_them(tiny_bert, tmp_path, capsys):
     common = ["--trainer.enable_progress_bar=false"]
     kwargs = dict(
@@ -150,6 +180,7 @@ def test_tiny_pipeline_runs_every_stage_writes_the_report_and_a_rerun_skips_them
         ),
         export=ExportSpec(args=["--int8", "true", "--bf16", "false", "--latency_examples", "4", "--repeats", "1"]),
     )
+    kwargs["isolate"] = "none"
     report = pipeline(**kwargs)
     text = report.read_text()
     state = json.loads((tmp_path / "p" / "state.json").read_text())

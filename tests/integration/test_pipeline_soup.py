@@ -16,9 +16,17 @@ def _pipeline(tiny_bert, out: Path, seeds: list[int], soup: SoupSpec | None = No
     return tiny_pipeline(tiny_bert, out, seeds, soup=soup)
 
 
-def test_the_baselines_seeds_are_averaged_evaluated_reported_and_skipped_on_a_rerun(tiny_bert, tmp_path, capsys):
+def test_the_baselines_seeds_are_averaged_evaluated_reported_and_skipped_on_a_rerun(
+    tiny_bert, tmp_path, capsys, monkeypatch
+):
+    from domainbert.data.classification import ClassificationDataModule
+
+    tested = []  # the test split is read once per tested model: its predictions come from the test pass itself
+    read = ClassificationDataModule.test_dataloader
+    monkeypatch.setattr(ClassificationDataModule, "test_dataloader", lambda dm: tested.append(dm) or read(dm))
     out = tmp_path / "p"
     report = _pipeline(tiny_bert, out, [0, 1])
+    assert len(tested) == 3  # seed 0, seed 1, the soup
     state = json.loads((out / "state.json").read_text())
     stages = ["finetune-baseline-seed0", "finetune-baseline-seed1", "soup-baseline", "finetune-baseline-soup"]
     assert [state[s]["status"] for s in stages] == ["done"] * 4
