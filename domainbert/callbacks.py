@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 from pathlib import Path
 from typing import Literal
@@ -60,6 +61,15 @@ class HFExport(L.Callback):
             pl_module.load_state_dict(state)
             log.info("restored the best checkpoint %s before export", best)
         self.path = self.run_dir(trainer) / self.dirname
+        if hasattr(pl_module, "export_hf"):
+            bad = nonfinite_weights(pl_module)
+            if bad:
+                from domainbert.errors import DomainBertError
+
+                raise DomainBertError(
+                    f"not exported to {self.path}: the model's weights are not finite ({bad}); lower the learning "
+                    "rate or check the data"
+                )
         self._write(pl_module)
 
     @rank_zero_only
@@ -67,6 +77,93 @@ class HFExport(L.Callback):
         if hasattr(pl_module, "export_hf"):
             pl_module.export_hf(self.path)
             print(f"Exported Hugging Face model to {self.path}")
+
+
+class RunReport(L.Callback):
+    """What every ``domainbert`` training command says, whatever the progress bar (added by the CLI, not configured).
+
+    - When fit starts: the run folder and the model's size, on one line.
+    - After the last training step: that step's ``train/*`` metrics go to the loggers when ``log_every_n_steps``
+      skipped it, so every fit's ``metrics.csv`` ends with the final step (a fit shorter than
+      ``log_every_n_steps``, with no validation, would otherwise leave none).
+    - When fit ends: the final metrics, on one line (before the export's line).
+    - When a command fails or is interrupted before its run folder holds anything but its ``config*.yaml``, that
+      folder is removed, so a failed start leaves no empty ``version_N``. (A process killed outright, SIGKILL,
+      cannot clean up: its folder stays, and the next run takes the next number.)
+    """
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        self._stage = stage
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.is_global_zero:
+            params = sum(p.numel() for p in pl_module.parameters())
+            trainable = sum(p.numel() for p in pl_module.parameters() if p.requires_grad)
+            print(
+                f"Run folder: {HFExport.run_dir(trainer)} ({type(pl_module).__name__}, {params:,} parameters, "
+                f"{trainable:,} trainable)"
+            )
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        step, every = trainer.global_step, trainer.log_every_n_steps
+        if not trainer.loggers or step == 0 or not every or step % every == 0 or trainer.should_stop:
+            return  # Lightning logged the last step itself (its rule: every n-th step, or a stop)
+        metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("train/")}
+        if metrics:
+            metrics["epoch"] = trainer.current_epoch
+            for logger in trainer.loggers:
+                logger.log_metrics(metrics, step=step - 1)  # Lightning numbers a step's row from 0
+
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.is_global_zero:
+            print(f"Final metrics (step {trainer.global_step}): {format_metrics(trainer.callback_metrics)}")
+
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        if trainer.is_global_zero:
+            remove_if_only_configs(HFExport.run_dir(trainer))
+
+
+def format_metrics(metrics: dict) -> str:
+    """``name value`` pairs in name order, 4 significant digits; ``none`` for no metrics."""
+    items = sorted((k, float(v)) for k, v in metrics.items() if getattr(v, "numel", lambda: 1)() == 1)
+    return ", ".join(f"{k} {v:.4g}" for k, v in items) or "none"
+
+
+def remove_if_only_configs(run_dir: Path) -> bool:
+    """Remove ``run_dir`` when it holds nothing but ``config*.yaml``/``hparams.yaml`` (a run that never trained)."""
+    try:
+        files = list(run_dir.iterdir())
+    except OSError:
+        return False
+    if not files or not all(f.is_file() and (f.name.startswith("config") or f.name == "hparams.yaml") for f in files):
+        return False
+    for f in files:
+        f.unlink(missing_ok=True)
+    try:
+        run_dir.rmdir()
+    except OSError:
+        return False
+    log.info("removed %s: the run stopped before training", run_dir)
+    return True
+
+
+def progress_bar() -> L.callbacks.ProgressBar:
+    """Lightning's default progress bar: Rich where installed (as Lightning chooses), else tqdm.
+
+    Rich's reads ``Epoch 0``, not ``Epoch 0/-2``, in a fit bounded by ``max_steps`` (``max_epochs`` -1).
+    """
+    import importlib.util
+
+    return _RichBar() if importlib.util.find_spec("rich") else L.callbacks.TQDMProgressBar()
+
+
+class _RichBar(L.callbacks.RichProgressBar):
+    """``RichProgressBar`` with no ``/<max_epochs - 1>`` after the epoch when there is no epoch limit."""
+
+    def _get_train_description(self, current_epoch: int) -> str:  # Lightning's private hook, pinned by a test
+        max_epochs = self.trainer.max_epochs
+        text = f"Epoch {current_epoch}" + (f"/{max_epochs - 1}" if max_epochs and max_epochs > 0 else "")
+        return f"{text:{len(self.validation_description)}}" if len(self.validation_description) > len(text) else text
 
 
 class EarlyStopping(L.callbacks.EarlyStopping):
@@ -116,6 +213,9 @@ class TrainingGuard(L.Callback):
     - A NaN or inf in the gradients (which a non-finite loss always produces) stops training with an error naming
       the step and the last good checkpoint; with ``nonfinite: skip`` the step's update is dropped instead and
       the number of skipped steps is logged as ``train/skipped_steps``.
+    - With ``nonfinite: stop`` (the default), a non-finite training loss, a NaN or inf in the weights (checked before
+      each validation and when training ends: a learning rate far too high overflows them with finite gradients)
+      or a non-finite validation metric also stops training with an error, so no such model is exported.
     - With ``reseed_every_step`` the global RNG is seeded from ``(seed, batch index)`` before each training batch,
       so dropout draws after a resume from a mid-epoch checkpoint equal those of an uninterrupted run.
     - With ``release_memory`` the heap's free memory goes back to the system after every evaluation batch
@@ -158,6 +258,40 @@ class TrainingGuard(L.Callback):
             base = int(os.environ.get("PL_GLOBAL_SEED", "0"))
             torch.manual_seed(step_seed(base, trainer.fit_loop.total_batch_idx))
 
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+        if self.nonfinite == "stop" and isinstance(loss, torch.Tensor) and not bool(torch.isfinite(loss).all()):
+            self._stop(trainer, f"the training loss is {float(loss.detach().float().mean())}")
+
+    def on_validation_start(self, trainer, pl_module) -> None:
+        if self.nonfinite == "stop" and not trainer.sanity_checking:
+            self._check_weights(trainer, pl_module)
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        if self.nonfinite != "stop" or trainer.sanity_checking:
+            return
+        bad = {k: float(v) for k, v in trainer.callback_metrics.items() if _nonfinite_scalar(v)}
+        if bad:
+            self._stop(trainer, "validation gave " + ", ".join(f"{k}={v}" for k, v in sorted(bad.items())))
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        if self.nonfinite == "stop":
+            self._check_weights(trainer, pl_module)
+
+    def _check_weights(self, trainer, pl_module) -> None:
+        bad = nonfinite_weights(pl_module)
+        if bad:
+            self._stop(trainer, f"the weights are not finite ({bad})")
+
+    def _stop(self, trainer, what: str) -> None:
+        from domainbert.errors import DomainBertError
+
+        last = _last_checkpoint(trainer)
+        raise DomainBertError(
+            f"step {trainer.global_step}: {what}; training stopped and nothing exported. Last good checkpoint: "
+            f"{last or 'none saved yet'}. Lower the learning rate or check the data"
+        )
+
     def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
         if self.nonfinite == "ignore":
             return
@@ -182,6 +316,20 @@ class TrainingGuard(L.Callback):
             f"non-finite loss or gradients at step {trainer.global_step}; last good checkpoint: "
             f"{last or 'none saved yet'}. Lower the learning rate, check the data, or set guard.nonfinite=skip"
         )
+
+
+def _nonfinite_scalar(value) -> bool:
+    """Whether ``value`` (a logged metric: a number or a one-element tensor) is NaN or infinite."""
+    if isinstance(value, torch.Tensor):
+        return value.numel() == 1 and not bool(torch.isfinite(value).all())
+    return isinstance(value, float) and not math.isfinite(value)
+
+
+def nonfinite_weights(module: torch.nn.Module, limit: int = 3) -> str:
+    """The first ``limit`` parameters of ``module`` holding a NaN or an inf, named (``''`` when all are finite)."""
+    bad = [name for name, p in module.named_parameters() if not bool(torch.isfinite(p).all())]
+    more = f" and {len(bad) - limit} more" if len(bad) > limit else ""
+    return ", ".join(bad[:limit]) + more
 
 
 def _malloc_trim():

@@ -92,7 +92,9 @@ class PredictionWriter(BasePredictionWriter):
     """Write the predictions of ``domainbert predict`` as JSONL.
 
     Each line is one input, in the input file's order: its fields (text, id...) plus ``label`` and
-    ``probabilities`` (for classification), ``tags`` (tagging) or ``answer`` and ``score`` (QA).
+    ``probabilities`` (for classification), ``tags`` (tagging) or ``answer`` and ``score`` (QA). The rows of a
+    ``.txt`` file (one text a line, blank lines skipped) carry their ``line`` number, so each prediction can be
+    matched to its line.
     """
 
     #: Tells the task datamodules that predict batches may group rows by length: this writer restores the order.

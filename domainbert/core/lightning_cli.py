@@ -3,21 +3,25 @@
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import importlib.util
 import inspect
 import logging
+import re
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as L
 import yaml
 from jsonargparse import Namespace, set_parsing_settings
+from lightning.pytorch.callbacks import ProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 
-from domainbert.callbacks import HFExport, TrainingGuard
+from domainbert.callbacks import HFExport, RunReport, TrainingGuard, progress_bar
 from domainbert.core.files import plain_name
 from domainbert.core.hardware import auto_precision
 from domainbert.core.runs import ALIASES, next_version, resolve_alias, version_of
@@ -31,6 +35,16 @@ TRAINER_DEFAULTS: dict[str, Any] = {
     "default_root_dir": "runs",
     "gradient_clip_val": 1.0,
     "log_every_n_steps": 10,
+    "enable_model_summary": False,  # RunReport prints the model's size in one line; true: Lightning's table
+}
+
+#: ``--help`` of ``--ckpt_path`` (Lightning's describes ``hpc`` and ``registry``, which domainbert does not use).
+CKPT_PATH_HELP = {
+    "fit": "Resume training: ``last`` (the newest checkpoint of this config's runs, resumed in its own run folder; "
+    "a new run when there is none) or a .ckpt file (a new run folder, starting from that file's state).",
+    "other": "The checkpoint to load: ``best`` (the best checkpoint recorded by the newest run of this config's "
+    "family, <default_root_dir>/<run_name>/version_N), ``last`` (that run's last.ckpt) or a .ckpt file. Unset: "
+    "the model as configured (for instance an export given as --model.init_from).",
 }
 
 
@@ -47,7 +61,13 @@ class DomainBertCLI(LightningCLI):
     - ``fit --ckpt_path last`` resumes the newest run of the family in its own folder; ``validate``/``test``/
       ``predict`` resolve ``best``/``last`` there (:mod:`domainbert.core.runs`).
     - Values that would crash later (``max_steps`` below -1, ``max_steps 0`` for fit, a learning rate of 0, a
-      ``ckpt_path`` that is a folder or missing) are one-line errors before anything is built.
+      ``ckpt_path`` that is a folder or missing, an output folder that cannot be written) are one-line errors before
+      anything is built; a ``file://`` ``ckpt_path`` is a path, checked like one.
+    - ``validate``/``test``/``predict`` given no config are named after the checkpoint's run (or the model's
+      folder): ``runs/<that name>/version_N``, not ``runs/run/``.
+    - Output: :mod:`domainbert.core.quiet` silences the libraries' chatter; :class:`~domainbert.callbacks.RunReport`
+      prints the run folder and the final metrics, and removes a run folder left with only its config by a failure
+      before training; one progress bar (Lightning's, unless ``trainer.callbacks`` gives one).
     """
 
     def __init__(self, args: list[str] | dict | None = None, run: bool = True, **kwargs: Any) -> None:
@@ -57,10 +77,11 @@ class DomainBertCLI(LightningCLI):
         source of every class in the parsers' MROs for them) and the parsers of the subcommands not named.
         """
         set_parsing_settings(docstring_parse_attribute_docstrings=wants_docs(args))
+        _one_log_handler()  # also for sweep trials, which build the CLI without cli_main
         kwargs.setdefault("trainer_defaults", TRAINER_DEFAULTS)
         kwargs.setdefault("save_config_kwargs", {"overwrite": False})
         parser_kwargs = kwargs.get("parser_kwargs") or ({"parser_mode": "omegaconf"} if _has_omegaconf() else {})
-        parser_kwargs = self._only_subcommand(args, parser_kwargs)
+        parser_kwargs = {"prog": "domainbert", **self._only_subcommand(args, parser_kwargs)}
         # --trainer.max_step is an error, not max_steps; a parse error is raised and printed as one line by cli.main
         kwargs["parser_kwargs"] = {"exit_on_error": False, **parser_kwargs, "allow_abbrev": False}
         self._resume_version: int | None = None
@@ -107,22 +128,47 @@ class DomainBertCLI(LightningCLI):
         about ``args`` given alongside ``sys.argv`` would fire on every command: it is not repeated here.
         Checked here, before Lightning's ``_parse_ckpt_path`` loads the checkpoint's hyper-parameters.
         """
+        if wants_docs(args):
+            self._document(parser)
         self.config = parser.parse_object(args) if isinstance(args, dict | Namespace) else parser.parse_args(args)
         sub = self.config.get("subcommand")
         if not sub:
             return
         cfg = self.config[sub]
+        if sub != "fit" and cfg.get("run_name") is None and _config_stem(cfg) is None:
+            cfg["run_name"] = _name_from_inputs(cfg)  # not runs/run/: after the checkpoint's run or the model
+        if cfg.get("seed_everything") is True:  # a random seed, chosen here: Lightning would warn "No seed found"
+            import random
+
+            cfg["seed_everything"] = random.SystemRandom().randrange(2**32)
         self._model_options = _command_line_model_options(args, cfg)
         if cfg.get("run_name") is not None:
             plain_name(cfg["run_name"], "--run_name")
         _check_config(sub, cfg)
         self._resolve_ckpt_path(sub, cfg)
 
+    def _document(self, parser: LightningArgumentParser) -> None:
+        """Put domainbert's own help on ``--model``, ``--data`` and ``--ckpt_path`` of every subcommand's parser.
+
+        LightningCLI keeps the subcommands' parsers in ``_subcommand_parsers`` (its only private attribute used here).
+        """
+        for sub, subparser in getattr(self, "_subcommand_parsers", {"": parser}).items():
+            for key, title in _TITLES.items():  # Lightning's docstrings give a class name and a cut sentence
+                if key in (subparser.groups or {}):
+                    subparser.groups[key].title = title
+            for action in subparser._actions:
+                if action.dest in _HELP:
+                    action.help = _HELP[action.dest]()
+                elif action.dest == "ckpt_path":
+                    action.help = CKPT_PATH_HELP["fit" if sub == "fit" else "other"]
+
     def _resolve_ckpt_path(self, sub: str, cfg: Namespace) -> None:
         """Turn ``best``/``last`` into the newest run's file; ``fit --ckpt_path last`` resumes in that run's folder."""
         ckpt = cfg.get("ckpt_path")
         if not ckpt:
             return
+        if str(ckpt).startswith("file://"):  # a local file: the same checks as a path (Lightning would unpickle it)
+            cfg["ckpt_path"] = ckpt = local_path(str(ckpt))
         family = _run_family(cfg)
         if sub == "fit" and ckpt == "last":
             try:
@@ -178,12 +224,26 @@ class DomainBertCLI(LightningCLI):
         cfg = self.config[self.subcommand] if self.subcommand else self.config
         given = (cfg.get("trainer") or {}).get("logger")
         family = _run_family(cfg)
+        writable_folder(family, "--trainer.default_root_dir")
         version = self._resume_version if self._resume_version is not None else next_version(family)
         if given is False:
             kwargs.setdefault("default_root_dir", str(family / f"version_{version}"))
         else:
             kwargs.setdefault("logger", run_loggers(given, family, version, resume=self._resume_version is not None))
+        if self._resume_version is not None:  # Lightning warns that the resumed run's checkpoints/ is not empty
+            warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
+        kwargs.setdefault("callbacks", self._callbacks())
         return super().instantiate_trainer(**kwargs)
+
+    def _callbacks(self) -> list:
+        """The configured ``trainer.callbacks``, then :class:`RunReport` and the progress bar (unless one is given)."""
+        trainer = (self.config_init[self.subcommand] if self.subcommand else self.config_init).get("trainer") or {}
+        given = trainer.get("callbacks") or []
+        given = list(given) if isinstance(given, list | tuple) else [given]
+        extra: list = [RunReport()]
+        if trainer.get("enable_progress_bar") is not False and not any(isinstance(c, ProgressBar) for c in given):
+            extra.append(progress_bar())
+        return [*given, *extra]
 
     def after_instantiate_classes(self) -> None:
         strategy = getattr(getattr(self, "trainer", None), "strategy", None)
@@ -320,6 +380,113 @@ def _check_config(sub: str, cfg: Namespace) -> None:
         raise DomainBertError(f"--model.learning_rate={lr}: expected a positive learning rate")
 
 
+def _model_help() -> str:
+    from domainbert.data.registry import MODELS
+
+    names = ", ".join(f"{name} ({path})" for name, path in MODELS.items())
+    return (
+        f"The LightningModule: a short name, {names}; or the class path of any LightningModule. "
+        "`--model.help NAME` lists a module's options (--model.learning_rate, ...)."
+    )
+
+
+def _data_help() -> str:
+    from domainbert.data.registry import GROUP
+
+    eps = importlib.metadata.entry_points(group=GROUP)  # the names only: no plugin is imported for a help text
+    names = ", ".join(f"{ep.name} ({ep.value.replace(':', '.')})" for ep in sorted(eps, key=lambda e: e.name))
+    return (
+        f"The LightningDataModule: a short name, {names or 'none registered'}; or the class path of any "
+        "LightningDataModule. `--data.help NAME` lists a datamodule's options."
+    )
+
+
+#: The help of the subclass-mode arguments, in place of jsonargparse's "known subclasses" (only those imported).
+_HELP = {"model": _model_help, "data": _data_help}
+
+#: Headings of the help's option groups whose class docstrings make poor ones.
+_TITLES = {
+    "model": "The model (a LightningModule; --model.help NAME lists its options)",
+    "data": "The data (a LightningDataModule; --data.help NAME lists its options)",
+    "export": "The Hugging Face export at the end of fit (<run folder>/hf)",
+    "guard": "Training guards: non-finite losses and weights, per-step seeding, memory",
+}
+
+
+def expand_help_names(args: list[str]) -> list[str]:
+    """``--model.help NAME`` / ``--data.help NAME`` with a short name: the class path, which jsonargparse needs."""
+    from domainbert.data.registry import class_path, model_class_path
+
+    out = list(args)
+    lookups = {"--model.help": model_class_path, "--data.help": class_path}
+    for i, arg in enumerate(out):
+        flag, eq, value = arg.partition("=")
+        if flag in lookups and eq and (cp := lookups[flag](value)):
+            out[i] = f"{flag}={cp}"
+        elif arg in lookups and i + 1 < len(out) and (cp := lookups[arg](out[i + 1])):
+            out[i + 1] = cp
+    return out
+
+
+def local_path(url: str) -> str:
+    """The path of a ``file://`` URL (``file:///a/b%20c.ckpt`` -> ``/a/b c.ckpt``).
+
+    Raises:
+        DomainBertError: for a URL naming another host (``file://server/...``).
+    """
+    from urllib.parse import unquote, urlparse
+
+    parsed = urlparse(url)
+    if parsed.netloc not in ("", "localhost"):
+        raise DomainBertError(f"--ckpt_path {url}: a file:// URL on another host; give a local path")
+    return unquote(parsed.path)
+
+
+def writable_folder(folder: Path, option: str) -> None:
+    """Create ``folder`` (and its parents) and check that a file can be written in it.
+
+    Raises:
+        DomainBertError: naming ``option``, the folder and why (a read-only file system, no permission, a file in
+            the way...), instead of an ``OSError`` traceback from the first write.
+    """
+    import tempfile
+
+    if "://" in str(folder):  # a remote root (s3://...): its logger and checkpoint writer report their own errors
+        return
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as err:
+        raise DomainBertError(
+            f"{option}: cannot write the run folder {folder}: {err.strerror or err}; give a writable folder"
+        ) from err
+
+
+def _name_from_inputs(cfg: Namespace) -> str:
+    """A run name for a command given no config: the family of ``ckpt_path``'s run, else the model's folder.
+
+    ``runs/cls/version_3/checkpoints/x.ckpt`` and ``runs/cls/version_3/hf`` give ``cls``; ``models/my-bert``
+    gives ``my-bert``; nothing usable gives ``run``.
+    """
+    ckpt = str(cfg.get("ckpt_path") or "")
+    model = cfg.get("model")
+    init = model.get("init_args") if isinstance(model, Namespace) else None
+    source = ckpt if ckpt and ckpt not in ALIASES and "://" not in ckpt else ""
+    source = source or str((init.get("init_from") if isinstance(init, Namespace) else None) or "")
+    if not source:
+        return "run"
+    path = Path(source.rstrip("/"))
+    if version_of(path) is not None:
+        name = path.parents[2].name
+    elif path.parent.name.startswith("version_") and path.parent.parent.name:
+        name = path.parent.parent.name
+    else:
+        name = path.stem if path.suffix == ".ckpt" else path.name
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._")
+    return name or "run"
+
+
 def _lightning_alias(ckpt: str) -> bool:
     """Values of ``ckpt_path`` that Lightning resolves itself: ``hpc``, ``registry...`` and remote URLs."""
     return ckpt == "hpc" or ckpt.startswith("registry") or "://" in ckpt
@@ -380,7 +547,11 @@ def cli_main(args: list[str] | None = None, run: bool = True) -> DomainBertCLI:
     _one_log_handler()
     args = list(args if args is not None else sys.argv[1:])
     check_config_files(args)
-    return DomainBertCLI(args=expand_short_names(args), run=run)
+    if not wants_docs(args):
+        from domainbert.core.quiet import quiet_libraries
+
+        quiet_libraries()
+    return DomainBertCLI(args=expand_help_names(expand_short_names(args)), run=run)
 
 
 def _one_log_handler() -> None:

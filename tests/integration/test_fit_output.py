@@ -1,0 +1,91 @@
+"""What a fit prints and leaves behind (issue 27): a handful of lines, a metrics.csv however short the run, no
+export of a model that diverged, no empty run folders."""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+
+import lightning.pytorch as L
+import pytest
+
+from domainbert.cli import main
+from domainbert.errors import DomainBertError
+from tests.helpers import ROOT, tiny_mlm_args
+
+#: What a library's chatter looks like in a run's output; none of it may appear.
+NOISE = ("Tip:", "litlogger", "litmodels", "Warning", "deprecated", "\x1b[", "LOAD REPORT", "No seed found")
+
+
+def _run(args: list[str], tmp_path) -> subprocess.CompletedProcess:
+    """``domainbert <args>`` in a subprocess, its output captured (not a terminal), as a user's log file gets it."""
+    env = {k: v for k, v in os.environ.items() if k not in ("TRANSFORMERS_VERBOSITY", "DOMAINBERT_LOG")}
+    env["HF_DATASETS_CACHE"] = str(tmp_path / "datasets")
+    return subprocess.run(
+        [sys.executable, "-m", "domainbert", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
+    )
+
+
+def test_a_short_fit_prints_a_handful_of_lines_and_writes_metrics_csv(tiny_bert, corpus_file, tmp_path):
+    """3 steps, fewer than log_every_n_steps (5) and no validation: still a metrics.csv with the last step."""
+    args = tiny_mlm_args("fit", tiny_bert, corpus_file, tmp_path / "runs")
+    proc = _run([*args, "--trainer.max_steps", "3", "--trainer.enable_progress_bar", "true"], tmp_path)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    lines = [line for line in out.splitlines() if line.strip()]
+    for noise in NOISE:
+        assert noise not in out, f"{noise!r} in the output:\n{out}"
+    assert len(lines) == len(set(lines)), f"a line printed twice:\n{out}"
+    run = tmp_path / "runs" / "tiny_debug" / "version_0"
+    expected = (f"Run folder: {run} (MaskedLMModule", "Final metrics (step 3): train/loss ", "Exported Hugging Face")
+    for start in expected:
+        assert sum(line.startswith(start) for line in lines) == 1, f"no line {start!r}:\n{out}"
+    assert len(lines) <= 9, out  # also: the seed, the precision, the corpus, the bar's 2nd line, fit stopped
+    with open(run / "metrics.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert [r["step"] for r in rows if r.get("train/loss")] == ["2"]  # Lightning numbers step rows from 0
+
+
+def test_a_fit_without_progress_bar_still_prints_its_final_metrics(tiny_bert, corpus_file, tmp_path, capsys):
+    main([*tiny_mlm_args("fit", tiny_bert, corpus_file, tmp_path), "--trainer.max_steps", "4"])
+    out = capsys.readouterr().out
+    assert "Final metrics (step 4): train/loss " in out and out.count("Exported Hugging Face model to") == 1
+
+
+def test_a_diverging_learning_rate_stops_with_an_error_and_exports_nothing(tiny_bert, corpus_file, tmp_path, capsys):
+    args = tiny_mlm_args("fit", tiny_bert, corpus_file, tmp_path)
+    with pytest.raises(SystemExit) as exc:
+        main([*args, "--model.learning_rate", "1e3", "--trainer.max_steps", "6", "--trainer.val_check_interval", "3"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "training stopped and nothing exported" in err and "Lower the learning rate" in err
+    assert not list(tmp_path.rglob("hf"))
+
+
+class FailAtStart(L.Callback):
+    """Fails when training starts: after the run folder and its config.yaml exist, before any step."""
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        raise DomainBertError("stopped before the first step")
+
+
+def test_a_run_that_stops_before_training_leaves_no_run_folder(tiny_bert, corpus_file, tmp_path, capsys):
+    args = tiny_mlm_args("fit", tiny_bert, corpus_file, tmp_path)
+    with pytest.raises(SystemExit):
+        main([*args, f"--trainer.callbacks+={__name__}.FailAtStart"])
+    assert "stopped before the first step" in capsys.readouterr().err
+    assert (tmp_path / "tiny_debug").is_dir() and not list((tmp_path / "tiny_debug").iterdir())
+
+
+def test_fit_help_documents_resuming_and_the_modules(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "1000")
+    with pytest.raises(SystemExit) as exc:
+        main(["fit", "--help"])
+    assert exc.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "distill (domainbert.modules.distill.DistillationModule)" in text
+    ckpt = text[text.index("--ckpt_path CKPT_PATH Resume") :][:400]
+    assert "``last`` (the newest checkpoint" in ckpt and "hpc" not in ckpt and "registry" not in ckpt
+    assert "The main advantage is:" not in text  # Lightning's cut docstring is no heading
