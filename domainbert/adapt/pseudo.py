@@ -88,12 +88,10 @@ def load_classifier(path: str):
     """
     from transformers import AutoModelForSequenceClassification
 
-    from domainbert.core.hf import load_model
+    from domainbert.core.hf import head_missing, load_model
 
     model, missing = load_model(AutoModelForSequenceClassification, path)
-    prefix = model.base_model_prefix + "."
-    head = [k for k in missing if not k.startswith(prefix)]
-    if head:
+    if head := head_missing(model, missing):
         raise DomainBertError(
             f"pseudolabel: the teacher {path} has no trained classification head (its checkpoint lacks "
             f"{', '.join(head[:4])}, which would be random): give the hf/ export of a fine-tuning run on the task"

@@ -178,6 +178,12 @@ def load_model(auto_cls, name: str, config=None, trust_remote_code: bool = False
     return model, sorted(info.get("missing_keys", []))
 
 
+def head_missing(model, missing: list[str]) -> list[str]:
+    """The weights outside the encoder (``base_model_prefix``) that ``missing`` lists: a head left random."""
+    prefix = model.base_model_prefix + "."
+    return [k for k in missing if not k.startswith(prefix)]
+
+
 def _mean_pooled_class(auto_cls, config):
     """Domainbert's mean-pooling classifier class where ``config`` marks one; else ``auto_cls`` unchanged.
 

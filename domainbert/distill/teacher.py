@@ -8,7 +8,7 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 
-from domainbert.core.hf import load_config, load_model
+from domainbert.core.hf import head_missing, load_config, load_model
 from domainbert.errors import DomainBertError
 from domainbert.modules.tasks import Task, spec
 
@@ -26,12 +26,10 @@ def load_teacher(path: str, task: Task | str, name: str | None = None) -> PreTra
     """
     task_spec = spec(task)
     model, missing = load_model(task_spec.auto_cls, path, config=load_config(path))
-    prefix = model.base_model_prefix + "."
-    head_missing = [k for k in missing if not k.startswith(prefix)]
-    if head_missing:
+    if missing_head := head_missing(model, missing):
         raise DomainBertError(
             f"the teacher {name or path} has no trained {task_spec.head} head "
-            f"(missing: {', '.join(head_missing[:4])}): distil from a fine-tuned model, e.g. the hf/ export of a "
+            f"(missing: {', '.join(missing_head[:4])}): distil from a fine-tuned model, e.g. the hf/ export of a "
             "fine-tuning run"
         )
     model.eval()

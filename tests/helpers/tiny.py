@@ -156,3 +156,20 @@ def make_tiny(family: str, out: Path, seed: int = 0) -> Path:
     model.save_pretrained(out)
     tok.save_pretrained(out)
     return out
+
+
+def tiny_classifier(tiny_model: Path, out: Path, seed: int, labels: list[str]) -> str:
+    """A tiny random sequence classifier with ``labels``, its head saved, with its tokenizer; its folder."""
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    torch.manual_seed(seed)
+    model = AutoModelForSequenceClassification.from_pretrained(
+        tiny_model,
+        num_labels=len(labels),
+        id2label=dict(enumerate(labels)),
+        label2id={n: i for i, n in enumerate(labels)},
+    )
+    model.save_pretrained(out)
+    AutoTokenizer.from_pretrained(tiny_model).save_pretrained(out)
+    return str(out)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from domainbert.adapt.pseudo import most_confident
+from tests.helpers.tiny import tiny_classifier
 
 
 def test_each_class_keeps_its_quota_of_most_confident_rows():
@@ -25,29 +26,13 @@ def test_a_class_predicted_less_often_than_its_quota_keeps_all_its_rows_and_zero
     assert most_confident(probs, [0, 5, 5]) == [(2, 1)]
 
 
-def _classifier(tiny_bert, out, seed: int, labels: list[str]):
-    """A tiny random sequence classifier with ``labels``, saved with its tokenizer to ``out``."""
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-    torch.manual_seed(seed)
-    model = AutoModelForSequenceClassification.from_pretrained(
-        tiny_bert,
-        num_labels=len(labels),
-        id2label=dict(enumerate(labels)),
-        label2id={n: i for i, n in enumerate(labels)},
-    )
-    model.save_pretrained(out)
-    AutoTokenizer.from_pretrained(tiny_bert).save_pretrained(out)
-    return str(out)
-
-
 def test_an_ensemble_labels_with_the_mean_of_its_teachers_probabilities(tiny_bert, tmp_path):
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     from domainbert.adapt.pseudo import class_probabilities, ensemble_probabilities
 
     labels = ["api", "graphics", "network"]
-    paths = [_classifier(tiny_bert, tmp_path / f"t{i}", seed=i, labels=labels) for i in range(2)]
+    paths = [tiny_classifier(tiny_bert, tmp_path / f"t{i}", seed=i, labels=labels) for i in range(2)]
     texts = ["a library for drawing", "network daemon for sockets and more text here", "api"]
     alone = [
         class_probabilities(
@@ -65,8 +50,8 @@ def test_teachers_with_different_labels_are_refused(tiny_bert, tmp_path):
     from domainbert.adapt.pseudo import ensemble_probabilities
     from domainbert.errors import DomainBertError
 
-    a = _classifier(tiny_bert, tmp_path / "a", seed=0, labels=["api", "graphics"])
-    b = _classifier(tiny_bert, tmp_path / "b", seed=1, labels=["graphics", "api"])
+    a = tiny_classifier(tiny_bert, tmp_path / "a", seed=0, labels=["api", "graphics"])
+    b = tiny_classifier(tiny_bert, tmp_path / "b", seed=1, labels=["graphics", "api"])
     with pytest.raises(DomainBertError, match=r"teacher .*/b has labels \['graphics', 'api'\]"):
         ensemble_probabilities([a, b], ["some text"])
 
@@ -77,7 +62,7 @@ def test_soft_pseudolabels_keep_every_sampled_document_with_the_ensembles_probab
     from domainbert.adapt.pseudo import ensemble_probabilities, pseudolabel
 
     labels = ["api", "graphics", "network"]
-    paths = [_classifier(tiny_bert, tmp_path / f"t{i}", seed=i, labels=labels) for i in range(2)]
+    paths = [tiny_classifier(tiny_bert, tmp_path / f"t{i}", seed=i, labels=labels) for i in range(2)]
     task = tmp_path / "task.jsonl"
     task.write_text("".join(json.dumps({"text": f"task text {i}", "label": labels[i % 3]}) + "\n" for i in range(3)))
     corpus = tmp_path / "corpus.txt"
@@ -104,7 +89,7 @@ def test_soft_pseudolabels_refuse_a_ratio_that_asks_for_no_document(tiny_bert, t
     from domainbert.adapt.pseudo import pseudolabel
     from domainbert.errors import DomainBertError
 
-    teacher = _classifier(tiny_bert, tmp_path / "t", seed=0, labels=["api", "graphics"])
+    teacher = tiny_classifier(tiny_bert, tmp_path / "t", seed=0, labels=["api", "graphics"])
     task = tmp_path / "task.jsonl"
     rows = [{"text": "t 0", "label": "api"}, {"text": "t 1", "label": "graphics"}]
     task.write_text("".join(json.dumps(r) + "\n" for r in rows))

@@ -14,29 +14,18 @@ import os
 from pathlib import Path
 
 import pytest
-import torch
 
 from domainbert.cli import main
 from domainbert.core.files import MARKER
 from tests.helpers import FIX, faults_summary
+from tests.helpers.tiny import tiny_classifier
 
 LABELS = ["api", "graphics", "network"]  # the labels of tests/fixtures/cls_train.jsonl
 
 
 def _classifier(tiny_bert, out: Path, seed: int) -> str:
-    """A tiny sequence classifier with its head's weights saved (random, but trained as far as a file can tell)."""
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-    torch.manual_seed(seed)
-    model = AutoModelForSequenceClassification.from_pretrained(
-        tiny_bert,
-        num_labels=len(LABELS),
-        id2label=dict(enumerate(LABELS)),
-        label2id={n: i for i, n in enumerate(LABELS)},
-    )
-    model.save_pretrained(out)
-    AutoTokenizer.from_pretrained(tiny_bert).save_pretrained(out)
-    return str(out)
+    """A tiny classifier with the fixture task's labels, its head saved."""
+    return tiny_classifier(tiny_bert, out, seed, LABELS)
 
 
 def _digests(folder: Path) -> dict[str, str]:
