@@ -148,7 +148,8 @@ def export(
         texts, labels = _eval_texts(read, data, limit, latency_examples)
         num_labels = len(label2id) if label2id else None
         evalset = EvalSet.build(tokenizer, texts, labels, num_labels, batch_size, max_length, latency_examples, repeats)
-        common = {"examples": len(texts), "data": data, "threads": torch.get_num_threads(), "max_length": max_length}
+        common = {"examples": len(texts), "data": data, "limit": limit, "threads": torch.get_num_threads()}
+        common["max_length"] = max_length
         outs = Outputs(Path(out), tokenizer, evalset, common, threads, onnx_opset, onnx_fuse)
         teacher_model = None
         if teacher is not None:

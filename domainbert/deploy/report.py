@@ -118,10 +118,19 @@ def summary_markdown(result: dict) -> str:
     ]
     if any(r["variant"] == "teacher" for r in rows):
         cols += [("speedup_b32_vs_teacher", "speed-up b32 vs teacher"), ("f1_vs_teacher", "F1 vs teacher")]
-    lines = ["# Deployment variants", "", _table(rows, cols), ""]
+    lines = ["# Deployment variants", "", _scope(rows), "", _table(rows, cols), ""]
     if "verdict" in result:
         lines += [f"**bf16 or int8:** {result['verdict']}.", ""]
     return "\n".join(lines)
+
+
+def _scope(rows: list[dict]) -> str:
+    """What the variants were measured on: the data, its examples, and ``--limit`` when one cut it short."""
+    first = rows[0] if rows else {}
+    data = first.get("data") or "no labelled data"
+    limit = first.get("limit")
+    cut = f" (cut to `--limit {limit}`)" if limit else " (all of it)"
+    return f"Measured on {first.get('examples', 0)} examples of {data}{cut}."
 
 
 def write_summary(out: Path, result: dict) -> None:
