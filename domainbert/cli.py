@@ -117,9 +117,7 @@ def main(argv: list[str] | None = None) -> None:
         if argv and argv[0] in TOOLS:
             importlib.import_module(TOOLS[argv[0]]).main(argv[1:])
         else:
-            from domainbert.core.lightning_cli import cli_main
-
-            cli_main(argv)
+            _lightning_command(argv)
     except Exception as err:  # noqa: BLE001 - user errors are printed cleanly, the rest re-raised
         user = _user_error(err)
         if user is None:
@@ -129,6 +127,20 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         if program and wants_docs(argv):
             _quick_exit()
+
+
+def _lightning_command(argv: list[str]) -> None:
+    """Run a LightningCLI subcommand; a bare ``<command> --help`` comes from :mod:`domainbert.core.help_cache`."""
+    from domainbert.core import help_cache
+
+    def build(args: list[str]) -> None:
+        from domainbert.core.lightning_cli import cli_main
+
+        cli_main(args)
+
+    if help_cache.is_bare_help(argv):
+        help_cache.serve(argv, build)
+    build(argv)
 
 
 def _quick_exit() -> None:

@@ -24,6 +24,10 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 DATASETS_CACHE = Path(tempfile.mkdtemp(prefix="domainbert-tests-datasets-"))
 os.environ["HF_DATASETS_CACHE"] = str(DATASETS_CACHE)
 atexit.register(shutil.rmtree, DATASETS_CACHE, ignore_errors=True)
+#: the ``--help`` cache (domainbert.core.help_cache) of code that runs outside a test (session fixtures); each test
+#: gets an empty one of its own (``_empty_help_cache``), never ``~/.cache/domainbert``
+os.environ["DOMAINBERT_CACHE"] = tempfile.mkdtemp(prefix="domainbert-tests-cache-")
+atexit.register(shutil.rmtree, os.environ["DOMAINBERT_CACHE"], ignore_errors=True)
 if "datasets.config" in sys.modules:
     _config = sys.modules["datasets.config"]
     _config.HF_DATASETS_CACHE = DATASETS_CACHE
@@ -35,6 +39,12 @@ from tests.helpers.tiny import CORPUS, FAMILIES, make_tiny  # noqa: E402
 #: the fault-injection summary; the unit tier's rule (no Trainer.fit, no subprocess under tests/unit); pytester for
 #: the tests of that rule
 pytest_plugins = ["tests.helpers.faults_summary", "tests.helpers.tiers", "pytester"]
+
+
+@pytest.fixture(autouse=True)
+def _empty_help_cache(tmp_path_factory, monkeypatch) -> None:
+    """Every test (and the CLI processes it starts) begins with an empty ``--help`` cache of its own."""
+    monkeypatch.setenv("DOMAINBERT_CACHE", str(tmp_path_factory.mktemp("cache")))
 
 
 @pytest.fixture(scope="session")

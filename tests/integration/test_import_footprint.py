@@ -6,6 +6,7 @@ Each check starts a new interpreter (``sys.modules`` of this one holds whatever 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -77,3 +78,26 @@ def test_the_data_layer_imports_no_model_code():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT).stdout
     assert "domainbert.core.hf" not in out and "domainbert.core.models_local" not in out
     assert "domainbert.core." in out  # the listing is real: the data layer does import parts of domainbert.core
+
+
+# `domainbert fit --help` twice in fresh interpreters sharing one cache: the text, and whether Lightning was imported
+_HELP_TWICE = """
+import contextlib, io, json, sys
+from domainbert.cli import main
+with contextlib.redirect_stdout(io.StringIO()) as out:
+    try:
+        main(["fit", "--help"])
+    except SystemExit as exc:
+        assert exc.code == 0, exc.code
+print(json.dumps({"text": out.getvalue(), "lightning": "lightning.pytorch" in sys.modules}))
+"""
+
+
+def test_a_second_fit_help_is_the_same_text_without_importing_lightning(tmp_path):
+    env = {**os.environ, "DOMAINBERT_CACHE": str(tmp_path / "cache")}
+    runs = []
+    for _ in range(2):
+        proc = subprocess.run([sys.executable, "-c", _HELP_TWICE], capture_output=True, text=True, env=env, check=True)
+        runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    assert runs[0]["lightning"] and "--trainer.max_steps" in runs[0]["text"]
+    assert runs[1] == {"text": runs[0]["text"], "lightning": False}
