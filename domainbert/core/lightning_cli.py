@@ -7,6 +7,7 @@ import importlib.metadata
 import importlib.util
 import inspect
 import logging
+import os
 import re
 import sys
 import warnings
@@ -443,19 +444,27 @@ def local_path(url: str) -> str:
 
 
 def writable_folder(folder: Path, option: str) -> None:
-    """Create ``folder`` (and its parents) and check that a file can be written in it.
+    """Check that ``folder`` can be created and written, creating nothing.
+
+    The check writes (and removes) a temporary file in the nearest folder that exists, ``folder`` or an ancestor, so
+    a run stopped later by bad data leaves no empty run folder behind.
 
     Raises:
         DomainBertError: naming ``option``, the folder and why (a read-only file system, no permission, a file in
             the way...), instead of an ``OSError`` traceback from the first write.
     """
+    import errno
     import tempfile
 
     if "://" in str(folder):  # a remote root (s3://...): its logger and checkpoint writer report their own errors
         return
+    existing = Path(os.path.abspath(folder))
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=folder):
+        if not existing.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, f"{existing} is a file, not a folder")
+        with tempfile.TemporaryFile(dir=existing):
             pass
     except OSError as err:
         raise DomainBertError(

@@ -286,7 +286,8 @@ def test_an_unwritable_output_folder_is_one_line(tmp_path):
     with pytest.raises(DomainBertError, match=r"--trainer.default_root_dir: cannot write the run folder .*root/fam"):
         writable_folder(blocker / "fam", "--trainer.default_root_dir")
     writable_folder(tmp_path / "ok" / "fam", "--trainer.default_root_dir")
-    assert Path(tmp_path / "ok" / "fam").is_dir() and not any((tmp_path / "ok" / "fam").iterdir())
+    assert not Path(tmp_path / "ok").exists(), "the check created a folder: a run stopped by bad data would leave it"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["root"], "the check left its probe file behind"
 
 
 def test_a_run_folder_with_only_its_config_is_removed_and_no_other(tmp_path):
