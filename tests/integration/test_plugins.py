@@ -66,6 +66,7 @@ def test_installed_plugin_is_listed_and_fits_by_its_short_name(installed_plugin,
     fit += ["--data.batch_size", "8", "--model", "domainbert.modules.classification.SequenceClassificationModule"]
     fit += ["--model.init_from", str(tiny_bert), "--model.learning_rate", "3e-3", "--trainer.max_epochs", "3"]
     fit += ["--trainer.default_root_dir", str(tmp_path), "--run_name", "plugin", "--trainer.enable_progress_bar=false"]
+    fit += ["--seed_everything", "0"]  # a drawn seed made the loss check below depend on luck
     done = _run(*fit, path=installed_plugin)
     assert done.returncode == 0, done.stderr[-3000:]
     run = tmp_path / "plugin" / "version_0"
