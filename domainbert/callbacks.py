@@ -47,8 +47,8 @@ class HFExport(L.Callback):
         Read from the logger, not ``trainer.log_dir``: that broadcasts from rank 0, a collective call that hangs
         under DDP when only rank 0 asks (the run folder is named the same on every rank: its version is given).
         """
-        logger = trainer.loggers[0] if trainer.loggers else None
-        return Path(getattr(logger, "log_dir", None) or trainer.default_root_dir)
+        loggers = getattr(trainer, "loggers", None) or []
+        return Path(getattr(loggers[0] if loggers else None, "log_dir", None) or trainer.default_root_dir)
 
     def best_path(self, trainer: L.Trainer) -> str | None:
         """The best monitored checkpoint of this fit, if any."""

@@ -365,7 +365,9 @@ def test_the_guard_and_the_export_refuse_nonfinite_weights(tmp_path):
     module = torch.nn.Linear(2, 2)
     with torch.no_grad():
         module.bias[0] = float("inf")
-    trainer = SimpleNamespace(global_step=3, checkpoint_callbacks=[], sanity_checking=False, log_dir=str(tmp_path))
+    trainer = SimpleNamespace(
+        global_step=3, checkpoint_callbacks=[], sanity_checking=False, loggers=[], default_root_dir=str(tmp_path)
+    )
     with pytest.raises(DomainBertError, match=r"step 3: the weights are not finite \(bias\)"):
         TrainingGuard().on_train_end(trainer, module)
     module.export_hf = lambda path: pytest.fail("a non-finite model was exported")
