@@ -33,9 +33,8 @@ NOT_ON_THE_FIT_PATH = (
     "domainbert.adapt.pseudo",
 )
 
-# `domainbert fit --help` in a fresh interpreter, then the modules a fine-tuning config names; the imported
-# modules after each step, as JSON
-_SCRIPT = """
+# `domainbert fit --help` in a fresh interpreter, its text in `out`: the start of both scripts below
+_FIT_HELP = """
 import contextlib, io, json, sys
 from domainbert.cli import main
 with contextlib.redirect_stdout(io.StringIO()) as out:
@@ -43,11 +42,18 @@ with contextlib.redirect_stdout(io.StringIO()) as out:
         main(["fit", "--help"])
     except SystemExit as exc:
         assert exc.code == 0, exc.code
+"""
+
+# ... then the modules a fine-tuning config names; the imported modules after each step, as JSON
+_SCRIPT = (
+    _FIT_HELP
+    + """
 assert "--trainer.max_steps" in out.getvalue()
 after_help = sorted(sys.modules)
 import domainbert.modules.classification, domainbert.prediction, domainbert.callbacks
 print(json.dumps({"help": after_help, "fit": sorted(sys.modules)}))
 """
+)
 
 
 def _imported(names: list[str], wanted: str) -> bool:
@@ -81,16 +87,12 @@ def test_the_data_layer_imports_no_model_code():
 
 
 # `domainbert fit --help` twice in fresh interpreters sharing one cache: the text, and whether Lightning was imported
-_HELP_TWICE = """
-import contextlib, io, json, sys
-from domainbert.cli import main
-with contextlib.redirect_stdout(io.StringIO()) as out:
-    try:
-        main(["fit", "--help"])
-    except SystemExit as exc:
-        assert exc.code == 0, exc.code
+_HELP_TWICE = (
+    _FIT_HELP
+    + """
 print(json.dumps({"text": out.getvalue(), "lightning": "lightning.pytorch" in sys.modules}))
 """
+)
 
 
 def test_a_second_fit_help_is_the_same_text_without_importing_lightning(tmp_path):
