@@ -19,33 +19,23 @@ import math
 
 import torch
 
+from domainbert.core.families import attribute, family
+
 log = logging.getLogger(__name__)
 
-#: per family: (dense transform, its LayerNorm, the output bias) as attribute paths from the MLM model
-HEAD_PARTS = {
-    "bert": ("cls.predictions.transform.dense", "cls.predictions.transform.LayerNorm", "cls.predictions.bias"),
-    "roberta": ("lm_head.dense", "lm_head.layer_norm", "lm_head.bias"),
-    "xlm-roberta": ("lm_head.dense", "lm_head.layer_norm", "lm_head.bias"),
-    "camembert": ("lm_head.dense", "lm_head.layer_norm", "lm_head.bias"),
-    "distilbert": ("vocab_transform", "vocab_layer_norm", "vocab_projector.bias"),
-    "electra": ("generator_predictions.dense", "generator_predictions.LayerNorm", "generator_lm_head.bias"),
-    "albert": ("predictions.dense", "predictions.LayerNorm", "predictions.bias"),
-}
 
-
-def _get(model, path: str):
-    for part in path.split("."):
-        model = getattr(model, part, None)
-        if model is None:
-            return None
-    return model
+def head_parts(model) -> tuple:
+    """The head's ``(dense transform, its LayerNorm, output bias)`` of ``model``; Nones where not described."""
+    head = family(model.config, fallback=True).mlm_head
+    if head is None:
+        return None, None, None
+    return attribute(model, head.dense), attribute(model, head.norm), attribute(model, head.bias)
 
 
 @torch.no_grad()
 def identity_transform(model) -> bool:
     """Set the head's transform to the identity (dense where square, LayerNorm affine). False if unknown."""
-    parts = HEAD_PARTS.get(model.config.model_type)
-    dense, norm = (_get(model, parts[0]), _get(model, parts[1])) if parts else (None, None)
+    dense, norm, _ = head_parts(model)
     if dense is None or norm is None:
         return False
     if dense.weight.shape[0] == dense.weight.shape[1]:
@@ -65,8 +55,7 @@ def unigram_bias(model, batches, max_batches: int = 200, exclude: list[int] | No
 
     Ids in ``exclude`` (padding and the other special tokens, which are never prediction targets) are not counted.
     """
-    parts = HEAD_PARTS.get(model.config.model_type)
-    bias = _get(model, parts[2]) if parts else None
+    bias = head_parts(model)[2]
     if bias is None:
         return False
     vocab_size = bias.shape[0]

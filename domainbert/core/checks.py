@@ -22,22 +22,8 @@ from typing import Any
 
 import torch
 
+from domainbert.core.families import FAMILIES, family
 from domainbert.errors import DomainBertError
-
-#: model families, as the first component after ``model.`` in a checkpoint's parameter names
-#: (``model.bert.encoder...``), keyed by ``config.json``'s ``model_type``.
-FAMILY_PREFIX = {
-    "bert": "bert",
-    "roberta": "roberta",
-    "xlm-roberta": "roberta",
-    "camembert": "roberta",
-    "albert": "albert",
-    "distilbert": "distilbert",
-    "electra": "electra",
-    "deberta": "deberta",
-    "deberta-v2": "deberta",
-    "mpnet": "mpnet",
-}
 
 
 def load_checkpoint(path: str | os.PathLike) -> dict:
@@ -54,8 +40,12 @@ def load_checkpoint(path: str | os.PathLike) -> dict:
 
 
 def checkpoint_family(state_dict: Mapping[str, Any]) -> str | None:
-    """The model family of a checkpoint's weights (``bert``, ``roberta``...), from their names; None if unknown."""
-    families = set(FAMILY_PREFIX.values())
+    """The model family of a checkpoint's weights (``bert``, ``roberta``...), from their names; None if unknown.
+
+    A family here is a base model's attribute name (:attr:`domainbert.core.families.Family.prefix`), the first
+    component after ``model.`` in its parameter names (``model.bert.encoder...``).
+    """
+    families = {f.prefix for f in FAMILIES.values()}
     for key in state_dict:
         for part in key.split(".")[:4]:  # model.bert..., model.base_model.model.bert... (LoRA)
             if part in families:
@@ -80,7 +70,7 @@ def source_family(init_from: str | None) -> str | None:
         return None
     data = json.loads(config.read_text(encoding="utf-8"))
     model_type = data.get("domainbert_model_type") or data.get("model_type")  # a mean-pooling export's family
-    return FAMILY_PREFIX.get(model_type, model_type)
+    return None if model_type is None else family(model_type, fallback=True).prefix
 
 
 def _get(cfg: Any, key: str, default: Any = None) -> Any:

@@ -13,6 +13,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import AutoConfig, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from domainbert.core.families import max_positions
 from domainbert.core.files import atomic_dir, newest_checkpoint
 from domainbert.core.models_local import resolve_local_alias
 from domainbert.core.models_local import resolve_package as resolve_package  # re-exported: its home before
@@ -247,11 +248,8 @@ def check_tokenizer_fits(tokenizer: PreTrainedTokenizerBase, model: PreTrainedMo
 
 
 def check_max_length(max_length: int, model_or_config, where: str = "max_length") -> None:
-    """Raise if ``max_length`` exceeds the model's position embeddings."""
-    config = getattr(model_or_config, "config", model_or_config)
-    limit = getattr(config, "max_position_embeddings", None)
-    if limit is not None and config.model_type in ("roberta", "xlm-roberta", "camembert"):
-        limit -= 2  # RoBERTa offsets positions by padding_idx + 1
+    """Raise if ``max_length`` exceeds the model's position embeddings (less its family's offset)."""
+    limit = max_positions(getattr(model_or_config, "config", model_or_config))
     if limit is not None and max_length > limit:
         raise DomainBertError(f"{where}={max_length} is beyond the model's {limit} positions; use at most {limit}")
 

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from domainbert.core.families import max_positions
 from domainbert.deploy.onnx_fuse import fuse_for_ort
 from domainbert.deploy.quantize import quiet
 from domainbert.errors import DomainBertError
@@ -60,9 +61,7 @@ def export_onnx(
     """
     names = [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in example]
     wrapper = _LogitsOf(model).eval()
-    limit = getattr(model.config, "max_position_embeddings", 512)
-    if model.config.model_type in ("roberta", "xlm-roberta", "camembert"):
-        limit -= 2
+    limit = max_positions(model.config, default=512)
     batch_dim = torch.export.Dim("batch", min=1, max=4096)
     seq_dim = torch.export.Dim("sequence", min=1, max=limit)
     args = tuple(example[k] for k in names)

@@ -21,6 +21,7 @@ import re
 
 from transformers import AutoConfig, PreTrainedModel
 
+from domainbert.core.families import family
 from domainbert.core.hf import check_tokenizer_fits, load_config, load_model, load_tokenizer
 from domainbert.core.models_local import resolve_local_alias
 from domainbert.errors import DomainBertError
@@ -28,41 +29,30 @@ from domainbert.modules.tasks import Task, spec
 
 log = logging.getLogger(__name__)
 
-#: generic config names -> DistilBERT's own names
-_DISTILBERT_NAMES = {
-    "num_hidden_layers": "n_layers",
-    "hidden_size": "dim",
-    "num_attention_heads": "n_heads",
-    "intermediate_size": "hidden_dim",
-    "hidden_dropout_prob": "dropout",
-    "attention_probs_dropout_prob": "attention_dropout",
-}
-
-_LAYER_KEY = re.compile(r"(\.layer\.)(\d+)(\.)")
-
 
 def auto_class(task: Task | str):
     """The ``transformers`` auto class of ``task``'s head; a clear error for an unknown task."""
     return spec(task).auto_cls
 
 
+def _layout(config):
+    """The student layout of ``config``'s family (:mod:`domainbert.core.families`); generic for an unknown one."""
+    return family(config, fallback=True).student
+
+
 def num_layers(config) -> int:
     """The encoder depth of a config of any supported family."""
-    depth = getattr(config, "n_layers", None) if config.model_type == "distilbert" else None
-    return int(depth or config.num_hidden_layers)
+    return int(getattr(config, _layout(config).name("num_hidden_layers")))
 
 
 def hidden_width(config) -> int:
     """The hidden size of a config of any supported family."""
-    return int(config.dim if config.model_type == "distilbert" else config.hidden_size)
+    return int(getattr(config, _layout(config).name("hidden_size")))
 
 
 def set_num_layers(config, n: int) -> None:
     """Set the encoder depth under the family's own attribute name."""
-    if config.model_type == "distilbert":
-        config.n_layers = n
-    else:
-        config.num_hidden_layers = n
+    setattr(config, _layout(config).name("num_hidden_layers"), n)
 
 
 def select_layers(student_layers: int, teacher_layers: int, strategy: str = "every_k") -> list[int]:
@@ -116,17 +106,19 @@ def student_from_teacher(teacher: PreTrainedModel, layers: int | list[int], stra
     config = copy.deepcopy(teacher.config)
     set_num_layers(config, len(selected))
     student = type(teacher)(config)
-    if config.model_type == "albert":
+    layer_key = _layout(config).layer_key
+    if layer_key is None:
         log.warning(
-            "ALBERT shares one set of layer weights across its depth: the student keeps them and applies them "
+            "%s shares one set of layer weights across its depth: the student keeps them and applies them "
             "%d times instead of %d (faster, not smaller)",
+            config.model_type,
             len(selected),
             depth,
         )
     source = teacher.state_dict()
     state = {}
     for key in student.state_dict():
-        src = _LAYER_KEY.sub(lambda m: f"{m.group(1)}{selected[int(m.group(2))]}{m.group(3)}", key, count=1)
+        src = key if layer_key is None else _renumbered(key, layer_key, selected)
         if src not in source:
             raise DomainBertError(f"cannot copy {key} into the student: the teacher has no weight {src}")
         state[key] = source[src].detach().clone()
@@ -134,16 +126,21 @@ def student_from_teacher(teacher: PreTrainedModel, layers: int | list[int], stra
     return student, selected
 
 
+def _renumbered(key: str, layer_key: str, selected: list[int]) -> str:
+    """The teacher's name of the student weight ``key``: student layer ``i`` is teacher layer ``selected[i]``."""
+    return re.sub(layer_key, lambda m: f"{m.group(1)}{selected[int(m.group(2))]}{m.group(3)}", key, count=1)
+
+
 def student_from_config(teacher_config, overrides: dict, task: Task | str):
     """A randomly initialised student: the teacher's config with ``overrides`` (fewer layers, smaller width).
 
     Generic names (``num_hidden_layers``, ``hidden_size``, ``num_attention_heads``, ``intermediate_size``)
-    are mapped onto DistilBERT's own. ``model_type`` switches family (the vocabulary size, special token
-    ids and label set stay the teacher's).
+    are mapped onto the family's own (DistilBERT's, :mod:`domainbert.core.families`). ``model_type`` switches
+    family (the vocabulary size, special token ids and label set stay the teacher's).
     """
     overrides = dict(overrides)
-    family = overrides.pop("model_type", teacher_config.model_type)
-    if family != teacher_config.model_type:
+    model_type = overrides.pop("model_type", teacher_config.model_type)
+    if model_type != teacher_config.model_type:
         keep = {
             k: getattr(teacher_config, k)
             for k in ("vocab_size", "pad_token_id", "num_labels", "id2label", "label2id", "problem_type")
@@ -151,14 +148,14 @@ def student_from_config(teacher_config, overrides: dict, task: Task | str):
         }
         keep["max_position_embeddings"] = getattr(teacher_config, "max_position_embeddings", 512)
         try:
-            config = AutoConfig.for_model(family, **keep)
+            config = AutoConfig.for_model(model_type, **keep)
         except ValueError as err:
-            raise DomainBertError(f"student_config.model_type={family!r}: {err}") from err
+            raise DomainBertError(f"student_config.model_type={model_type!r}: {err}") from err
     else:
         config = copy.deepcopy(teacher_config)
+    layout = _layout(config)
     for key, value in overrides.items():
-        if config.model_type == "distilbert":
-            key = _DISTILBERT_NAMES.get(key, key)
+        key = layout.name(key)
         if not hasattr(config, key):
             raise DomainBertError(f"student_config.{key}: {config.model_type} configs have no such field")
         setattr(config, key, value)

@@ -2,8 +2,8 @@
 
 Fine-tuning modules take ``lora: LoraSettings | None``; ``None`` means full fine-tuning, and a value
 (even ``{}``, all defaults) switches to LoRA. The encoder is frozen, low-rank adapters are added to the
-attention projections named in :data:`TARGET_MODULES`, and the task head (``classifier``,
-``qa_outputs``...) is trained in full and saved with the adapter (peft's ``modules_to_save``).
+attention projections its family's record names (:mod:`domainbert.core.families`), and the task head
+(``classifier``, ``qa_outputs``...) is trained in full and saved with the adapter (peft's ``modules_to_save``).
 :func:`merged` folds the adapters into a plain ``transformers`` model for export.
 """
 
@@ -15,21 +15,9 @@ from dataclasses import dataclass
 from torch import nn
 
 from domainbert.core import settings
+from domainbert.core.families import FAMILIES, family
 from domainbert.errors import DomainBertError
 from domainbert.modules.tasks import Task, spec
-
-#: Attention projections that receive adapters, per ``config.model_type``.
-TARGET_MODULES: dict[str, list[str]] = {
-    "bert": ["query", "value"],
-    "roberta": ["query", "value"],
-    "xlm-roberta": ["query", "value"],
-    "camembert": ["query", "value"],
-    "electra": ["query", "value"],
-    "albert": ["query", "value"],
-    "distilbert": ["q_lin", "v_lin"],
-    "deberta-v2": ["query_proj", "value_proj"],
-    "mpnet": ["q", "v"],
-}
 
 
 @dataclass
@@ -62,13 +50,14 @@ def target_modules(model_type: str) -> list[str]:
     Raises:
         DomainBertError: for a family without a known default (name them in ``lora.target_modules``).
     """
-    try:
-        return list(TARGET_MODULES[model_type])
-    except KeyError:
+    targets = family(model_type, fallback=True).lora_targets
+    if targets is None:
+        known = sorted(name for name, f in FAMILIES.items() if f.lora_targets is not None)
         raise DomainBertError(
             f"lora: no default target modules for model_type {model_type!r}; set model.lora.target_modules "
-            f"(known families: {sorted(TARGET_MODULES)})"
-        ) from None
+            f"(known families: {known})"
+        )
+    return list(targets)
 
 
 def head_modules(model: nn.Module) -> list[str]:

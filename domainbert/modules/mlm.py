@@ -11,6 +11,7 @@ from lightning.pytorch.cli import OptimizerCallable
 from torchmetrics import MeanMetric
 from transformers import AutoModelForMaskedLM, AutoModelForPreTraining
 
+from domainbert.core.families import FAMILIES, family
 from domainbert.core.hf import check_tokenizer_fits, load_model, load_tokenizer, training_config
 from domainbert.core.optim import warmup_linear
 from domainbert.core.seeding import step_generator
@@ -21,20 +22,10 @@ from domainbert.modules.base import HFModule, enable_gradient_checkpointing
 log = logging.getLogger(__name__)
 
 
-def _bert_head(m, h):
-    return m.cls.predictions(h) if hasattr(m.cls, "predictions") else m.cls(h)
-
-
-#: The MLM head of each family, applied to hidden states of the masked positions only.
-MLM_HEADS = {
-    "bert": _bert_head,
-    "roberta": lambda m, h: m.lm_head(h),
-    "xlm-roberta": lambda m, h: m.lm_head(h),
-    "camembert": lambda m, h: m.lm_head(h),
-    "albert": lambda m, h: m.predictions(h),
-    "distilbert": lambda m, h: m.vocab_projector(m.vocab_layer_norm(m.activation(m.vocab_transform(h)))),
-    "electra": lambda m, h: m.generator_lm_head(m.generator_predictions(h)),
-}
+#: ``{model_type: head(model, hidden)}``: the MLM head of each family that has one described, applied to hidden
+#: states of the masked positions only. Derived from :mod:`domainbert.core.families` for the modules that read it
+#: (:mod:`domainbert.distill.tasks`); new code asks ``family(config, fallback=True).mlm_head``.
+MLM_HEADS = {name: f.mlm_head.logits for name, f in FAMILIES.items() if f.mlm_head is not None}
 
 
 class MaskedLMModule(HFModule):
@@ -112,7 +103,8 @@ class MaskedLMModule(HFModule):
             enable_gradient_checkpointing(self.model)
         self.masker = Masker(self.tokenizer, probability=mlm_probability, whole_word=whole_word_mask)
         self._plan_head(missing, head_init, head_warmup_steps)
-        self._head_fn = MLM_HEADS.get(self.model.config.model_type) if sparse_logits else None
+        head = family(self.model.config, fallback=True).mlm_head
+        self._head_fn = head.logits if sparse_logits and head is not None else None
         self._encoder_frozen = False
         self._encoder = None
         self.val_loss, self.val_acc = MeanMetric(), MeanMetric()

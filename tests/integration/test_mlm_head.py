@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import AutoModelForMaskedLM
 
-from domainbert.adapt.mlm_head import HEAD_PARTS, _get, identity_transform, unigram_bias
+from domainbert.adapt.mlm_head import head_parts, identity_transform, unigram_bias
 from domainbert.data.corpus import CorpusDataModule
 from domainbert.modules.mlm import MaskedLMModule
 
@@ -17,7 +17,7 @@ FAMILIES = ["bert", "roberta", "distilbert", "electra"]
 def test_identity_transform_and_unigram_bias_equal_hand_computed_values(tiny_models, family):
     model = AutoModelForMaskedLM.from_pretrained(tiny_models[family])
     assert identity_transform(model)
-    dense, norm, bias = (_get(model, p) for p in HEAD_PARTS[family])
+    dense, norm, bias = head_parts(model)
     if dense.weight.shape[0] == dense.weight.shape[1]:
         assert torch.equal(dense.weight, torch.eye(dense.weight.shape[0]))
     assert torch.equal(norm.weight, torch.ones_like(norm.weight)) and not norm.bias.any()
