@@ -12,6 +12,7 @@ import lightning.pytorch as L
 import torch
 from lightning.pytorch.utilities import rank_zero_only
 
+from domainbert.core.compat import TrainDescription
 from domainbert.core.seeding import step_seed
 
 log = logging.getLogger(__name__)
@@ -162,10 +163,10 @@ def progress_bar() -> L.callbacks.ProgressBar:
     return _RichBar() if importlib.util.find_spec("rich") else L.callbacks.TQDMProgressBar()
 
 
-class _RichBar(L.callbacks.RichProgressBar):
+class _RichBar(TrainDescription, L.callbacks.RichProgressBar):
     """``RichProgressBar`` with no ``/<max_epochs - 1>`` after the epoch when there is no epoch limit."""
 
-    def _get_train_description(self, current_epoch: int) -> str:  # Lightning's private hook, pinned by a test
+    def train_description(self, current_epoch: int) -> str:
         max_epochs = self.trainer.max_epochs
         text = f"Epoch {current_epoch}" + (f"/{max_epochs - 1}" if max_epochs and max_epochs > 0 else "")
         return f"{text:{len(self.validation_description)}}" if len(self.validation_description) > len(text) else text

@@ -1,8 +1,11 @@
-"""The ``domainbert`` command: LightningCLI for fit/validate/test/predict, plus the tool subcommands.
+"""The ``domainbert`` command: one table of subcommands, read by ``domainbert --help`` and by the dispatch.
 
-``domainbert fit --config configs/<stage>/<model>_<data>.yaml`` trains any LightningModule with any
-LightningDataModule given by ``class_path``. The other subcommands (``vocab``, ``sweep``, ``export``,
-``pipeline``, ``datamodules``) live in their own modules and are dispatched from :func:`main`.
+Every command is a function that takes the options after the command's name (``fn(argv)``), named in
+:data:`COMMANDS` as ``"module:function"`` so that ``domainbert --help`` imports none of them. ``fit``, ``validate``,
+``test`` and ``predict`` are LightningCLI's (:func:`fit` and its siblings below); ``domainbert fit --config
+configs/<stage>/<model>_<data>.yaml`` trains any LightningModule with any LightningDataModule given by
+``class_path``. The tools (``vocab``, ``sweep``, ``export``, ``pipeline``...) are each a ``main(argv)`` of their own
+module.
 """
 
 from __future__ import annotations
@@ -12,40 +15,90 @@ import importlib
 import logging
 import os
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from domainbert.core.tool_cli import wants_docs
 from domainbert.errors import DomainBertError
 
-#: Subcommands outside LightningCLI, and the module whose ``main(argv)`` runs each.
-TOOLS = {
-    "vocab": "domainbert.adapt.vocab",
-    "sweep": "domainbert.sweep.command",
-    "export": "domainbert.deploy.command",
-    "pipeline": "domainbert.pipeline",
-    "datamodules": "domainbert.data.registry",
-    "probe": "domainbert.adapt.probe_cmd",
-    "select": "domainbert.adapt.select",
-    "pseudolabel": "domainbert.adapt.pseudo",
-    "soup": "domainbert.adapt.soup",
+
+@dataclass(frozen=True)
+class Command:
+    """One row of :data:`COMMANDS`.
+
+    Attributes:
+        target: ``"module:function"``; the function takes the options after the command's name.
+        help: its line in ``domainbert --help``.
+    """
+
+    target: str
+    help: str
+
+    @property
+    def module(self) -> str:
+        """The module that holds the command's function."""
+        return self.target.partition(":")[0]
+
+    def load(self) -> Callable[[list[str]], Any]:
+        """Import the command's module and return its function."""
+        module, _, function = self.target.partition(":")
+        return getattr(importlib.import_module(module), function)
+
+
+#: Every subcommand: where its function lives and its line in ``domainbert --help``, in the help's order.
+COMMANDS: dict[str, Command] = {
+    "fit": Command(
+        "domainbert.cli:fit",
+        "train: continued pretraining, fine-tuning or distillation (--config configs/<stage>/<name>.yaml)",
+    ),
+    "validate": Command(
+        "domainbert.cli:validate", "evaluate a checkpoint on the validation set (--ckpt_path best|last|<file>)"
+    ),
+    "test": Command("domainbert.cli:test", "evaluate a checkpoint on the test set (--ckpt_path best|last|<file>)"),
+    "predict": Command(
+        "domainbert.cli:predict", "write predictions (JSONL) of a checkpoint (--ckpt_path best|last|<file>)"
+    ),
+    "sweep": Command(
+        "domainbert.sweep.command:main",
+        "Optuna search over a fit config's hyper-parameters (--config, --sweep, --n_trials)",
+    ),
+    "pipeline": Command(
+        "domainbert.pipeline:main",
+        "the whole recipe: DAPT, fine-tuning, distillation, export and a report (--config)",
+    ),
+    "export": Command(
+        "domainbert.deploy.command:main",
+        "deployment variants of a model: pruned, int8, bf16, ONNX, with a report (--model, --out)",
+    ),
+    "vocab": Command(
+        "domainbert.adapt.vocab:main",
+        "extend a tokenizer with domain words, or train a WordPiece (extend|train, --top_k)",
+    ),
+    "datamodules": Command(
+        "domainbert.data.registry:main", "list the datamodules registered by plugins (entry points)"
+    ),
+    "probe": Command(
+        "domainbert.adapt.probe_cmd:main",
+        "logistic regression on a model's frozen embeddings: the cheapest baseline (--model, --train, --val)",
+    ),
+    "select": Command(
+        "domainbert.adapt.select:main",
+        "the corpus documents nearest a task's texts, for curated DAPT (--model, --corpus, --task, --k)",
+    ),
+    "pseudolabel": Command(
+        "domainbert.adapt.pseudo:main",
+        "label corpus documents with a fine-tuned classifier, for self-training (--model, --corpus, --task)",
+    ),
+    "soup": Command(
+        "domainbert.adapt.soup:main",
+        "average the weights of fine-tuned classifiers (seeds of one recipe) into one model (--models, --out)",
+    ),
 }
 
-#: One line per subcommand for ``domainbert --help`` (printed without importing Lightning or transformers).
-COMMANDS = {
-    "fit": "train: continued pretraining, fine-tuning or distillation (--config configs/<stage>/<name>.yaml)",
-    "validate": "evaluate a checkpoint on the validation set (--ckpt_path best|last|<file>)",
-    "test": "evaluate a checkpoint on the test set (--ckpt_path best|last|<file>)",
-    "predict": "write predictions (JSONL) of a checkpoint (--ckpt_path best|last|<file>)",
-    "sweep": "Optuna search over a fit config's hyper-parameters (--config, --sweep, --n_trials)",
-    "pipeline": "the whole recipe: DAPT, fine-tuning, distillation, export and a report (--config)",
-    "export": "deployment variants of a model: pruned, int8, bf16, ONNX, with a report (--model, --out)",
-    "vocab": "extend a tokenizer with domain words, or train a WordPiece (extend|train, --top_k)",
-    "datamodules": "list the datamodules registered by plugins (entry points)",
-    "probe": "logistic regression on a model's frozen embeddings: the cheapest baseline (--model, --train, --val)",
-    "select": "the corpus documents nearest a task's texts, for curated DAPT (--model, --corpus, --task, --k)",
-    "pseudolabel": "label corpus documents with a fine-tuned classifier, for self-training (--model, --corpus, --task)",
-    "soup": "average the weights of fine-tuned classifiers (seeds of one recipe) into one model (--models, --out)",
-}
+#: The module of each command outside LightningCLI, derived from :data:`COMMANDS`; kept only for
+#: ``domainbert.pipeline.toolstage``, which should read ``COMMANDS[name].module`` instead.
+TOOLS = {name: command.module for name, command in COMMANDS.items() if command.module != __name__}
 
 USAGE = "usage: domainbert <command> [options]"
 
@@ -53,7 +106,7 @@ USAGE = "usage: domainbert <command> [options]"
 def help_text() -> str:
     """The text of ``domainbert --help``: every subcommand with one line."""
     width = max(map(len, COMMANDS))
-    lines = [f"  {name:<{width}}  {what}" for name, what in COMMANDS.items()]
+    lines = [f"  {name:<{width}}  {command.help}" for name, command in COMMANDS.items()]
     return "\n".join(
         [
             USAGE,
@@ -102,9 +155,7 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``domainbert`` console script (``argv`` None) and of calls from Python."""
     program = argv is None  # the process ends when this returns
     argv = list(sys.argv[1:] if argv is None else argv)
-    logging.basicConfig(level=os.environ.get("DOMAINBERT_LOG", "INFO"), format="%(levelname)s %(name)s: %(message)s")
-    for noisy in ("httpx", "urllib3", "filelock", "torchao"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    _configure_logging()
     if not argv or argv[0] in ("-h", "--help"):
         print(help_text(), file=sys.stdout if argv else sys.stderr)
         sys.exit(0 if argv else 2)
@@ -114,10 +165,10 @@ def main(argv: list[str] | None = None) -> None:
         )
         sys.exit(2)
     try:
-        if argv and argv[0] in TOOLS:
-            importlib.import_module(TOOLS[argv[0]]).main(argv[1:])
-        else:
+        if argv[0].startswith("-"):  # options before the command (``--config x.yaml fit``): LightningCLI's to parse
             _lightning_command(argv)
+        else:
+            COMMANDS[argv[0]].load()(argv[1:])
     except Exception as err:  # noqa: BLE001 - user errors are printed cleanly, the rest re-raised
         user = _user_error(err)
         if user is None:
@@ -127,6 +178,33 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         if program and wants_docs(argv):
             _quick_exit()
+
+
+def _configure_logging() -> None:
+    """One root handler at ``$DOMAINBERT_LOG`` (default INFO); the chattiest libraries only warn."""
+    logging.basicConfig(level=os.environ.get("DOMAINBERT_LOG", "INFO"), format="%(levelname)s %(name)s: %(message)s")
+    for noisy in ("httpx", "urllib3", "filelock", "torchao"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def fit(argv: list[str]) -> None:
+    """``domainbert fit``: LightningCLI's fit subcommand."""
+    _lightning_command(["fit", *argv])
+
+
+def validate(argv: list[str]) -> None:
+    """``domainbert validate``: LightningCLI's validate subcommand."""
+    _lightning_command(["validate", *argv])
+
+
+def test(argv: list[str]) -> None:
+    """``domainbert test``: LightningCLI's test subcommand."""
+    _lightning_command(["test", *argv])
+
+
+def predict(argv: list[str]) -> None:
+    """``domainbert predict``: LightningCLI's predict subcommand."""
+    _lightning_command(["predict", *argv])
 
 
 def _lightning_command(argv: list[str]) -> None:

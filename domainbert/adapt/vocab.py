@@ -39,6 +39,7 @@ import torch
 from tokenizers import AddedToken, Tokenizer
 from transformers import AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from domainbert.core.compat import set_backend_tokenizer
 from domainbert.errors import DomainBertError
 
 log = logging.getLogger(__name__)
@@ -383,13 +384,12 @@ def extend_vocabulary(*args, **kwargs) -> list[str]:
 def adopt_backend(tokenizer: PreTrainedTokenizerBase, new: PreTrainedTokenizerBase) -> None:
     """Make ``tokenizer`` (in place) tokenize exactly as ``new``: it takes over ``new``'s Rust backend.
 
-    A transformers 5 fast tokenizer (``TokenizersBackend``) keeps all its vocabulary state in the Rust
-    ``tokenizers.Tokenizer`` that ``backend_tokenizer`` returns, a read-only property over the attribute
-    ``_tokenizer``; transformers has no public setter, so that attribute is assigned here, in this one place.
-    ``tests/unit/test_vocab_extend.py`` pins the behaviour (the ``backend_tokenizer``, length, vocabulary and
-    encodings all follow), so a transformers release that moves the state fails there first.
+    A transformers 5 fast tokenizer keeps all its vocabulary state in its Rust backend, which has no public setter
+    (:func:`domainbert.core.compat.set_backend_tokenizer`). ``tests/unit/test_vocab_extend.py`` pins the behaviour
+    (the ``backend_tokenizer``, length, vocabulary and encodings all follow), so a transformers release that moves
+    the state fails there first.
     """
-    tokenizer._tokenizer = new.backend_tokenizer
+    set_backend_tokenizer(tokenizer, new.backend_tokenizer)
 
 
 def tokens_per_word(tokenizer: PreTrainedTokenizerBase, texts: Iterable[str], batch_size: int = BATCH) -> float:

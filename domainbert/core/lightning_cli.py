@@ -23,6 +23,13 @@ from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 
 from domainbert.callbacks import HFExport, RunReport, TrainingGuard, progress_bar
+from domainbert.core.compat import (
+    AppendToMetricsFile,
+    only_subcommands,
+    parser_actions,
+    set_csv_writer,
+    subcommand_parsers,
+)
 from domainbert.core.files import plain_name
 from domainbert.core.hardware import auto_precision
 from domainbert.core.runs import ALIASES, next_version, resolve_alias, version_of
@@ -107,7 +114,7 @@ class DomainBertCLI(LightningCLI):
         if not isinstance(args, list | tuple) or not args or args[0] not in every:
             return parser_kwargs
         only = {args[0]: every[args[0]]}
-        self.subcommands = lambda: only  # shadows the static method for this instance only
+        only_subcommands(self, only)  # this instance only: DomainBertCLI.subcommands() keeps all four
         return {k: v for k, v in parser_kwargs.items() if k not in every or k in only}
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
@@ -151,13 +158,13 @@ class DomainBertCLI(LightningCLI):
     def _document(self, parser: LightningArgumentParser) -> None:
         """Put domainbert's own help on ``--model``, ``--data`` and ``--ckpt_path`` of every subcommand's parser.
 
-        LightningCLI keeps the subcommands' parsers in ``_subcommand_parsers`` (its only private attribute used here).
+        Without subcommands (``run=False``) the main parser gets it.
         """
-        for sub, subparser in getattr(self, "_subcommand_parsers", {"": parser}).items():
+        for sub, subparser in (subcommand_parsers(self) or {"": parser}).items():
             for key, title in _TITLES.items():  # Lightning's docstrings give a class name and a cut sentence
                 if key in (subparser.groups or {}):
                     subparser.groups[key].title = title
-            for action in subparser._actions:
+            for action in parser_actions(subparser):
                 if action.dest in _HELP:
                     action.help = _HELP[action.dest]()
                 elif action.dest == "ckpt_path":
@@ -284,20 +291,13 @@ class RunCSVLogger(CSVLogger):
 
     @property
     def experiment(self) -> ExperimentWriter:
-        if self._experiment is None and self._resume:
-            self._experiment = _AppendingWriter(log_dir=self.log_dir)
+        if self._resume:
+            set_csv_writer(self, lambda: _AppendingWriter(log_dir=self.log_dir))
         return super().experiment
 
 
-class _AppendingWriter(ExperimentWriter):
+class _AppendingWriter(AppendToMetricsFile, ExperimentWriter):
     """Lightning's CSV writer, keeping an existing ``metrics.csv`` (and its columns) instead of removing it."""
-
-    def _check_log_dir_exists(self) -> None:
-        path = Path(self.metrics_file_path)
-        if path.is_file():
-            with path.open(encoding="utf-8") as f:
-                header = f.readline().strip()
-            self.metrics_keys = sorted(k for k in header.split(",") if k)
 
 
 #: loggers whose folder is ``save_dir/name/version_<version>``: the run's version is given to them.

@@ -15,6 +15,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 from torchdata.stateful_dataloader import StatefulDataLoader
 
+from domainbert.core.compat import dataset_fingerprint
 from domainbert.data import readers
 from domainbert.data.base import MIN_LENGTH
 from domainbert.data.batching import EpochSampler
@@ -151,7 +152,7 @@ class CorpusTokenizer:
         reuses the tokenized arrow files instead of tokenizing again.
         """
         settings = {"v": self.VERSION, "max_length": self.max_length, "sep": self.sep_id}
-        parts = [ds._fingerprint, tokenizer_fingerprint(self.tokenizer), json.dumps(settings, sort_keys=True)]
+        parts = [dataset_fingerprint(ds), tokenizer_fingerprint(self.tokenizer), json.dumps(settings, sort_keys=True)]
         return hashlib.sha256("|".join(parts).encode()).hexdigest()[:32]
 
 

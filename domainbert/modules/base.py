@@ -14,6 +14,7 @@ import lightning.pytorch as L
 import torch
 from torch import nn
 
+from domainbert.core.compat import attached_trainer
 from domainbert.core.hf import export_hf
 from domainbert.core.optim import build_optimizer, param_groups, warmup_linear
 from domainbert.errors import DomainBertError
@@ -106,13 +107,17 @@ class HFModule(L.LightningModule):
     def on_test_end(self) -> None:
         self.remember_metrics("test")
 
+    def attached_datamodule(self) -> L.LightningDataModule | None:
+        """The datamodule of the trainer this module is attached to; None without a trainer or a datamodule."""
+        return getattr(attached_trainer(self), "datamodule", None)
+
     def remember_metrics(self, stage: str) -> None:
         """Keep the ``<stage>/...`` metrics just computed (not the sanity check's) in ``evaluated_metrics``.
 
         The model card falls back on them when the trainer's own metrics were reset (a ``predict`` after a
         ``validate`` in the Python API).
         """
-        trainer = self._trainer
+        trainer = attached_trainer(self)
         if trainer is None or getattr(trainer, "sanity_checking", False):
             return
         kept = {k: v for k, v in (self.evaluated_metrics or {}).items() if not k.startswith(f"{stage}/")}

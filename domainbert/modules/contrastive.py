@@ -147,7 +147,7 @@ class ContrastiveModule(HFModule):
 
     def setup(self, stage: str) -> None:
         """Refuse data that cannot give negatives (``batch_size`` below 2) or that is sentence pairs."""
-        dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        dm = self.attached_datamodule()
         if dm is None:
             return
         batch_size = getattr(dm, "batch_size", None)

@@ -29,6 +29,7 @@ import torch
 from lightning.pytorch.cli import OptimizerCallable
 from torch import nn
 
+from domainbert.core.compat import attached_trainer
 from domainbert.core.hf import load_tokenizer
 from domainbert.core.models_local import resolve_local_alias
 from domainbert.core.seeding import step_generator
@@ -205,7 +206,7 @@ class DistillationModule(HFModule):
         self._cache_key: str | None = None
 
     def setup(self, stage: str) -> None:
-        dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        dm = self.attached_datamodule()
         settings = {"multi_label": self.multi_label} if self.task_spec.labelled else {}
         check_agreement(dm, self.label_names, settings, owner="model.teacher")
         if getattr(dm, "soft_label_column", None):
@@ -336,7 +337,7 @@ class DistillationModule(HFModule):
 
     def _teacher_forward(self, batch: dict, input_ids, selected, hidden: bool | None = None):
         hidden = self.need_hidden if hidden is None else hidden
-        with torch.no_grad(), teacher_autocast(self._trainer, self.device):
+        with torch.no_grad(), teacher_autocast(attached_trainer(self), self.device):
             return self._run(self.teacher, batch, input_ids, selected, hidden, self.need_attentions)
 
     def prepare(self, batch: dict, salt: int) -> tuple[torch.Tensor, torch.Tensor | None, dict]:

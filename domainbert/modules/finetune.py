@@ -163,7 +163,7 @@ class FineTuneModule(HFModule):
 
     def check_datamodule(self, settings: tuple[str, ...] = ()) -> None:
         """Raise if the datamodule disagrees with the model on the label set or the hyperparameters ``settings``."""
-        dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        dm = self.attached_datamodule()
         expected = {k: self.hparams[k] for k in settings if k in self.hparams}
         check_agreement(dm, getattr(self, "label_names", None), expected)
 

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 import torch
 from lightning.pytorch.cli import OptimizerCallable
 
+from domainbert.core.compat import attached_trainer
 from domainbert.modules.finetune import FineTuneModule, lora_hparam
 from domainbert.modules.lora import LoraSettings
 from domainbert.modules.metrics import SquadExactMatch, SquadF1
@@ -211,7 +212,7 @@ class QuestionAnsweringModule(FineTuneModule):
         return self.answers.pop(sorted(ex for ex in self.answers.answers if final or ex < last))
 
     def _predict_batches(self) -> int:
-        trainer = self._trainer
+        trainer = attached_trainer(self)
         if trainer is None:
             return 1 << 62
         n = trainer.num_predict_batches

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from domainbert.core.compat import study_storage, trial_id
 from domainbert.core.files import pid_alive
 
 log = logging.getLogger(__name__)
@@ -69,19 +70,19 @@ def fail_dead_workers(study: optuna.Study) -> list[int]:
     Returns:
         The numbers of the trials failed.
     """
-    storage = study._storage
+    storage = study_storage(study)
     callback = getattr(storage, "get_heartbeat_stale_trial_callback", lambda: None)()
     failed = []
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         if not _pid_dead(str(t.user_attrs.get("worker", ""))):
             continue
         try:
-            if not storage.set_trial_state_values(t._trial_id, state=TrialState.FAIL):
+            if not storage.set_trial_state_values(trial_id(t), state=TrialState.FAIL):
                 continue
         except optuna.exceptions.UpdateFinishedTrialError:
             continue  # another worker failed it first
         failed.append(t.number)
         log.info("trial %d: its worker %s is dead; retried", t.number, t.user_attrs["worker"])
         if callback is not None:
-            callback(study, copy.deepcopy(storage.get_trial(t._trial_id)))
+            callback(study, copy.deepcopy(storage.get_trial(trial_id(t))))
     return failed

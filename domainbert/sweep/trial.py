@@ -18,6 +18,7 @@ import optuna
 from jsonargparse import Namespace
 
 from domainbert.cli import DomainBertCLI
+from domainbert.core.compat import SkipSeeding
 from domainbert.errors import DomainBertError
 
 log = logging.getLogger(__name__)
@@ -105,17 +106,13 @@ def _prepare(args: Sequence[str]) -> list[str]:
     return expand_short_names(list(args))
 
 
-class _ParseOnlyCLI(DomainBertCLI):
+class _ParseOnlyCLI(SkipSeeding, DomainBertCLI):
     """The fit CLI's parser and parsed config, without instantiating anything.
 
     ``LightningCLI.__init__`` seeds every global generator (``seed_everything``) even with ``run=False``, and
     writes the seed it drew for ``seed_everything: true`` into the config, which ``best.yaml`` would then fix.
-    A parse must do neither, and Lightning has no public switch for it: its private ``_set_seed`` is overridden
-    (pinned by ``tests/unit/test_sweep_trial.py``).
+    A parse must do neither: :class:`~domainbert.core.compat.SkipSeeding` (pinned by ``tests/unit/test_compat.py``).
     """
-
-    def _set_seed(self) -> None:
-        pass
 
     def before_instantiate_classes(self) -> None:
         pass
@@ -149,16 +146,11 @@ def parse_fit(args: Sequence[str]) -> tuple[Any, Namespace]:
 
 
 class _TrialCLI(DomainBertCLI):
-    """``DomainBertCLI`` whose trainer gets extra callbacks."""
+    """``DomainBertCLI`` whose trainer gets extra callbacks (given ``fit`` first, it builds only fit's parser)."""
 
     def __init__(self, *args: Any, extra_callbacks: Sequence[L.Callback] = (), **kwargs: Any) -> None:
         self._extra_callbacks = list(extra_callbacks)
         super().__init__(*args, **kwargs)
-
-    @staticmethod
-    def subcommands() -> dict[str, set[str]]:
-        """Only ``fit``: building the other subcommands' parsers would cost seconds per trial."""
-        return {"fit": DomainBertCLI.subcommands()["fit"]}
 
     def instantiate_trainer(self, **kwargs: Any) -> L.Trainer:
         trainer = super().instantiate_trainer(**kwargs)

@@ -1,9 +1,11 @@
-"""The LightningCLI end to end: run folders, saved configs that rerun, HF export, clean errors."""
+"""The LightningCLI end to end: run folders, saved configs that rerun, HF export, clean errors; every --help."""
+
+import re
 
 import pytest
 from transformers import AutoModelForMaskedLM, AutoTokenizer
 
-from domainbert.cli import main
+from domainbert.cli import COMMANDS, main
 from tests.helpers import TINY_MLM, tiny_mlm_args
 
 
@@ -96,3 +98,15 @@ def test_tool_subcommands_start_without_importing_lightning():
     code = "import sys, domainbert.cli, domainbert.pipeline; print(sorted(m for m in sys.modules if 'lightning' in m))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_every_command_prints_its_own_help(command, capsys):
+    code = 0
+    try:
+        main([command, "--help"])
+    except SystemExit as exc:
+        code = exc.code
+    out = capsys.readouterr().out
+    assert code in (0, None), (command, code)
+    assert re.match(rf"usage: domainbert (\[options\] )?{command}\b", out), out[:300]

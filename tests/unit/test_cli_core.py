@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import inspect
 from types import SimpleNamespace
 
 import pytest
 import torch
 
+from domainbert import cli
 from domainbert.cli import COMMANDS, _user_error, main
 from domainbert.core.tool_cli import run_function
 from domainbert.errors import DomainBertError
@@ -22,12 +24,62 @@ def test_no_command_prints_the_help_and_exits_2(capsys):
     assert "datamodules" in capsys.readouterr().err
 
 
-def test_unknown_command_lists_every_command(capsys):
+def test_unknown_command_is_one_line_listing_every_command(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["fitt", "--config", "x.yaml"])
     assert exc.value.code == 2
     err = capsys.readouterr().err
-    assert "unknown command 'fitt'" in err and all(c in err for c in COMMANDS) and "Traceback" not in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert err == f"domainbert: error: unknown command 'fitt'; expected one of: {', '.join(COMMANDS)}\n"
+
+
+def test_help_lists_exactly_the_tables_commands_with_their_lines(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    listed = out.split("commands:\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert [line.split()[0] for line in listed] == list(COMMANDS)
+    for line, command in zip(listed, COMMANDS.values(), strict=True):
+        assert line.endswith(f"  {command.help}")
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_every_command_dispatches_to_a_function_of_its_options(name):
+    command = COMMANDS[name]
+    module, _, function = command.target.partition(":")
+    assert module and function and command.module == module
+    fn = command.load()
+    assert callable(fn) and fn.__name__ == function
+    params = list(inspect.signature(fn).parameters.values())
+    assert len(params) == 1 and params[0].kind is inspect.Parameter.POSITIONAL_OR_KEYWORD, params
+
+
+def test_a_command_runs_its_function_with_the_options_after_its_name(monkeypatch):
+    _SEEN.clear()
+    monkeypatch.setitem(cli.COMMANDS, "datamodules", cli.Command("tests.unit.test_cli_core:_record", "x"))
+    main(["datamodules", "--a", "1"])
+    assert _SEEN == [["--a", "1"]]
+
+
+def test_the_lightning_commands_hand_their_name_to_lightning_cli(monkeypatch):
+    calls = []
+    monkeypatch.setattr(cli, "_lightning_command", calls.append)
+    main(["validate", "--ckpt_path", "best"])
+    main(["--config", "x.yaml", "fit"])  # options before the command: LightningCLI parses them all
+    assert calls == [["validate", "--ckpt_path", "best"], ["--config", "x.yaml", "fit"]]
+
+
+def test_tools_is_derived_from_the_table():
+    assert cli.TOOLS == {n: c.module for n, c in COMMANDS.items() if not c.target.startswith("domainbert.cli:")}
+    assert set(COMMANDS) - set(cli.TOOLS) == {"fit", "validate", "test", "predict"}
+
+
+_SEEN: list = []
+
+
+def _record(argv: list[str]) -> None:
+    _SEEN.append(argv)
 
 
 def test_a_user_error_is_found_however_deep_the_libraries_wrapped_it():
@@ -313,17 +365,13 @@ def test_final_metrics_are_one_line_in_name_order():
 
 @pytest.mark.parametrize("max_epochs,text", [(-1, "Epoch 2"), (None, "Epoch 2"), (5, "Epoch 2/4")])
 def test_the_progress_bar_shows_no_negative_epoch_limit(max_epochs, text):
-    """Pin: Lightning's RichProgressBar asks the private ``_get_train_description`` for its epoch text."""
-    import inspect
-
-    from lightning.pytorch.callbacks import RichProgressBar
-
+    """Lightning's hook for the text is private: tests/unit/test_compat.py pins it."""
     from domainbert.callbacks import _RichBar
 
-    assert "self._get_train_description(" in inspect.getsource(RichProgressBar)
     bar = _RichBar()
-    bar._trainer = SimpleNamespace(max_epochs=max_epochs)
-    assert bar._get_train_description(2).strip() == text
+    bar.setup(SimpleNamespace(max_epochs=max_epochs, is_global_zero=True), None, "fit")
+    assert bar.train_description(2).strip() == text
+    assert bar._get_train_description(2) == bar.train_description(2)  # what Lightning calls
 
 
 def test_lightning_tips_and_absent_hardware_lines_are_dropped_and_nothing_else():
