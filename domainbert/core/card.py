@@ -22,6 +22,8 @@ from typing import Any
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
+from domainbert.core.compat import attached_trainer
+
 #: ``pipeline_tag`` by the exported model class's suffix.
 PIPELINE_TAGS = {
     "ForSequenceClassification": "text-classification",
@@ -106,7 +108,7 @@ def exported_metrics(module) -> tuple[dict[str, float], str]:
     monitored value is the best score); test metrics logged afterwards are added. Otherwise the last logged values,
     with the module's ``evaluated_metrics`` (its last ``validate``/``test``) where the trainer no longer has them.
     """
-    trainer = getattr(module, "_trainer", None)
+    trainer = attached_trainer(module)
     evaluated = {
         k: n for k, v in (getattr(module, "evaluated_metrics", None) or {}).items() if (n := _number(v)) is not None
     }
@@ -166,7 +168,7 @@ def reproduce_note(module) -> str:
 
 def _run_config(module) -> Path | None:
     """The run's saved ``config.yaml``, absolute; None when there is none."""
-    trainer = getattr(module, "_trainer", None)
+    trainer = attached_trainer(module)
     # the first logger's folder: ``trainer.log_dir`` is a collective under DDP, and cards are written on rank 0 only
     loggers = (getattr(trainer, "loggers", None) or []) if trainer is not None else []
     log_dir = next((lg.log_dir for lg in loggers if getattr(lg, "log_dir", None)), None)
@@ -210,7 +212,7 @@ def build_card(module, extra: dict[str, Any] | None = None) -> ModelCard:
     hp = dict(module.hparams) if hasattr(module, "hparams") else {}
     source = hp.get("init_from") or hp.get("student") or hp.get("teacher")
     base, task, stage = base_model_id(source), pipeline_tag(module), type(module).__name__
-    trainer = getattr(module, "_trainer", None)
+    trainer = attached_trainer(module)
     dm = getattr(trainer, "datamodule", None) if trainer is not None else None
     data_desc = getattr(dm, "describe", lambda: None)() if dm is not None else None
     metrics, origin = exported_metrics(module)

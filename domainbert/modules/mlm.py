@@ -11,6 +11,7 @@ from lightning.pytorch.cli import OptimizerCallable
 from torchmetrics import MeanMetric
 from transformers import AutoModelForMaskedLM, AutoModelForPreTraining
 
+from domainbert.core.compat import attached_trainer
 from domainbert.core.families import FAMILIES, family
 from domainbert.core.hf import check_tokenizer_fits, load_model, load_tokenizer, training_config
 from domainbert.core.optim import warmup_linear
@@ -154,7 +155,7 @@ class MaskedLMModule(HFModule):
         A missing head started from the embeddings gets its output bias from the training data here; a resumed
         run then restores its trained head over it (Lightning restores checkpoints after ``setup``).
         """
-        dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        dm = self.attached_datamodule()
         if stage == "fit" and self._init_head_from_data and dm is not None:
             from domainbert.adapt.mlm_head import unigram_bias
 
@@ -273,7 +274,8 @@ class MaskedLMModule(HFModule):
                 "model.objective 'mlm+nsp': the training batches carry no next_sentence_label (sentence pairs); "
                 "use CorpusDataModule with data.nsp: true, or model.objective: mlm"
             )
-        out = self(batch, salt=self.trainer.fit_loop.total_batch_idx if self._trainer else batch_idx)
+        trainer = attached_trainer(self)
+        out = self(batch, salt=trainer.fit_loop.total_batch_idx if trainer else batch_idx)
         self.log("train/loss", out["loss"], prog_bar=True)
         if "nsp_loss" in out:
             self.log("train/nsp_loss", out["nsp_loss"])
