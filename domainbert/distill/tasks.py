@@ -23,11 +23,11 @@ import torch
 from torchmetrics import MeanMetric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
+from domainbert.core.families import family
 from domainbert.data.masking import IGNORE_INDEX
 from domainbert.errors import DomainBertError
 from domainbert.modules.classification import update_classification
 from domainbert.modules.metrics import classification_metrics
-from domainbert.modules.mlm import MLM_HEADS
 from domainbert.modules.qa import AnswerCollector
 from domainbert.modules.tasks import Task, spec
 
@@ -52,12 +52,12 @@ def head_outputs(model, inputs: dict, selected: torch.Tensor | None, **kw) -> An
 
 def masked_outputs(model, inputs: dict, selected: torch.Tensor, **kw) -> Outputs:
     """Vocabulary logits at the ``selected`` (masked) positions only: the encoder, then the MLM head on those."""
-    head = MLM_HEADS.get(model.config.model_type)
+    head = family(model.config, fallback=True).mlm_head
     if head is None:  # a family without a known head: the full vocabulary projection, then the selection
         out = model(**inputs, return_dict=True, **kw)
         return Outputs(out.logits[selected], out.hidden_states, out.attentions)
     enc = model.base_model(**inputs, return_dict=True, **kw)
-    return Outputs(head(model, enc.last_hidden_state[selected]), enc.hidden_states, enc.attentions)
+    return Outputs(head.logits(model, enc.last_hidden_state[selected]), enc.hidden_states, enc.attentions)
 
 
 def span_outputs(model, inputs: dict, selected: torch.Tensor | None, **kw) -> Outputs:

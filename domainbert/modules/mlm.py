@@ -12,7 +12,7 @@ from torchmetrics import MeanMetric
 from transformers import AutoModelForMaskedLM, AutoModelForPreTraining
 
 from domainbert.core.compat import attached_trainer
-from domainbert.core.families import FAMILIES, family
+from domainbert.core.families import family
 from domainbert.core.hf import check_tokenizer_fits, load_model, load_tokenizer, training_config
 from domainbert.core.optim import warmup_linear
 from domainbert.core.seeding import step_generator
@@ -21,12 +21,6 @@ from domainbert.errors import DomainBertError
 from domainbert.modules.base import HFModule, enable_gradient_checkpointing
 
 log = logging.getLogger(__name__)
-
-
-#: ``{model_type: head(model, hidden)}``: the MLM head of each family that has one described, applied to hidden
-#: states of the masked positions only. Derived from :mod:`domainbert.core.families` for the modules that read it
-#: (:mod:`domainbert.distill.tasks`); new code asks ``family(config, fallback=True).mlm_head``.
-MLM_HEADS = {name: f.mlm_head.logits for name, f in FAMILIES.items() if f.mlm_head is not None}
 
 
 class MaskedLMModule(HFModule):
