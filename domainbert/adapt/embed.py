@@ -7,17 +7,31 @@ corpus curation and the mean-pooling classification head all use :func:`mean_poo
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import torch
+
+#: texts per forward pass where a stage embeds texts (the probe, its head start, curation, ProbeWatch); it sets the
+#: padding of each batch, so it is part of the embedding cache's key (:mod:`domainbert.adapt.embed_cache`)
+BATCH_SIZE = 64
 
 
 def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
     """Average the token states ``hidden`` (batch, length, width) over the positions where the mask is 1."""
     mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
     return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
+
+
+def cls_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """The state of each row's first token (``[CLS]``/``<s>``) of ``hidden`` (batch, length, width)."""
+    return hidden[:, 0]
+
+
+#: the poolings :func:`embed_texts` offers: name -> ``f(hidden, attention_mask)``
+POOLINGS = {"mean": mean_pool, "cls": cls_pool}
 
 
 def native_pooling(path: str | Path) -> str | None:
@@ -47,9 +61,10 @@ def embed_texts(
     encoder: torch.nn.Module,
     tokenizer,
     texts: Sequence[str | tuple[str, str]],
-    batch_size: int = 64,
+    batch_size: int = BATCH_SIZE,
     max_length: int = 128,
     bf16: bool | None = None,
+    pooling: str = "mean",
 ) -> torch.Tensor:
     """Mean-pooled embeddings (float32, rows in the order of ``texts``) of a frozen encoder.
 
@@ -62,17 +77,35 @@ def embed_texts(
         batch_size: texts per forward pass.
         max_length: truncation length in tokens.
         bf16: run under bf16 autocast; None: where bf16 is native on this machine.
+        pooling: ``mean`` (the default, see the module's docstring) or ``cls`` (the first token's state).
+
+    Raises:
+        DomainBertError: an unknown ``pooling``.
     """
     from domainbert.core.hardware import auto_precision
+    from domainbert.errors import DomainBertError
 
+    if pooling not in POOLINGS:
+        raise DomainBertError(f"pooling={pooling!r}: expected one of {sorted(POOLINGS)}")
     device = next(encoder.parameters()).device
     if bf16 is None:
         bf16 = auto_precision(device.type) == "bf16-mixed"
     encoder.eval()
     out = torch.empty(len(texts), encoder.config.hidden_size)
     for ids, inputs in sorted_batches(tokenizer, texts, batch_size, max_length, device):
-        out[ids] = encode(encoder, inputs, bf16)
+        out[ids] = encode(encoder, inputs, bf16, pooling)
     return out
+
+
+@contextlib.contextmanager
+def modes_kept(module: torch.nn.Module) -> Iterator[None]:
+    """Give back every submodule's train/eval mode on leaving (:func:`embed_texts` puts the encoder in eval mode)."""
+    modes = {m: m.training for m in module.modules()}
+    try:
+        yield
+    finally:
+        for m, mode in modes.items():
+            m.training = mode
 
 
 def sorted_batches(tokenizer, texts: Sequence[str | tuple[str, str]], batch_size: int, max_length: int, device):
@@ -98,10 +131,10 @@ def sorted_batches(tokenizer, texts: Sequence[str | tuple[str, str]], batch_size
 
 
 @torch.no_grad()
-def encode(encoder: torch.nn.Module, inputs: dict, bf16: bool) -> torch.Tensor:
-    """Mean-pooled float32 embeddings (on the CPU) of one tokenized batch; ``inputs`` hold ``attention_mask``."""
+def encode(encoder: torch.nn.Module, inputs: dict, bf16: bool, pooling: str = "mean") -> torch.Tensor:
+    """Pooled (``mean`` by default) float32 embeddings, on the CPU, of one tokenized batch with ``attention_mask``."""
     device = next(encoder.parameters()).device
     inputs = {k: v.to(device) for k, v in inputs.items()}
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
         hidden = encoder(**inputs).last_hidden_state
-    return mean_pool(hidden.float(), inputs["attention_mask"]).cpu()
+    return POOLINGS[pooling](hidden.float(), inputs["attention_mask"]).cpu()

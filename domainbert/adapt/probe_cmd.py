@@ -6,12 +6,18 @@
 Writes ``<out>/result.json`` (validation and test macro-F1 and accuracy, the chosen L2 strength, seconds),
 ``<out>/test_predictions.json`` (gold and predicted label ids of the test rows, for paired comparisons) and
 ``<out>/probe.safetensors`` (the probe's weights, from which the pipeline can ship it as a classifier).
+
+The embeddings and the fitted probe are kept in domainbert's cache (:mod:`domainbert.adapt.embed_cache`): a
+fine-tuning run's head start, ``domainbert select`` and ProbeWatch read them instead of embedding the same texts
+again, and a second probe of the same files loads no model. Each reuse prints one ``[cache]`` line;
+``DOMAINBERT_EMBEDDING_CACHE=off`` turns the cache off.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 from domainbert.errors import DomainBertError
 
@@ -65,41 +71,74 @@ def probe(
         text_pair_column: the second text of pair tasks.
         label_column: the label column.
         max_length: truncation length in tokens.
-        batch_size: texts per forward pass.
+        batch_size: texts per forward pass (part of the cache key: it sets the padding).
 
     Raises:
         DomainBertError: ``out`` is a file, a folder of the user's, holds an input or cannot be written (checked
             before the model is loaded); a split that cannot be read; a single label.
     """
-    import torch
-    from transformers import AutoModel
-
-    from domainbert.adapt.embed import embed_texts
     from domainbert.adapt.outputs import claim_output_folder, input_paths
-    from domainbert.adapt.probe import select_probe
-    from domainbert.adapt.stats import METRICS
     from domainbert.core.files import atomic_write_text
-    from domainbert.core.hf import load_model, load_tokenizer
-    from domainbert.core.models_local import resolve_local_alias
-    from domainbert.modules.probe_init import save_probe
 
     folder = claim_output_folder("probe", out, input_paths(model, train, val, test))  # before any work
     t0 = time.time()
-    name = resolve_local_alias(model)
-    encoder, _ = load_model(AutoModel, name)
-    tokenizer = load_tokenizer(name)
-    texts, names = read_split(train, text_column, text_pair_column, label_column, None)
+    paths = {"train": train, "val": val, "test": test}
+    splits, labels = read_splits(paths, text_column, text_pair_column, label_column)
+    xs, ys, fitted = embed_and_fit(model, paths, splits, labels, max_length, batch_size)
+    result = score_and_write(folder, fitted, xs, ys, labels)
+    result["seconds"] = round(time.time() - t0, 1)
+    atomic_write_text(folder / "result.json", json.dumps(result, indent=2) + "\n")
+    print(f"probe: C={fitted.c}; " + "; ".join(f"{s} {result[s]}" for s in ("val", "test") if s in result))
+    return result
+
+
+def read_splits(paths: dict, text_column: str, pair_column: str | None, label_column: str):
+    """``({split: (texts, label names)}, sorted labels)`` of the given splits; a single training label is an error."""
+    train = paths["train"]
+    texts, names = read_split(train, text_column, pair_column, label_column, None)
     labels = sorted(set(names))
     if len(labels) < 2:
         raise DomainBertError(f"{train}: column {label_column!r} has a single label {labels}; a classifier needs two")
     splits = {"train": (texts, names)}
-    for split, path in (("val", val), ("test", test)):
-        if path:
-            splits[split] = read_split(path, text_column, text_pair_column, label_column, labels)
+    for split in ("val", "test"):
+        if paths.get(split):
+            splits[split] = read_split(paths[split], text_column, pair_column, label_column, labels)
+    return splits, labels
+
+
+def embed_and_fit(model: str, paths: dict, splits: dict, labels: list[str], max_length: int, batch_size: int):
+    """``(embeddings, label ids, fitted probe)`` per split, through the embedding cache (the model loads on a miss)."""
+    import torch
+    from transformers import AutoModel
+
+    from domainbert.adapt.embed_cache import Embedder, cached_probe
+    from domainbert.adapt.probe import select_probe
+    from domainbert.core.hf import load_model, load_tokenizer
+    from domainbert.core.models_local import resolve_local_alias
+
+    name = resolve_local_alias(model)
+    tokenizer = load_tokenizer(name)
+    embedder = Embedder(model, tokenizer, lambda: load_model(AutoModel, name)[0], max_length, batch_size)
     ids = {k: i for i, k in enumerate(labels)}
-    xs = {s: embed_texts(encoder, tokenizer, t, batch_size, max_length) for s, (t, _) in splits.items()}
+    xs, keys = {}, {}
+    for split, (texts, _) in splits.items():
+        xs[split], keys[split] = embedder.embed(texts, Path(paths[split]).name)
     ys = {s: torch.tensor([ids[n] for n in ns]) for s, (_, ns) in splits.items()}
-    fitted = select_probe(xs["train"], ys["train"], xs.get("val"), ys.get("val"), len(labels))
+    fit_keys = {s: keys[s] for s in ("train", "val") if s in keys}
+
+    def fit():
+        return select_probe(xs["train"], ys["train"], xs.get("val"), ys.get("val"), len(labels))
+
+    fit_ys = {s: ys[s] for s in fit_keys}
+    return xs, ys, cached_probe(fit_keys, fit_ys, labels, fit, Path(paths["train"]).name)
+
+
+def score_and_write(folder: Path, fitted, xs: dict, ys: dict, labels: list[str]) -> dict:
+    """The result record (C, scores of val and test); writes the probe's weights and the test predictions."""
+    from domainbert.adapt.stats import METRICS
+    from domainbert.core.files import atomic_write_text
+    from domainbert.modules.probe_init import save_probe
+
     result: dict = {"c": fitted.c, "labels": labels, "val_scores": {str(k): v for k, v in fitted.val_scores.items()}}
     result["weights"] = save_probe(fitted, folder)  # the pipeline ships the probe as a classifier from these
     for split in ("val", "test"):
@@ -111,9 +150,6 @@ def probe(
                 data = {"gold": gold.tolist(), "pred": pred.tolist(), "labels": labels}
                 atomic_write_text(folder / "test_predictions.json", json.dumps(data) + "\n")
                 result["predictions"] = str(folder / "test_predictions.json")
-    result["seconds"] = round(time.time() - t0, 1)
-    atomic_write_text(folder / "result.json", json.dumps(result, indent=2) + "\n")
-    print(f"probe: C={fitted.c}; " + "; ".join(f"{s} {result[s]}" for s in ("val", "test") if s in result))
     return result
 
 

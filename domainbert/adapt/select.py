@@ -7,13 +7,16 @@ Gururangan et al. (2020, §5) pretrain on the task's own text plus, for each tas
 documents of the domain corpus. Here the neighbours are found with the starting model's own mean-pooled
 embeddings (cosine similarity): a sentence-embedding model makes this a matter of minutes. The union of the
 neighbours is written nearest first to ``<out>/corpus.jsonl`` (one ``{"text": ...}`` per line), which the DAPT
-stage reads like any corpus.
+stage reads like any corpus. The embeddings of the task's texts and of the corpus are kept in domainbert's cache
+(:mod:`domainbert.adapt.embed_cache`; ``DOMAINBERT_EMBEDDING_CACHE=off`` turns it off): the probe stage's
+embeddings of the same training file are reused, and a second selection over the same corpus embeds nothing.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import torch
 
@@ -68,13 +71,8 @@ def select(
         DomainBertError: ``out`` is a file, a folder of the user's, holds an input or cannot be written (checked
             before the model is loaded); no text in the corpus or the task.
     """
-    from transformers import AutoModel
-
-    from domainbert.adapt.embed import embed_texts
     from domainbert.adapt.outputs import claim_output_folder, input_paths
     from domainbert.core.files import atomic_write_text
-    from domainbert.core.hf import load_model, load_tokenizer
-    from domainbert.core.models_local import resolve_local_alias
     from domainbert.data.corpus import documents
 
     if k < 1:
@@ -86,20 +84,26 @@ def select(
     texts = [t for t in documents(task, text_column)]
     if not docs or not texts:
         raise DomainBertError(f"select: no text in {corpus if not docs else task}")
-    name = resolve_local_alias(model)
-    encoder, _ = load_model(AutoModel, name)
-    tokenizer = load_tokenizer(name)
-    chosen = nearest_documents(
-        embed_texts(encoder, tokenizer, texts, max_length=max_length),
-        embed_texts(encoder, tokenizer, docs, max_length=max_length),
-        k,
-    )
+    embedder = embedder_for(model, max_length)
+    chosen = nearest_documents(embedder.embed(texts, Path(task).name)[0], embedder.embed(docs, Path(corpus).name)[0], k)
     path = folder / "corpus.jsonl"
     atomic_write_text(path, "".join(json.dumps({"text": docs[i]}) + "\n" for i in chosen))
     result = {"corpus": str(path), "documents": len(chosen), "of": len(docs), "seconds": round(time.time() - t0, 1)}
     atomic_write_text(folder / "result.json", json.dumps(result, indent=2) + "\n")
     print(f"select: {len(chosen)} of {len(docs)} corpus documents nearest the {len(texts)} task texts -> {path}")
     return result
+
+
+def embedder_for(model: str, max_length: int):
+    """The cached :class:`~domainbert.adapt.embed_cache.Embedder` of ``model`` (loaded only if an embedding misses)."""
+    from transformers import AutoModel
+
+    from domainbert.adapt.embed_cache import Embedder
+    from domainbert.core.hf import load_model, load_tokenizer
+    from domainbert.core.models_local import resolve_local_alias
+
+    name = resolve_local_alias(model)
+    return Embedder(model, load_tokenizer(name), lambda: load_model(AutoModel, name)[0], max_length=max_length)
 
 
 def main(argv: list[str] | None = None) -> None:

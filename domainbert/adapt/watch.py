@@ -6,7 +6,9 @@ as the fine-tuning head and ``domainbert probe`` use), fits the logistic-regress
 score as ``probe/val_<metric>``, at step 0 (the base model, before any update) and every ``every_n_steps`` steps.
 It keeps the best-probing weights in memory (on the CPU), stops the fit after ``patience`` checks without
 improvement, and at the end restores those weights, so the export is the checkpoint best for the task: the base
-model itself when no adapted step beat it.
+model itself when no adapted step beat it. Step 0's embeddings and probe are those of ``domainbert probe`` on the
+same files, read from the embedding cache when a stage computed them (:mod:`domainbert.adapt.embed_cache`;
+``DOMAINBERT_EMBEDDING_CACHE=off`` turns it off).
 
 Wire it into any pretraining config (``configs/pretrain/*.yaml``)::
 
@@ -106,6 +108,7 @@ class ProbeWatch(L.Callback):
         self.bad_checks = 0
         self.best_state: dict[str, torch.Tensor] | None = None
         self.summary: str | None = None
+        self._keys: dict[str, str | None] | None = None
 
     # -- data -------------------------------------------------------------------------------------
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
@@ -129,30 +132,59 @@ class ProbeWatch(L.Callback):
 
     # -- checks -----------------------------------------------------------------------------------
     def embed(self, pl_module: L.LightningModule) -> dict[str, torch.Tensor]:
-        """Mean-pooled embeddings of the train and val texts by the module's current encoder (its mode kept)."""
-        from domainbert.adapt.embed import embed_texts
+        """Mean-pooled embeddings of the train and val texts by the module's current encoder (its mode kept).
+
+        The first check of a fit from step 0 embeds the base model as loaded: through the embedding cache
+        (:mod:`domainbert.adapt.embed_cache`), which ``domainbert probe`` on the same files fills, with one
+        ``[cache]`` line per split. Later checks embed the adapted encoder, uncached.
+        """
+        from domainbert.adapt.embed import embed_texts, modes_kept
 
         model = pl_module.model
         encoder = getattr(model, "base_model", model)
-        modes = {m: m.training for m in encoder.modules()}
-        try:
+        texts = {split: self._data[split][0] for split in ("train", "val")}
+        self._keys = None
+        with modes_kept(encoder):
+            if self._at_base(pl_module):
+                return self._embed_base(pl_module, encoder, texts)
             return {
-                split: embed_texts(encoder, pl_module.tokenizer, self._data[split][0], self.batch_size, self.max_length)
-                for split in ("train", "val")
+                s: embed_texts(encoder, pl_module.tokenizer, t, self.batch_size, self.max_length)
+                for s, t in texts.items()
             }
-        finally:
-            for m, mode in modes.items():
-                m.training = mode
+
+    def _at_base(self, pl_module: L.LightningModule) -> bool:
+        """Whether the encoder is the base model as loaded: the first check, at step 0 of a fit not resumed."""
+        trainer = getattr(pl_module, "_trainer", None)
+        return not self.history and self.c is None and trainer is not None and trainer.global_step == 0
+
+    def _embed_base(self, pl_module: L.LightningModule, encoder, texts: dict) -> dict[str, torch.Tensor]:
+        """The base model's embeddings through the cache; keeps their keys for the probe's cache (:meth:`score`)."""
+        from domainbert.adapt.embed_cache import Embedder
+
+        source = getattr(encoder.config, "_name_or_path", "") or ""  # the folder from_pretrained read
+        embedder = Embedder(source, pl_module.tokenizer, encoder, self.max_length, self.batch_size)
+        x, keys = {}, {}
+        for split, rows in texts.items():
+            x[split], keys[split] = embedder.embed(rows, Path(self.paths[split]).name)
+        self._keys = keys
+        return x
 
     def score(self, x: dict[str, torch.Tensor]) -> float:
         """Fit the probe on ``x['train']`` (choosing ``C`` on validation the first time) and score ``x['val']``."""
+        from domainbert.adapt.embed_cache import cached_probe
         from domainbert.adapt.probe import fit_logreg, select_probe
         from domainbert.adapt.stats import METRICS
 
         y_train, y_val = self._data["train"][1], self._data["val"][1]
         n = len(self._data["labels"])
         if self.c is None:
-            probe = select_probe(x["train"], y_train, x["val"], y_val, n)
+            keys = self._keys or {"train": None}
+
+            def fit():
+                return select_probe(x["train"], y_train, x["val"], y_val, n)
+
+            ys = {"train": y_train, "val": y_val}
+            probe = cached_probe(keys, ys, self._data["labels"], fit, Path(self.paths["train"]).name)
             self.c = probe.c
         else:
             probe = fit_logreg(x["train"], y_train, n, self.c)

@@ -3,6 +3,11 @@
 Fine-tuning a sentence-embedding checkpoint with a random head first spends steps (and damages features)
 learning what a linear probe finds in seconds. Fitting the probe on the training split, choosing its L2
 strength on validation, and copying it into the head makes step 0 score the probe's validation metric.
+
+The probe is the one ``domainbert probe`` fits on the same files with the same model and settings, and it is kept
+in domainbert's embedding cache (:mod:`domainbert.adapt.embed_cache`): after the pipeline's probe stage, every
+seed's head start reads it instead of embedding the texts and fitting again, and says so in one ``[cache]`` line.
+``DOMAINBERT_EMBEDDING_CACHE=off`` turns the cache off (same weights, computed).
 """
 
 from __future__ import annotations
@@ -55,7 +60,12 @@ def _linear_heads(head) -> list[torch.nn.Linear]:
 
 
 def init_head_from_probe(model, datamodule, num_labels: int) -> float | None:
-    """Fit the probe on the training batches, pick ``C`` on the validation batches, copy it into ``model.classifier``.
+    """Fit the probe on the training split, pick ``C`` on the validation split, copy it into ``model.classifier``.
+
+    The probe is the one ``domainbert probe`` fits on the same files with the same model: read from the
+    embedding cache (:mod:`domainbert.adapt.embed_cache`) when a stage fitted it already, with one ``[cache]`` line.
+    A datamodule without plain labelled files (soft targets, or no ``raw`` splits) has the probe fitted on its
+    batches instead, uncached.
 
     Returns:
         The probe's validation macro-F1 (None without a validation split).
@@ -67,16 +77,74 @@ def init_head_from_probe(model, datamodule, num_labels: int) -> float | None:
     heads = _linear_heads(getattr(base, "classifier", None))
     if not heads or any(h.out_features != num_labels for h in heads):
         raise DomainBertError("model.head_init=probe: the model has no mean-pooling linear head (set pooling: mean)")
-    x_train, y_train = embed_batches(base, datamodule.train_dataloader())
-    val = datamodule.val_dataloader()
-    x_val, y_val = embed_batches(base, val) if val else (None, None)
-    probe = select_probe(x_train, y_train, x_val, y_val, num_labels)
+    probe = probe_of_files(base, datamodule, num_labels)
+    if probe is None:
+        x_train, y_train = embed_batches(base, datamodule.train_dataloader())
+        val = datamodule.val_dataloader()
+        x_val, y_val = embed_batches(base, val) if val else (None, None)
+        probe = select_probe(x_train, y_train, x_val, y_val, num_labels)
     for head in heads:
         head.weight.data.copy_(probe.weight.to(head.weight))
         head.bias.data.copy_(probe.bias.to(head.bias))
     score = probe.val_scores.get(probe.c)
     log.info("head initialised from a logistic-regression probe (C=%s, validation macro-F1 %s)", probe.c, score)
     return score
+
+
+def file_splits(datamodule, num_labels: int) -> dict[str, tuple[list, torch.Tensor, str]] | None:
+    """``{"train"/"val": (texts or (text, pair) tuples, label ids, path)}`` of a single-label datamodule's files.
+
+    None for a datamodule that is not one (no ``raw`` splits, multi-label, soft targets, another label count).
+    """
+    from domainbert.data.classification import label_text
+
+    needed = ("raw", "paths", "text_column", "label_column", "label2id")
+    if not all(hasattr(datamodule, a) for a in needed) or getattr(datamodule, "multi_label", False):
+        return None
+    if getattr(datamodule, "soft_label_column", None) or len(datamodule.label2id) != num_labels:
+        return None
+    ids, pair = datamodule.label2id, getattr(datamodule, "text_pair_column", None)
+    out = {}
+    for split, name in (("train", "train"), ("val", "validation")):
+        if not datamodule.paths.get(name):
+            continue
+        rows = datamodule.raw(name)
+        texts = [str(t or "") for t in rows[datamodule.text_column]]
+        if pair:
+            texts = list(zip(texts, [str(t or "") for t in rows[pair]]))
+        try:
+            y = torch.tensor([ids[label_text(v)] for v in rows[datamodule.label_column]], dtype=torch.long)
+        except (KeyError, ValueError):  # the datamodule's own checks name the row
+            return None
+        out[split] = (texts, y, str(datamodule.paths[name]))
+    return out if "train" in out else None
+
+
+def probe_of_files(base, datamodule, num_labels: int):
+    """The probe on the mean-pooled embeddings of the datamodule's files by ``base``'s encoder, as loaded.
+
+    Embedded as ``domainbert probe`` embeds them (same batching, same key), so the cache serves both; None when the
+    datamodule has no plain labelled files (:func:`file_splits`).
+    """
+    from domainbert.adapt.embed import BATCH_SIZE, modes_kept
+    from domainbert.adapt.embed_cache import Embedder, cached_probe
+
+    splits = file_splits(datamodule, num_labels)
+    if splits is None:
+        return None
+    encoder = getattr(base, base.base_model_prefix)
+    source = getattr(base.config, "_name_or_path", "") or ""  # the folder from_pretrained read: the model's identity
+    embedder = Embedder(source, datamodule.tokenizer, encoder, datamodule.max_length, BATCH_SIZE)
+    keys = {s: embedder.key(texts) for s, (texts, _, _) in splits.items()}
+    ys = {s: y for s, (_, y, _) in splits.items()}
+
+    def fit():
+        with modes_kept(encoder):
+            xs = {s: embedder.embed(texts, Path(path).name)[0] for s, (texts, _, path) in splits.items()}
+        return select_probe(xs["train"], ys["train"], xs.get("val"), ys.get("val"), num_labels)
+
+    labels = list(datamodule.label2id)
+    return cached_probe(keys, ys, labels, fit, Path(splits["train"][2]).name)
 
 
 #: the probe's weights beside ``result.json`` in ``domainbert probe``'s output folder
