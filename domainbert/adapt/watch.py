@@ -31,6 +31,7 @@ from pathlib import Path
 import lightning.pytorch as L
 import torch
 
+from domainbert.core.compat import attached_trainer
 from domainbert.errors import DomainBertError
 
 log = logging.getLogger(__name__)
@@ -154,7 +155,7 @@ class ProbeWatch(L.Callback):
 
     def _at_base(self, pl_module: L.LightningModule) -> bool:
         """Whether the encoder is the base model as loaded: the first check, at step 0 of a fit not resumed."""
-        trainer = getattr(pl_module, "_trainer", None)
+        trainer = attached_trainer(pl_module)
         return not self.history and self.c is None and trainer is not None and trainer.global_step == 0
 
     def _embed_base(self, pl_module: L.LightningModule, encoder, texts: dict) -> dict[str, torch.Tensor]:
