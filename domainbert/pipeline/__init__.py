@@ -5,20 +5,21 @@
 A new domain needs only its paths (``base_model``, ``corpus``, ``task_train``, ``task_val``, ``task_test`` and
 the column names); every stage has a built-in config. Stages, each a real ``domainbert`` run with its log in
 ``<out>/<stage>/log.txt`` (training stages in a process of their own, tool stages in the pipeline's: ``isolate``):
-the frozen-embedding probe → corpus curation (optional) → vocabulary extension (optional) → DAPT → TAPT (optional)
-→ fine-tuning from the base model (the baseline) and from each adapted model over the seeds → self-training on the
-corpus (optional) → seed soups (each starting model's seeds averaged into one model) → the choice by validation →
-distillation → export.
+the frozen-embedding probe → the start strategies, each making a starting model (corpus curation, vocabulary
+extension, DAPT, TAPT, contrastive; :mod:`domainbert.pipeline.strategies`) → fine-tuning from the base model (the
+baseline) and from each starting model over the seeds → the after strategies, acting on the fine-tuned runs
+(self-training, seed soups) → the choice by validation → distillation → export.
 ``<out>/state.json`` records the finished stages: a rerun skips them. ``<out>/report.md`` sets out what each
-stage bought, with paired bootstrap intervals and the minutes it cost.
+candidate bought, with paired bootstrap intervals and the minutes it cost.
 """
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
+from domainbert.errors import DomainBertError
 from domainbert.pipeline.specs import (
     ExportSpec,
     FinetuneSpec,
@@ -30,6 +31,7 @@ from domainbert.pipeline.specs import (
     TaskFiles,
     VocabSpec,
 )
+from domainbert.pipeline.strategies.base import NEEDS, Context
 
 __all__ = [
     "ExportSpec",
@@ -51,14 +53,20 @@ RUNS_BY_DEFAULT = (
     "domainbert/pipeline/stages/dapt.yaml); fine-tuning of the base model and of the DAPT model (up to 4 epochs, "
     "stages/finetune.yaml) with seed 0 alone; the choice by validation; distillation of the chosen model into a "
     "3-layer student (4 epochs, stages/distill.yaml); its int8 export (with task_test). Off unless enabled: select, "
-    "vocab, tapt, self_train; seed soups need two or more seeds. Each stage's `enabled` below shows its default."
+    "vocab, tapt, contrastive, self_train; seed soups need two or more seeds. Each strategy's `enabled` below shows "
+    "its default."
+)
+
+#: The one line for a config that still sets ``finetune.enabled`` (a field that was never read).
+FINETUNE_ENABLED = (
+    "pipeline: finetune.enabled is not an option (fine-tuning always runs: every model is compared with the "
+    "fine-tuned baseline); remove `enabled` from `finetune`. To fine-tune the baseline alone, write "
+    "`dapt: {enabled: false}` (tapt, select, vocab and self_train are off unless enabled)"
 )
 
 # The defaults, shared by every call: the pipeline reads them and never changes them.
 _ONE_SEED = [0]
-_PROBE, _SELECT, _VOCAB = ProbeSpec(), SelectSpec(), VocabSpec()
-_DAPT, _TAPT, _FINETUNE = StageSpec(), StageSpec(enabled=False), FinetuneSpec()
-_SELF_TRAIN, _SOUP, _DISTILL, _EXPORT = SelfTrainSpec(), SoupSpec(), StageSpec(), ExportSpec()
+_PROBE, _FINETUNE, _DISTILL, _EXPORT = ProbeSpec(), FinetuneSpec(), StageSpec(), ExportSpec()
 
 
 def pipeline(
@@ -76,17 +84,21 @@ def pipeline(
     metric: str = "f1_macro",
     isolate: Literal["training", "all", "none"] = "training",
     probe: ProbeSpec = _PROBE,
-    select: SelectSpec = _SELECT,
-    vocab: VocabSpec = _VOCAB,
-    dapt: StageSpec = _DAPT,
-    tapt: StageSpec = _TAPT,
+    select: SelectSpec | None = None,
+    vocab: VocabSpec | None = None,
+    dapt: StageSpec | None = None,
+    tapt: StageSpec | None = None,
     finetune: FinetuneSpec = _FINETUNE,
-    self_train: SelfTrainSpec = _SELF_TRAIN,
-    soup: SoupSpec = _SOUP,
+    self_train: SelfTrainSpec | None = None,
+    soup: SoupSpec | None = None,
     distill: StageSpec = _DISTILL,
     export: ExportSpec = _EXPORT,
+    **strategies: Any,
 ) -> Path:
     """Run the domain-adaptation recipe and write ``<out>/report.md``.
+
+    The body is the recipe's sequence: probe → start strategies → fine-tuning of every candidate over the seeds →
+    after strategies → the choice → distillation and export → report.
 
     Args:
         base_model: the starting encoder (folder, ``pkg:<module>``, or hub name).
@@ -108,97 +120,117 @@ def pipeline(
             the pipeline's process, sparing a process start of 11-15 s each), ``all``, or ``none`` (tests and small
             data; single-device training only). Every stage's log is ``<out>/<stage>/log.txt`` either way.
         probe: the frozen-embedding logistic regression, a row of the report. Runs by default (``enabled: true``).
-        select: curated DAPT data: the corpus documents nearest the task's texts. Off by default.
-        vocab: vocabulary extension before DAPT. Off by default.
-        dapt: domain-adaptive pretraining on the corpus (or the curated corpus). Runs by default: 400 masked-LM
-            steps with the built-in ``stages/dapt.yaml``; ``enabled: false`` to skip it.
-        tapt: task-adaptive pretraining on the task's own text (after DAPT when both run). Off by default.
+        select: the ``select`` strategy's settings (curated DAPT data); None: its defaults (off).
+        vocab: the ``vocab`` strategy's settings (vocabulary extension); None: its defaults (off).
+        dapt: the ``dapt`` strategy's settings (domain-adaptive pretraining); None: its defaults (on).
+        tapt: the ``tapt`` strategy's settings (task-adaptive pretraining); None: its defaults (off).
         finetune: the fine-tuning stage, run for the baseline and for each adapted model, once per seed. Always runs
             (built-in ``stages/finetune.yaml``: up to 4 epochs, early stopping on validation macro-F1).
-        self_train: self-training: the baseline labels corpus documents, and a fresh model learns from them too.
-            Off by default.
-        soup: seed soups: each starting model's seed runs averaged into one model (no training), evaluated and
-            compared like the others. On by default, but made only with two or more seeds.
+        self_train: the ``self_train`` strategy's settings (self-training on the corpus); None: its defaults (off).
+        soup: the ``soup`` strategy's settings (seed soups); None: its defaults (on, with two or more seeds).
         distill: distillation of the chosen model into a smaller student. Runs by default: a 3-layer student,
             4 epochs with the built-in ``stages/distill.yaml``; ``enabled: false`` to ship the chosen model as is.
         export: deployment variants of the student (int8 by default). Runs by default after distillation when
             ``task_test`` is given.
+        **strategies: the settings of any other installed strategy, by its name (``contrastive=...``; a plugin's).
     """
     from domainbert.pipeline import recipe
+    from domainbert.pipeline import strategies as registry
     from domainbert.pipeline.report import write_report
-    from domainbert.pipeline.runner import Runner
 
-    # None (from Python) is the default, as before the defaults were written out
-    probe, select, vocab, dapt, tapt = probe or _PROBE, select or _SELECT, vocab or _VOCAB, dapt or _DAPT, tapt or _TAPT
-    finetune, self_train, soup = finetune or _FINETUNE, self_train or _SELF_TRAIN, soup or _SOUP
-    distill, export = distill or _DISTILL, export or _EXPORT
+    strategies.update(select=select, vocab=vocab, dapt=dapt, tapt=tapt, self_train=self_train, soup=soup)
+    probe, distill, export = probe or _PROBE, distill or _DISTILL, export or _EXPORT  # None (from Python): default
+    inputs = dict(base_model=base_model, corpus=corpus, corpus_text_column=corpus_text_column, seeds=seeds)
     task = TaskFiles(task_train, task_val, task_test, text_column, text_pair_column, label_column)
-    stages = {"select": select, "vocab": vocab, "dapt": dapt, "tapt": tapt, "corpus_text_column": corpus_text_column}
-    metric, seeds = check(task, corpus, metric, seeds, {**stages, "finetune": finetune, "distill": distill}, self_train)
-    inputs = [corpus, task_train, task_val, task_test, base_model if Path(base_model).exists() else None]
-    runner = Runner(Path(out), isolate=isolate, inputs=inputs)
-    probed = recipe.run_probe(runner, base_model, task, probe)
-    starts = recipe.adapted_models(runner, base_model, corpus, task, stages)
-    results = recipe.finetune_all(runner, starts, task, finetune, seeds, base_model)
-    corpus_spec = {"path": corpus, "column": corpus_text_column, "base": base_model}
-    recipe.self_train(runner, results, corpus_spec, task, self_train, finetune)
-    recipe.soups(runner, results, task, finetune, soup, base_model)
-    chosen, why = recipe.choose(results, metric)
-    teacher = recipe.best_run(results[chosen], metric)["hf"]
-    student, deployed = recipe.distill_and_export(runner, teacher, task, distill, export)
-    report = write_report(runner, results, probed, (chosen, why, teacher), student, deployed, metric, seeds)
+    ctx = _start(_context({**inputs, "metric": metric}, task, finetune or _FINETUNE, strategies), distill, out, isolate)
+    probed = recipe.run_probe(ctx.runner, base_model, task, probe)
+    registry.run(ctx, "start")
+    recipe.finetune_candidates(ctx)
+    recipe.add_probe(ctx)
+    registry.run(ctx, "after")
+    chosen, why = recipe.choose(ctx.results(), ctx.metric, exclude=tuple(c.name for c in ctx.candidates if c.stopped))
+    teacher = recipe.best_run(ctx.results()[chosen], ctx.metric)["hf"]
+    student, deployed = recipe.distill_and_export(ctx.runner, teacher, task, distill, export)
+    choice = (chosen, why, teacher)
+    report = write_report(ctx.runner, ctx.candidates, probed, choice, student, deployed, ctx.metric, ctx.seeds)
     print(f"\nPipeline done. Shipped: {teacher} ({chosen}: {why}). Report: {report}")
     return report
 
 
-def check(task: TaskFiles, corpus: str | None, metric: str, seeds, stages: dict, self_train: SelfTrainSpec):
+def _start(ctx, distill: StageSpec, out: str, isolate: str):
+    """Check the run (nothing is written when it cannot work), then claim ``out``: the context, with its runner."""
+    from domainbert.pipeline.runner import Runner
+    from domainbert.pipeline.strategies.base import BASELINE, Candidate
+
+    check(ctx, distill)
+    base, task = ctx.base_model, ctx.task
+    inputs = [ctx.corpus, task.train, task.val, task.test, base if Path(base).exists() else None]
+    ctx.runner = Runner(Path(out), isolate=isolate, inputs=inputs)
+    ctx.add(BASELINE, [Candidate(BASELINE, BASELINE, model=base, adapted=False)])
+    return ctx
+
+
+def check(ctx: Context, distill: Any) -> tuple[str, list[int]]:
     """Refuse, before any stage runs, a pipeline that cannot work; the metric's short name and the seeds (a list).
 
-    Checked: the metric, the seeds, the stage combinations, every stage config a stage would read, and every data
-    path a stage would read (the task's files; the corpus when a stage reads it). Each refusal is one line naming
-    the field and what was expected.
+    Checked, in order: the metric, the seeds, ``finetune.enabled`` (gone), what every enabled strategy needs and
+    its own ``check`` (:class:`~domainbert.pipeline.strategies.base.Strategy`), every stage config a stage would
+    read, and every data path a stage would read (the task's files; the corpus when a strategy reads it). Each
+    refusal is one line naming the field and what was expected.
 
     Raises:
         DomainBertError: the first problem found.
     """
     from domainbert.adapt.stats import METRICS
-    from domainbert.errors import DomainBertError
-    from domainbert.pipeline import recipe
 
-    metric = metric.split("/")[-1]
+    metric = ctx.metric.split("/")[-1]
     if metric not in METRICS:
         raise DomainBertError(f"pipeline: metric={metric!r}; expected one of {sorted(METRICS)}")
-    seeds = list(_ONE_SEED if seeds is None else seeds)
+    seeds = list(_ONE_SEED if ctx.seeds is None else ctx.seeds)
     if not seeds:
         raise DomainBertError(
             "pipeline: seeds is empty; give at least one seed (e.g. [0, 1, 2]) or leave it out (seed 0)"
         )
     if len(set(seeds)) != len(seeds):
         raise DomainBertError(f"pipeline: seeds {seeds} repeats a seed; give each seed once")
-    if getattr(stages["finetune"], "enabled", True) is not True:
+    if getattr(ctx.finetune, "enabled", True) is not True:
         raise DomainBertError(FINETUNE_ENABLED)
-    recipe.check_stages(corpus, stages)
-    if self_train.enabled and not corpus:
-        raise DomainBertError("pipeline: self_train labels the domain corpus: set `corpus`")
-    if self_train.enabled and task.text_pair_column:
-        raise DomainBertError("pipeline: self_train labels single corpus documents; it cannot serve a pair task")
-    for name in ("dapt", "tapt", "finetune", "distill"):
-        spec = stages[name]
-        if getattr(spec, "enabled", True) and spec.config and not Path(spec.config).is_file():
+    ctx.metric, ctx.seeds = metric, seeds
+    enabled = [n for n in ctx.strategies if ctx.enabled(n)]
+    _check_needs(ctx, enabled)
+    for name in enabled:
+        ctx.strategies[name].check(ctx, ctx.settings[name])
+    configs = {n: ctx.settings[n] for n in enabled}
+    configs.update(finetune=ctx.finetune, **({"distill": distill} if getattr(distill, "enabled", True) else {}))
+    for name, spec in configs.items():
+        if getattr(spec, "config", None) and not Path(spec.config).is_file():
             raise DomainBertError(
                 f"pipeline: {name}.config {spec.config}: no such file; name the stage's fit config (a path from the "
                 f"working directory), or leave {name}.config out for the built-in one"
             )
-    reads_corpus = any(stages[s].enabled for s in ("select", "vocab", "dapt")) or self_train.enabled
-    paths = {"task_train": task.train, "task_val": task.val, "task_test": task.test}
-    _check_paths({**paths, "corpus": corpus if reads_corpus else None})
+    reads_corpus = any("corpus" in ctx.strategies[n].needs for n in enabled)
+    task = ctx.task
+    _check_paths({"task_train": task.train, "task_val": task.val, "task_test": task.test})
+    _check_paths({"corpus": ctx.corpus if reads_corpus else None})
     return metric, seeds
+
+
+def _check_needs(ctx: Context, enabled: list[str]) -> None:
+    """Refuse enabled strategies whose needs the run does not meet: one line per need, naming them all."""
+    met = {"corpus": bool(ctx.corpus), "single_text": not ctx.task.text_pair_column}
+    for need, line in NEEDS.items():
+        lacking = [n for n in enabled if need in ctx.strategies[n].needs and not met[need]]
+        if lacking:
+            raise DomainBertError(line.format(names=", ".join(lacking)))
+    for name in enabled:
+        unknown = [n for n in ctx.strategies[name].needs if n not in NEEDS]
+        if unknown:
+            raise DomainBertError(f"pipeline: strategy {name!r} needs {unknown}; known needs: {sorted(NEEDS)}")
 
 
 def _check_paths(paths: dict[str, str | None]) -> None:
     """Refuse a data path (file, folder or glob) that names nothing: ``{field: path}``; None entries are skipped."""
     from domainbert.data.readers import expand
-    from domainbert.errors import DomainBertError
 
     for name, path in paths.items():
         if path is None:
@@ -209,29 +241,72 @@ def _check_paths(paths: dict[str, str | None]) -> None:
             raise DomainBertError(f"pipeline: {name}: {err}") from None
 
 
-#: The one line for a config that still sets ``finetune.enabled`` (a field that was never read).
-FINETUNE_ENABLED = (
-    "pipeline: finetune.enabled is not an option (fine-tuning always runs: every model is compared with the "
-    "fine-tuned baseline); remove `enabled` from `finetune`. To fine-tune the baseline alone, write "
-    "`dapt: {enabled: false}` (tapt, select, vocab and self_train are off unless enabled)"
-)
+def _context(inputs: dict[str, Any], task: TaskFiles, finetune: FinetuneSpec, given: dict[str, Any]) -> Context:
+    """The run's context before its runner exists: the inputs, and every installed strategy with its settings.
+
+    Args:
+        inputs: ``base_model``, ``corpus``, ``corpus_text_column``, ``seeds`` and ``metric``.
+        task: the task's files and columns.
+        finetune: the fine-tuning stage's settings.
+        given: the strategies' settings as the caller gave them (see :func:`settings_of`).
+    """
+    from domainbert.pipeline.strategies import load, settings_of
+
+    installed = load()
+    return Context(
+        runner=None,  # set once the checks pass: the runner claims the out folder
+        base_model=inputs["base_model"],
+        task=task,
+        corpus=inputs["corpus"],
+        corpus_text_column=inputs["corpus_text_column"],
+        seeds=inputs["seeds"],
+        metric=inputs["metric"],
+        finetune=finetune,
+        strategies=installed,
+        settings=settings_of(installed, given),
+    )
+
+
+def _parser(argv: list[str]):
+    """The ``domainbert pipeline`` parser: the pipeline's own options, then one group per installed strategy."""
+    import argparse
+    import textwrap
+
+    from jsonargparse import ActionConfigFile, ArgumentParser, DefaultHelpFormatter, set_parsing_settings
+
+    from domainbert.core.tool_cli import wants_docs
+    from domainbert.pipeline import strategies
+
+    class _Help(argparse.RawDescriptionHelpFormatter, DefaultHelpFormatter):
+        """Keeps the description's lines (the strategies' list) as written."""
+
+    set_parsing_settings(docstring_parse_attribute_docstrings=wants_docs(argv))  # the specs' field docstrings
+    installed = strategies.load()
+    listed = "\n".join(
+        textwrap.fill(line, 100, subsequent_indent="    ") for line in strategies.listing(installed).splitlines()
+    )
+    paragraphs = [__doc__.split(chr(10) * 2)[0], RUNS_BY_DEFAULT]
+    description = "\n\n".join(textwrap.fill(" ".join(p.split()), 100) for p in paragraphs)
+    description += f"\n\nStrategies (built-in, then those installed under the entry-point group {strategies.GROUP}):\n"
+    parser = ArgumentParser(
+        prog="domainbert pipeline", description=description + listed, allow_abbrev=False, formatter_class=_Help
+    )
+    parser.add_argument("--config", action=ActionConfigFile)
+    parser.add_function_arguments(pipeline, as_positional=False, skip=set(installed))
+    for name, strategy in installed.items():
+        text = textwrap.fill(" ".join(strategy.help.split()), 100)
+        parser.add_argument(f"--{name}", type=strategy.settings, default=strategy.default(), help=text)
+    return parser
 
 
 def main(argv: list[str] | None = None) -> None:
     """``domainbert pipeline --config configs/pipeline/<model>_<data>.yaml``; ``--help`` lists every option."""
     from argparse import ArgumentError
 
-    from jsonargparse import ActionConfigFile, ArgumentParser, set_parsing_settings
-
-    from domainbert.core.tool_cli import wants_docs
     from domainbert.errors import DomainBertError
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    set_parsing_settings(docstring_parse_attribute_docstrings=wants_docs(argv))  # the specs' field docstrings
-    description = f"{__doc__.split(chr(10) * 2)[0]}\n\n{RUNS_BY_DEFAULT}"
-    parser = ArgumentParser(prog="domainbert pipeline", description=description, allow_abbrev=False)
-    parser.add_argument("--config", action=ActionConfigFile)
-    parser.add_function_arguments(pipeline, as_positional=False)
+    parser = _parser(argv)
     parser.exit_on_error = False
     try:
         cfg = parser.parse_args(argv)

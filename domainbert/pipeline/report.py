@@ -7,27 +7,18 @@ from pathlib import Path
 
 from domainbert.adapt.stats import mean_std, paired_bootstrap
 from domainbert.core.files import atomic_write_text
-from domainbert.pipeline.recipe import BASELINE, PROBE, SELF_TRAINING, SOUP, below_probe, finetune_stage, soup_stage
+from domainbert.pipeline.recipe import below_probe
+from domainbert.pipeline.strategies.base import BASELINE, PROBE, Candidate
 
 
-def adaptation_minutes(runner, name: str) -> float:
-    """The minutes spent making starting model ``name`` beyond its own fine-tuning.
+def candidate_minutes(runner, candidate: Candidate) -> float:
+    """The minutes spent making ``candidate`` beyond its own fine-tuning: the stages it ran (its ``stages``).
 
-    Curation, vocabulary, DAPT and TAPT; for self-training, the teachers' fine-tuning and the corpus labelling;
-    for a seed soup (``<name> soup``), its starting model's minutes plus the averaging and the evaluation.
+    Curation, vocabulary, DAPT, TAPT; for self-training, the labelling, its teachers' fine-tuning and the runs on
+    task + pseudo-labelled rows; for a seed soup, its starting model's stages plus the averaging and the evaluation.
+    Only stages of this invocation count.
     """
-    if name == BASELINE:
-        return 0.0
-    if name.endswith(SOUP):
-        start = name.removesuffix(SOUP)
-        own = [soup_stage(start), finetune_stage(start, "soup")]
-        return adaptation_minutes(runner, start) + sum(runner.seconds(s) for s in own if s in runner.called) / 60
-    if name == SELF_TRAINING:
-        stages = [s for s in runner.called if s.startswith(("pseudo-", f"finetune-{BASELINE}-seed"))]
-        stages += [s for s in runner.called if s.startswith(f"finetune-{SELF_TRAINING}") and s.endswith("-mixed")]
-    else:
-        stages = ["select", "vocab"] + [s for s in ("dapt", "tapt") if s in name]
-    return sum(runner.seconds(s) for s in stages if s in runner.called) / 60
+    return sum(runner.seconds(s) for s in dict.fromkeys(candidate.stages) if s in runner.called) / 60
 
 
 def _plot_setup():
@@ -79,7 +70,7 @@ def chart_figure(rows: list[tuple[str, float, float]], metric: str, spread: bool
     plt = _plot_setup()
     fig, ax = plt.subplots(figsize=(1.6 * len(rows) + 2, 3.6))
     names, means, stds = zip(*rows)
-    colors = ["#888" if n == "frozen probe" else "#37a" if n == BASELINE else "#3a7" for n in names]
+    colors = ["#888" if n == PROBE else "#37a" if n == BASELINE else "#3a7" for n in names]
     ax.bar(names, means, yerr=stds if spread else None, capsize=5 if spread else 0, color=colors)
     top = max(m + (s if spread else 0.0) for _, m, s in rows)
     ax.set_ylim(0.0, top * 1.1 if top > 1.0 else 1.1)
@@ -106,16 +97,16 @@ def _predictions(runs: list[dict]) -> tuple[list[int], list[list[int]], int] | N
     return (gold, preds, k) if gold is not None else None
 
 
-def _verdict(name: str, ci, delta: str, metric: str, per_min: str) -> str:
+def _verdict(candidate: Candidate, ci, delta: str, metric: str, per_min: str) -> str:
     """The plain sentence of one row's paired comparison (``ci``, an ``Interval``) with the baseline."""
-    if name == BASELINE + SOUP:
+    if candidate.one_model and not candidate.adapted:
         what = "the weight average of the baseline's seeds (a model soup; no adaptation)"
-    elif name.endswith(SOUP):
+    elif candidate.one_model:
         what = "adaptation with the weight average of its seeds (a model soup)"
     else:
         what = "adaptation"
-    single = "one model: its seeds' run-to-run noise" if name.endswith(SOUP) else "one seed: run-to-run noise"
-    return f"- **{name}**: {what} {ci.verdict(single)} ({delta} test {metric}{per_min})."
+    single = "one model: its seeds' run-to-run noise" if candidate.one_model else "one seed: run-to-run noise"
+    return f"- **{candidate.name}**: {what} {ci.verdict(single)} ({delta} test {metric}{per_min})."
 
 
 def _cell(value: tuple[float, float], single: bool) -> str:
@@ -136,12 +127,12 @@ def _probe_row(runner, probed: dict, metric: str) -> str:
     )
 
 
-def _intro(results: dict, seeds: list[int]) -> str:
+def _intro(candidates: list[Candidate], seeds: list[int]) -> str:
     """The sentence above the table: what a cell is (no spread with one seed)."""
     soup = (
         " A `<name> soup` row is one model, the uniform weight average of that starting model's seed runs (Wortsman"
         " et al. 2022), evaluated as it is."
-        if any(n.endswith(SOUP) for n in results)
+        if any(c.one_model and c.runs for c in candidates)
         else ""
     )
     if len(seeds) == 1:
@@ -167,11 +158,11 @@ def _probe_verdict(chart: list, probed: dict, metric: str) -> str:
     )
 
 
-def adaptation_section(runner, results: dict, probed: dict | None, metric: str, seeds: list[int]) -> list[str]:
-    """The table of starting models, the paired intervals, the verdicts and the gain per minute."""
-    base_pred = _predictions(results[BASELINE])
+def adaptation_section(runner, candidates: list[Candidate], probed: dict | None, metric: str, seeds: list[int]):
+    """The table of candidates, the paired intervals, the verdicts and the gain per minute (a list of lines)."""
+    base_pred = _predictions(next(c for c in candidates if c.name == BASELINE).runs)
     lines = [
-        _intro(results, seeds),
+        _intro(candidates, seeds),
         "",
         f"| starting model | val {metric} | test {metric} | test acc | Δ test vs baseline [95% CI] | extra minutes |",
         "|---|---|---|---|---|---|",
@@ -179,21 +170,14 @@ def adaptation_section(runner, results: dict, probed: dict | None, metric: str, 
     if probed is not None:
         lines.append(_probe_row(runner, probed, metric))
     verdicts, chart, adapted = [], [], False
-    for name, runs in results.items():
-        if name == PROBE:
-            continue  # its own row above
-        val, test, acc = (_mean(runs, key) for key in (f"val/{metric}", f"test/{metric}", "test/acc"))
-        chart.append((name, test[0], test[1]))
-        delta, minutes, pred = "", adaptation_minutes(runner, name), _predictions(runs)
-        if name != BASELINE and base_pred and pred and pred[0] == base_pred[0]:
-            ci = paired_bootstrap(base_pred[0], base_pred[1], pred[1], max(base_pred[2], pred[2]), metric=metric)
-            delta = f"{ci.diff:+.4f} [{ci.low:+.4f}, {ci.high:+.4f}]"
-            per_min = f"; {ci.diff * 100 / minutes:+.2f} points per minute" if minutes > 0 else ""
-            verdicts.append(_verdict(name, ci, delta, metric, per_min))
-            adapted = adapted or name != BASELINE + SOUP
-        one = len(runs) == 1
-        cells = [name, _cell(val, one), _cell(test, one), _cell(acc, True), delta]
-        lines.append("| " + " | ".join([*cells, f"{minutes:.1f}"]) + " |")
+    for candidate in candidates:
+        if candidate.name == PROBE or not candidate.runs:
+            continue  # the probe has its own row above; an intermediate output is no row
+        row, verdict = _row(runner, candidate, base_pred, metric)
+        lines.append(row)
+        verdicts += [verdict] if verdict else []
+        adapted = adapted or bool(verdict and candidate.adapted)
+        chart.append((candidate.name, *_mean(candidate.runs, f"test/{metric}")))
     if not adapted:
         verdicts += [
             "- This run trained no adapted model (DAPT, TAPT and curation were off), or recorded no test predictions:"
@@ -204,11 +188,26 @@ def adaptation_section(runner, results: dict, probed: dict | None, metric: str, 
     lines += ["", *verdicts, ""]
     if any(c[1] == c[1] for c in chart):  # not all NaN
         if probed is not None and probed.get("test", {}).get(metric) is not None:
-            chart.insert(0, ("frozen probe", probed["test"][metric], 0.0))
-        spread = any(len(runs) > 1 for runs in results.values())
+            chart.insert(0, (PROBE, probed["test"][metric], 0.0))
+        spread = any(len(c.runs) > 1 for c in candidates)
         comparison_chart(chart, metric, runner.out / "plots" / "comparison.png", spread=spread)
         lines += ["![comparison](plots/comparison.png)", ""]
     return lines
+
+
+def _row(runner, candidate: Candidate, base_pred, metric: str) -> tuple[str, str | None]:
+    """A fine-tuned candidate's table row, and its verdict against the baseline (None when not comparable)."""
+    runs = candidate.runs
+    val, test, acc = (_mean(runs, key) for key in (f"val/{metric}", f"test/{metric}", "test/acc"))
+    delta, verdict, minutes, pred = "", None, candidate_minutes(runner, candidate), _predictions(runs)
+    if candidate.name != BASELINE and base_pred and pred and pred[0] == base_pred[0]:
+        ci = paired_bootstrap(base_pred[0], base_pred[1], pred[1], max(base_pred[2], pred[2]), metric=metric)
+        delta = f"{ci.diff:+.4f} [{ci.low:+.4f}, {ci.high:+.4f}]"
+        per_min = f"; {ci.diff * 100 / minutes:+.2f} points per minute" if minutes > 0 else ""
+        verdict = _verdict(candidate, ci, delta, metric, per_min)
+    one = len(runs) == 1
+    cells = [candidate.name, _cell(val, one), _cell(test, one), _cell(acc, True), delta]
+    return "| " + " | ".join([*cells, f"{minutes:.1f}"]) + " |", verdict
 
 
 def _mean(runs: list[dict], key: str) -> tuple[float, float]:
@@ -226,13 +225,13 @@ def _stage_lines(runner) -> list[str]:
     return [*lines, f"| **total** | **{total:.1f}** | |", ""]
 
 
-def shipped_lines(choice: tuple[str, str, str]) -> list[str]:
-    """The section on the shipped model: which, and why (``choice`` is ``(name, why, folder)``)."""
+def shipped_lines(choice: tuple[str, str, str], one_model: bool = False) -> list[str]:
+    """The section on the shipped model: which, and why (``choice``: ``(name, why, folder)``; ``one_model``: a soup)."""
     chosen, why, teacher = choice
     if chosen == PROBE:
         which = "the base encoder, frozen, with the probe's logistic regression as its mean-pooling head"
     else:
-        which = "the weight average" if chosen.endswith(SOUP) else "its best seed on validation"
+        which = "the weight average" if one_model else "its best seed on validation"
     lines = ["## The shipped model", "", f"**{chosen}**, {which}, `{teacher}`: {why}.", ""]
     lines += ["The choice reads validation metrics only; the test split is reported, never used to choose.", ""]
     return lines
@@ -267,15 +266,29 @@ def student_lines(student: dict, metric: str) -> list[str]:
     return [*lines, ""]
 
 
-def write_report(runner, results, probed, choice, student, deployed, metric: str, seeds: list[int]) -> Path:
-    """Write ``<out>/report.md`` with the comparison, the choice, deployment, curves and stage costs."""
+def write_report(runner, candidates, probed, choice, student, deployed, metric: str, seeds: list[int]) -> Path:
+    """Write ``<out>/report.md`` with the comparison, the choice, deployment, curves and stage costs.
+
+    Args:
+        runner: the run's runner (its stages' minutes and records).
+        candidates: every candidate, in order (the baseline first; see :class:`~domainbert.pipeline.strategies.base.
+            Candidate`).
+        probed: the probe stage's record, or None.
+        choice: ``(name, why, folder)`` of the shipped model.
+        student: the distillation stage's record, or None.
+        deployed: the export's folder, or None.
+        metric: the metric compared.
+        seeds: the fine-tuning seeds.
+    """
     out = runner.out
     (out / "plots").mkdir(exist_ok=True)
+    results = {c.name: c.runs for c in candidates if c.runs}
     lines = ["# domainbert pipeline report", "", f"Folder: `{out}`", ""]
     lines += warning_lines(results, choice[0], metric)
     lines += ["## Does domain adaptation help?", ""]
-    lines += adaptation_section(runner, results, probed, metric, seeds)
-    lines += shipped_lines(choice)
+    lines += adaptation_section(runner, candidates, probed, metric, seeds)
+    chosen = next((c for c in candidates if c.name == choice[0]), None)
+    lines += shipped_lines(choice, one_model=bool(chosen and chosen.one_model))
     if student is not None:
         lines += student_lines(student, metric)
     if deployed is not None and (Path(deployed) / "report.md").exists():

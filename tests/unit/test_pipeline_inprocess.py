@@ -19,7 +19,9 @@ from domainbert.pipeline.runner import Runner
 def mess(monkeypatch):
     """``domainbert mess ...``: the stand-in tool of tests/helpers/pipeline_mess.py."""
     monkeypatch.setitem(cli.TOOLS, "mess", "tests.helpers.pipeline_mess")
-    monkeypatch.setitem(cli.COMMANDS, "mess", "a test's stand-in tool")
+    command = getattr(cli, "Command", None)  # the table of commands: a row per command, or its help line
+    row = command("tests.helpers.pipeline_mess:main", "a test's stand-in tool") if command else "a test's stand-in tool"
+    monkeypatch.setitem(cli.COMMANDS, "mess", row)
 
 
 def _global_state() -> dict:

@@ -9,6 +9,7 @@ from domainbert.pipeline.recipe import PROBE, choose, export_skipped
 from domainbert.pipeline.report import chart_figure, write_report
 from domainbert.pipeline.runner import Runner
 from domainbert.pipeline.specs import ExportSpec, TaskFiles
+from domainbert.pipeline.strategies.base import BASELINE, Candidate
 
 
 def _run(val: float, test: float, seed=0, hf: str | None = "runs/x/hf") -> dict:
@@ -39,7 +40,8 @@ def test_a_fine_tuned_model_at_or_above_the_probe_ships_and_one_below_an_unexpor
 
 def _report(tmp_path, results, probed, choice, seeds, student=None) -> str:
     runner = Runner(tmp_path / "p")
-    return write_report(runner, results, probed, choice, student, None, "f1_macro", seeds).read_text()
+    candidates = [Candidate(n, n, runs=runs, adapted=n not in (BASELINE, PROBE)) for n, runs in results.items()]
+    return write_report(runner, candidates, probed, choice, student, None, "f1_macro", seeds).read_text()
 
 
 def test_one_seed_prints_no_spread_and_a_probe_that_won_is_the_reports_warning_and_shipped_model(tmp_path):

@@ -1,0 +1,137 @@
+"""The pipeline's strategies: the built-in ones (one module each) and those other packages register.
+
+A package adds a strategy by registering a :class:`~domainbert.pipeline.strategies.base.Strategy` subclass (or instance)
+under the ``domainbert.strategies`` entry-point group::
+
+    [project.entry-points."domainbert.strategies"]
+    my_strategy = "my_package.strategy:MyStrategy"
+
+Its ``name`` becomes a top-level key of pipeline configs (its settings dataclass's fields below it), and
+``domainbert pipeline --help`` lists it. Start strategies run in the order listed here (built-in ones first),
+then every candidate is fine-tuned, then the after strategies run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import warnings
+from typing import Any
+
+from domainbert.errors import DomainBertError
+from domainbert.pipeline.strategies.base import Context, Strategy
+
+GROUP = "domainbert.strategies"
+#: The built-in strategies' modules, in the order they run (each defines ``STRATEGY``).
+BUILTIN = ("select", "vocab", "dapt", "tapt", "contrastive", "self_train", "soup")
+#: Names a strategy may not take: the pipeline's own options.
+RESERVED = frozenset(
+    {"base_model", "task_train", "task_val", "task_test", "corpus", "corpus_text_column", "text_column",
+     "text_pair_column", "label_column", "out", "seeds", "metric", "isolate", "probe", "finetune", "distill",
+     "export", "config", "baseline"}
+)  # fmt: skip
+
+_loaded: dict[str, Strategy] | None = None
+
+
+def builtins() -> dict[str, Strategy]:
+    """The built-in strategies, by name, in the order they run."""
+    found = {}
+    for module in BUILTIN:
+        strategy = importlib.import_module(f"{__name__}.{module}").STRATEGY
+        found[strategy.name] = strategy
+    return found
+
+
+def load(refresh: bool = False) -> dict[str, Strategy]:
+    """Every strategy, by name: the built-in ones, then the plugins (start strategies before after strategies).
+
+    A plugin that fails to import, is not a :class:`Strategy`, or takes a name already taken is warned about and
+    skipped.
+    """
+    global _loaded
+    if _loaded is not None and not refresh:
+        return _loaded
+    from domainbert.core.plugins import load_entry_points
+
+    found = builtins()
+    objects, _ = load_entry_points(GROUP, "strategy")
+    for entry, obj in objects.items():
+        strategy = obj() if isinstance(obj, type) and issubclass(obj, Strategy) else obj
+        problem = _problem(entry, strategy, found)
+        if problem:
+            warnings.warn(f"domainbert: the strategy plugin {entry!r} is skipped: {problem}", stacklevel=2)
+            continue
+        found[strategy.name] = strategy
+    _loaded = dict(sorted(found.items(), key=lambda item: item[1].kind != "start"))  # stable: start ones first
+    return _loaded
+
+
+def _problem(entry: str, strategy, found: dict[str, Strategy]) -> str | None:
+    """Why a plugin's object cannot be a strategy; None when it can."""
+    if not isinstance(strategy, Strategy):
+        return f"{strategy!r} is not a domainbert.pipeline.strategies.base.Strategy (subclass it)"
+    if not strategy.name.isidentifier():
+        return f"its name {strategy.name!r} is not an identifier (it is a config key)"
+    if strategy.name in found or strategy.name in RESERVED:
+        return f"its name {strategy.name!r} is taken (by a built-in strategy or a pipeline option)"
+    if strategy.kind not in ("start", "after"):
+        return f"its kind {strategy.kind!r} is neither 'start' nor 'after'"
+    return None
+
+
+def listing(strategies: dict[str, Strategy]) -> str:
+    """One line per strategy for ``--help``: its name, kind, where it comes from and its docstring's first line."""
+    lines = []
+    for name, strategy in strategies.items():
+        origin = "" if type(strategy).__module__.startswith(__name__ + ".") else f" [{type(strategy).__module__}]"
+        lines.append(f"{name} ({strategy.kind}{origin}): {strategy.summary()}")
+    return "\n".join(lines)
+
+
+def settings_of(strategies: dict[str, Strategy], given: dict[str, Any]) -> dict[str, Any]:
+    """Every strategy's settings: ``given[name]`` (a settings object, a dict of its fields, or None: the defaults).
+
+    A settings object of another dataclass whose fields the strategy's settings all have (a ``StageSpec`` given for
+    a strategy whose settings extend it) is converted, its other fields at their defaults.
+
+    Raises:
+        DomainBertError: a key that names no installed strategy, or settings of the wrong kind.
+    """
+    unknown = sorted(set(given) - set(strategies))
+    if unknown:
+        raise DomainBertError(
+            f"pipeline: no strategy named {unknown[0]!r}; the installed ones are {sorted(strategies)} "
+            "(`domainbert pipeline --help` lists them)"
+        )
+    return {name: _coerce(name, s, given.get(name)) for name, s in strategies.items()}
+
+
+def _coerce(name: str, strategy: Strategy, value: Any) -> Any:
+    """``value`` as ``strategy.settings`` (see :func:`settings_of`)."""
+    cls = strategy.settings
+    if value is None:
+        return strategy.default()
+    if isinstance(value, cls):
+        return value
+    if isinstance(value, dict):
+        fields = value
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    else:
+        fields = None
+    try:
+        if fields is not None:
+            return cls(**fields)
+    except TypeError:
+        pass
+    raise DomainBertError(
+        f"pipeline: {name}: expected {cls.__name__} settings (or a dict of its fields), got {value!r}"
+    )
+
+
+def run(ctx: Context, kind: str) -> None:
+    """Run every enabled strategy of ``kind`` (``start`` or ``after``), in the registry's order."""
+    for name, strategy in ctx.strategies.items():
+        if strategy.kind == kind and ctx.enabled(name):
+            ctx.add(name, strategy.run(ctx, ctx.settings[name]))

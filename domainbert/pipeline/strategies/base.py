@@ -1,0 +1,204 @@
+"""The pipeline's strategy interface: what a strategy declares, what it returns, and what it may read.
+
+A **strategy** is one way to get a better model than the fine-tuned base model (the baseline). It has a ``name``
+(its top-level key in a pipeline config), a ``kind``, what it ``needs``, the strategies it ``builds_on``, its own
+settings dataclass with its defaults, a :meth:`Strategy.check` that refuses a combination that cannot work, and a
+:meth:`Strategy.run` that returns :class:`Candidate` objects:
+
+- ``start`` strategies produce a starting model before fine-tuning (curation, vocabulary, DAPT, TAPT, contrastive);
+  every candidate they offer is fine-tuned over the seeds like the base model, and competes on validation;
+- ``after`` strategies act on the fine-tuned runs (self-training, seed soups) and return candidates with runs.
+
+A candidate carries its name (the report's row), its starting model (or its runs) and the stages it ran: the report
+adds up its minutes from those stages. Chains are declared: a strategy starts from the output of the first
+strategy in its ``builds_on`` that ran (:meth:`Context.upstream`), and its candidate's name and stages extend that
+output's (``vocab+dapt``, ``knn-dapt+tapt``).
+
+Built-in strategies live in :mod:`domainbert.pipeline.strategies`, one file each; other packages add theirs
+through the ``domainbert.strategies`` entry-point group. This module imports nothing heavy: ``domainbert pipeline
+--help`` lists the strategies without importing torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+from domainbert.errors import DomainBertError
+
+if TYPE_CHECKING:
+    from domainbert.pipeline.runner import Runner
+    from domainbert.pipeline.specs import FinetuneSpec, TaskFiles
+
+BASELINE = "baseline"
+"""The fine-tuned base model's name: the row every other candidate is compared with."""
+PROBE = "frozen probe"
+"""The frozen-embedding probe's name among the candidates: it ships (as a classifier) when it validates best."""
+
+#: What a strategy may need, and the one line that says so when the run lacks it (``{names}``: the strategies).
+NEEDS = {
+    "corpus": "pipeline: `corpus` is not set, and the enabled strategies {names} read the domain corpus: set `corpus`",
+    "single_text": "pipeline: {names} works on single texts; it cannot serve a pair task (text_pair_column is set)",
+}
+
+
+def stage_config(spec: Any, default: str) -> str:
+    """The stage's config file: the one ``spec.config`` names, else the built-in ``stages/<default>.yaml``."""
+    if getattr(spec, "config", None):
+        return spec.config
+    return str(resources.files("domainbert.pipeline") / "stages" / f"{default}.yaml")
+
+
+def finetune_stage(name: str, seed: int | str) -> str:
+    """The stage name of candidate ``name``'s fine-tuning run with ``seed`` (``soup``: its seed soup's evaluation)."""
+    return f"finetune-{name.replace('+', '-')}-" + ("soup" if seed == "soup" else f"seed{seed}")
+
+
+@dataclass
+class Candidate:
+    """One row of the report: a starting model to fine-tune over the seeds, or a strategy's finished runs."""
+
+    name: str
+    """The report's row, and the name the choice gives (``dapt``, ``vocab+dapt``, ``baseline soup``)."""
+    source: str
+    """The strategy that made it (``baseline`` and ``probe`` for the pipeline's own rows)."""
+    model: str | None = None
+    """The starting model's folder, fine-tuned over the seeds (None for an ``after`` strategy's candidate)."""
+    stages: list[str] = field(default_factory=list)
+    """The stages that made it, upstream ones included: its extra minutes in the report. Not its fine-tuning."""
+    runs: list[dict] = field(default_factory=list)
+    """Its fine-tuned (or evaluated) runs, one record per seed: ``metrics``, ``hf``, ``seed``, ``stage``..."""
+    offered: bool = True
+    """False for an output that only later strategies use (a curated corpus, an extended vocabulary)."""
+    data: dict = field(default_factory=dict)
+    """What a later strategy may read besides the model (select: ``{"corpus": path, "column": "text"}``)."""
+    adapted: bool = True
+    """Whether it is an adaptation (False for the baseline and the baseline's soup): the report's verdict wording."""
+    one_model: bool = False
+    """One model made from several seeds' runs (a soup): no seed noise in its interval, not its best seed."""
+    gate: dict | None = None
+    """The probe gate's decision (``open``, ``best``, ``base``...); a closed gate means it is not fine-tuned."""
+    stopped: dict | None = None
+    """Set when its remaining seeds were skipped (behind the baseline after its first): the choice ignores it."""
+
+    @property
+    def gated(self) -> bool:
+        """Whether the probe gate kept it from fine-tuning."""
+        return self.gate is not None and not self.gate.get("open", True)
+
+
+class Strategy:
+    """The interface every pipeline strategy implements; subclass it and set the class attributes.
+
+    The class docstring's first line is the one-line description ``domainbert pipeline --help`` lists.
+    """
+
+    name: ClassVar[str] = ""
+    """The config's top-level key and the stage names' stem (``dapt``)."""
+    kind: ClassVar[Literal["start", "after"]] = "start"
+    """``start``: makes starting models before fine-tuning; ``after``: acts on the fine-tuned runs."""
+    settings: ClassVar[type] = object
+    """Its settings dataclass; its fields are the config key's fields (``dapt.args``, ``dapt.enabled``)."""
+    needs: ClassVar[tuple[str, ...]] = ()
+    """What it needs when enabled: keys of :data:`NEEDS` (``corpus``, ``single_text``)."""
+    builds_on: ClassVar[tuple[str, ...]] = ()
+    """Strategies whose output it starts from when they ran, nearest first (tapt: ``("dapt", "vocab")``)."""
+    help: ClassVar[str] = ""
+    """Its option group's text in ``--help``: what it does and whether it runs by default."""
+
+    def default(self) -> Any:
+        """Its settings when the config does not mention it."""
+        return self.settings()
+
+    def enabled(self, settings: Any) -> bool:
+        """Whether it runs with ``settings`` (their ``enabled`` field; True when there is none)."""
+        return bool(getattr(settings, "enabled", True))
+
+    def check(self, ctx: Context, settings: Any) -> None:
+        """Refuse, before any stage runs, settings or combinations that cannot work (one line each).
+
+        Raises:
+            DomainBertError: the problem, naming the field and what to write instead.
+        """
+
+    def run(self, ctx: Context, settings: Any) -> list[Candidate]:
+        """Run its stages through ``ctx.runner``; its candidates (``start``: to fine-tune; ``after``: with runs)."""
+        raise NotImplementedError
+
+    @classmethod
+    def summary(cls) -> str:
+        """The first line of its docstring."""
+        return (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else ""
+
+
+@dataclass
+class Context:
+    """What a strategy may read: the run's inputs, the runner, and what the strategies before it produced."""
+
+    runner: Runner
+    base_model: str
+    task: TaskFiles
+    corpus: str | None
+    corpus_text_column: str
+    seeds: list[int]
+    metric: str
+    finetune: FinetuneSpec
+    strategies: dict[str, Strategy]
+    """Every registered strategy, in the order they run."""
+    settings: dict[str, Any]
+    """Every registered strategy's settings, by name."""
+    candidates: list[Candidate] = field(default_factory=list)
+    """Every candidate so far, in the report's order (the baseline first)."""
+    outputs: dict[str, list[Candidate]] = field(default_factory=dict)
+    """What each strategy that ran returned, by its name."""
+    cache: dict[str, Any] = field(default_factory=dict)
+    """Values computed once per run and shared by strategies (the fine-tuning pooling)."""
+
+    def enabled(self, name: str) -> bool:
+        """Whether strategy ``name`` is registered and enabled."""
+        strategy = self.strategies.get(name)
+        return strategy is not None and strategy.enabled(self.settings[name])
+
+    def built_on(self, name: str) -> bool:
+        """Whether an enabled strategy builds on ``name``'s output."""
+        return any(name in s.builds_on and self.enabled(n) for n, s in self.strategies.items())
+
+    def output(self, name: str) -> Candidate | None:
+        """The last candidate strategy ``name`` returned, if it ran."""
+        made = self.outputs.get(name)
+        return made[-1] if made else None
+
+    @property
+    def baseline(self) -> Candidate:
+        """The base model's candidate."""
+        return next(c for c in self.candidates if c.name == BASELINE)
+
+    def upstream(self, names: tuple[str, ...]) -> Candidate:
+        """The output a strategy starts from: the first of ``names`` that ran with a model, else the baseline."""
+        for name in names:
+            made = self.output(name)
+            if made is not None and made.model:
+                return made
+        return self.baseline
+
+    def add(self, name: str, made: list[Candidate]) -> None:
+        """Record what strategy ``name`` returned."""
+        if not isinstance(made, list) or not all(isinstance(c, Candidate) for c in made):
+            raise DomainBertError(f"pipeline: strategy {name!r} returned {made!r}; expected a list of Candidate")
+        taken = {c.name for c in self.candidates}
+        for candidate in made:
+            if candidate.name in taken:
+                raise DomainBertError(f"pipeline: strategy {name!r} returned a second candidate {candidate.name!r}")
+            taken.add(candidate.name)
+        self.outputs[name] = made
+        self.candidates += made
+
+    def results(self) -> dict[str, list[dict]]:
+        """``{name: runs}`` of every candidate with runs, in order: what the choice compares."""
+        return {c.name: c.runs for c in self.candidates if c.runs}
+
+
+def chained(upstream: Candidate, own: str) -> str:
+    """A chained candidate's name: ``own`` from the base model, ``<upstream>+<own>`` from another output."""
+    return own if upstream.name == BASELINE else f"{upstream.name}+{own}"

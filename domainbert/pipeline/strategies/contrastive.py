@@ -1,0 +1,41 @@
+"""Contrastive pretraining: unsupervised SimCSE on the domain corpus, a starting model for sentence embedders."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from domainbert.pipeline.specs import StageSpec
+from domainbert.pipeline.strategies.base import Candidate, Context, Strategy
+from domainbert.pipeline.strategies.pretrain import pretrain
+
+
+@dataclass
+class ContrastiveSpec(StageSpec):
+    """Contrastive pretraining (``ContrastiveModule``): a fit config and its overrides. Off by default."""
+
+    enabled: bool = False
+    """Run this stage."""
+
+
+class Contrastive(Strategy):
+    """Contrastive: unsupervised SimCSE on the corpus from the base model; it trains the pooled embedding itself."""
+
+    name = "contrastive"
+    kind = "start"
+    settings = ContrastiveSpec
+    needs = ("corpus",)
+    help = (
+        "contrastive: unsupervised SimCSE continued pretraining on the corpus (built-in stages/contrastive.yaml, "
+        "400 steps), with the pooling fine-tuning uses; it keeps a sentence embedder's geometry. Off by default."
+    )
+
+    def run(self, ctx: Context, settings: ContrastiveSpec) -> list[Candidate]:
+        """One ``ContrastiveModule`` fit from the base model; its export is candidate ``contrastive``."""
+        from domainbert.pipeline.recipe import pooling
+
+        data = ["--data.train", ctx.corpus, "--data.text_column", ctx.corpus_text_column]
+        data += ["--model.pooling", pooling(ctx)]
+        return [pretrain(ctx, self, settings, ctx.baseline, data, "contrastive", default="contrastive")]
+
+
+STRATEGY = Contrastive()

@@ -1,0 +1,77 @@
+"""Self-training on the domain corpus: the fine-tuned baselines label corpus documents and a fresh model learns."""
+
+from __future__ import annotations
+
+import json
+
+from domainbert.pipeline.specs import SelfTrainSpec
+from domainbert.pipeline.strategies.base import Candidate, Context, Strategy, finetune_stage, stage_config
+
+NAME = "self-training"
+
+
+class SelfTrain(Strategy):
+    """Self-training: the baselines label corpus documents; a fresh model learns from the task plus those labels."""
+
+    name = "self_train"
+    kind = "after"
+    settings = SelfTrainSpec
+    needs = ("corpus", "single_text")
+    help = "self_train: self-training on the corpus (the baselines label it, a fresh model learns). Off by default."
+
+    def run(self, ctx: Context, settings: SelfTrainSpec) -> list[Candidate]:
+        """One run per seed (see :class:`~domainbert.pipeline.specs.SelfTrainSpec`); candidate ``self-training``.
+
+        Its extra minutes: the labelling, the baselines that taught, and the runs on task + pseudo-labelled rows.
+        """
+        baselines = ctx.baseline.runs
+        shared = _pseudolabel(ctx, "pseudo-ensemble", baselines, settings) if settings.teachers == "ensemble" else None
+        runs, stages = [], []
+        for record in baselines:
+            if shared is None:
+                labels = f"pseudo-seed{record['seed']}"
+                train = _pseudolabel(ctx, labels, [record], settings)
+            else:
+                labels, train = "pseudo-ensemble", shared
+            run, made = _student(ctx, record, labels, train, settings)
+            runs.append(run)
+            stages += [s for s in (labels, record["stage"], *made) if s not in stages]
+        return [Candidate(NAME, self.name, runs=runs, stages=stages)]
+
+
+def _student(ctx: Context, teacher: dict, labels: str, train: str, spec: SelfTrainSpec) -> tuple[dict, list[str]]:
+    """Seed ``teacher["seed"]``'s self-trained run; ``(its record, the stages before its last)``."""
+    from domainbert.pipeline.recipe import pooling_args
+
+    runner, task, seed = ctx.runner, ctx.task, teacher["seed"]
+    config, name = stage_config(ctx.finetune, "finetune"), finetune_stage(NAME, seed)
+    fit = ["--seed_everything", str(seed), *pooling_args(ctx), *task.data_args(), *ctx.finetune.args]
+    start = ctx.base_model if spec.start == "base" else teacher["hf"]
+    soft = ["--data.soft_label_column", "probabilities"] if spec.soft else []
+    first = f"{name}-mixed" if spec.then_task else name
+    run = runner.fit(
+        first,
+        config,
+        ["--model.init_from", start, *fit, "--data.train", train, *soft, *spec.args],
+        test=not spec.then_task and bool(task.test),
+        after=(labels,) if spec.start == "base" else (labels, teacher["stage"]),
+    )
+    if not spec.then_task:
+        return {**run, "seed": seed, "stage": name}, []
+    run = runner.fit(name, config, ["--model.init_from", run["hf"], *fit], test=bool(task.test), after=(first,))
+    return {**run, "seed": seed, "stage": name}, [first]
+
+
+def _pseudolabel(ctx: Context, stage: str, teachers: list[dict], spec: SelfTrainSpec) -> str:
+    """Run ``domainbert pseudolabel`` with the teachers' exports; the path of the task + pseudo-labelled rows."""
+    task, folder = ctx.task, ctx.runner.out / stage
+    args = ["pseudolabel", "--model", json.dumps([t["hf"] for t in teachers])]
+    args += ["--corpus", ctx.corpus, "--task", task.train]
+    args += ["--text_column", task.text_column, "--label_column", task.label_column, "--seed", str(teachers[0]["seed"])]
+    args += ["--corpus_text_column", ctx.corpus_text_column, "--ratio", str(spec.ratio), "--out", str(folder)]
+    args += ["--max_documents", str(spec.max_documents) if spec.max_documents else "null"]
+    args += ["--soft", "true"] if spec.soft else []
+    return ctx.runner.tool(stage, args, result=str(folder))["train"]
+
+
+STRATEGY = SelfTrain()

@@ -1,0 +1,66 @@
+"""Seed soups: each candidate's fine-tuned seed runs averaged into one model, evaluated as it is."""
+
+from __future__ import annotations
+
+import json
+
+from domainbert.pipeline.specs import SoupSpec
+from domainbert.pipeline.strategies.base import BASELINE, Candidate, Context, Strategy, finetune_stage, stage_config
+
+SUFFIX = " soup"
+"""A soup's name is its candidate's plus this: ``baseline soup`` is the weight average of the baseline's seeds."""
+
+
+def soup_stage(name: str) -> str:
+    """The stage name of ``domainbert soup`` over candidate ``name``'s seed runs."""
+    return f"soup-{name.replace('+', '-')}"
+
+
+class Soup(Strategy):
+    """Seed soups: the weight average of each candidate's seed runs (two or more seeds), validated as it is."""
+
+    name = "soup"
+    kind = "after"
+    settings = SoupSpec
+    help = (
+        "soup: seed soups: each starting model's seed runs averaged into one model (no training), evaluated and "
+        "compared like the others. On by default, but made only with two or more seeds."
+    )
+
+    def run(self, ctx: Context, settings: SoupSpec) -> list[Candidate]:
+        """For every candidate with two or more exported runs (and not stopped early), ``<name> soup``.
+
+        Stage ``soup-<name>`` runs ``domainbert soup`` on the seeds' exports; stage ``finetune-<name>-soup``
+        validates and tests the soup as it is, with the fine-tuning stage's config and options (its pooling, its
+        data) and no head refit (``--model.head_init null``: the soup's head is the average of the seeds' heads).
+        """
+        made = []
+        for candidate in list(ctx.candidates):
+            exported = [r for r in candidate.runs if r.get("hf")]
+            if len(exported) >= 2 and not candidate.one_model and candidate.stopped is None:
+                made.append(_soup(ctx, candidate, exported))
+        return made
+
+
+def _soup(ctx: Context, candidate: Candidate, exported: list[dict]) -> Candidate:
+    """Average ``exported`` (``candidate``'s seed runs) and evaluate the average: candidate ``<name> soup``."""
+    from domainbert.pipeline.recipe import pooling_args
+
+    runner, name = ctx.runner, candidate.name
+    stage, folder = soup_stage(name), ctx.runner.out / soup_stage(name) / "hf"  # beside the stage's log.txt
+    args = ["soup", "--models", json.dumps([r["hf"] for r in exported]), "--out", str(folder)]
+    made = runner.tool(stage, args, result=str(folder), after=tuple(r["stage"] for r in exported))["result"]
+    evaluate = ["--model.init_from", made, *pooling_args(ctx), *ctx.task.data_args(), *ctx.finetune.args]
+    config, evaluated = stage_config(ctx.finetune, "finetune"), finetune_stage(name, "soup")
+    run = runner.evaluate(evaluated, config, [*evaluate, "--model.head_init", "null"], after=(stage,))
+    return Candidate(
+        name + SUFFIX,
+        "soup",
+        runs=[{**run, "seed": "soup", "stage": evaluated}],
+        stages=[*candidate.stages, stage, evaluated],
+        adapted=candidate.name != BASELINE,
+        one_model=True,
+    )
+
+
+STRATEGY = Soup()

@@ -1,0 +1,29 @@
+"""Task-adaptive pretraining (TAPT): masked-LM continued pretraining on the task's own training text."""
+
+from __future__ import annotations
+
+from domainbert.pipeline.specs import StageSpec
+from domainbert.pipeline.strategies.base import Candidate, Context, Strategy
+from domainbert.pipeline.strategies.pretrain import pretrain
+
+
+class Tapt(Strategy):
+    """TAPT: masked-LM continued pretraining on the task's training text, after DAPT (or vocab) when they run."""
+
+    name = "tapt"
+    kind = "start"
+    settings = StageSpec
+    builds_on = ("dapt", "vocab")
+    help = "tapt: task-adaptive pretraining on the task's own text (after DAPT when both run). Off by default."
+
+    def default(self) -> StageSpec:
+        return StageSpec(enabled=False)
+
+    def run(self, ctx: Context, settings: StageSpec) -> list[Candidate]:
+        """One masked-LM fit (the DAPT stage config by default); its candidate is ``tapt`` or ``<upstream>+tapt``."""
+        start = ctx.upstream(self.builds_on)
+        data = ["--data.train", ctx.task.train, "--data.text_column", ctx.task.text_column]
+        return [pretrain(ctx, self, settings, start, data, "tapt")]
+
+
+STRATEGY = Tapt()

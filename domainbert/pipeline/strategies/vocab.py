@@ -1,0 +1,33 @@
+"""Vocabulary extension: frequent domain words added to the tokenizer before pretraining (``domainbert vocab``)."""
+
+from __future__ import annotations
+
+from domainbert.errors import DomainBertError
+from domainbert.pipeline.specs import VocabSpec
+from domainbert.pipeline.strategies.base import Candidate, Context, Strategy
+
+
+class Vocab(Strategy):
+    """Vocabulary extension: frequent domain words join the tokenizer; DAPT or TAPT then trains their new rows."""
+
+    name = "vocab"
+    kind = "start"
+    settings = VocabSpec
+    needs = ("corpus",)
+    help = "vocab: vocabulary extension before DAPT/TAPT (their candidates become vocab+dapt...). Off by default."
+
+    def check(self, ctx: Context, settings: VocabSpec) -> None:
+        if not ctx.built_on(self.name):
+            raise DomainBertError("pipeline: new vocabulary rows need pretraining: enable dapt or tapt with vocab")
+
+    def run(self, ctx: Context, settings: VocabSpec) -> list[Candidate]:
+        """``domainbert vocab extend`` into ``<out>/vocab/hf``; an intermediate model, not fine-tuned as it is."""
+        folder = str(ctx.runner.out / "vocab" / "hf")
+        args = ["vocab", "extend", "--model", ctx.base_model, "--corpus", ctx.corpus, "--top_k", str(settings.top_k)]
+        args += ["--min_freq", str(settings.min_freq), "--text_column", ctx.corpus_text_column]
+        args += ["--out", folder, "--overwrite", "true"]
+        model = ctx.runner.tool("vocab", args, result=folder)["result"]
+        return [Candidate("vocab", self.name, model=model, stages=["vocab"], offered=False)]
+
+
+STRATEGY = Vocab()

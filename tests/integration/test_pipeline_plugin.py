@@ -1,0 +1,66 @@
+"""A pipeline strategy from another package: the example installs into a throwaway folder, registers through the
+``domainbert.strategies`` entry-point group, is listed by ``domainbert pipeline --help`` and runs in the pipeline."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from domainbert.pipeline import strategies
+from tests.helpers.pipeline_tiny import tiny_pipeline
+
+ROOT = Path(__file__).resolve().parents[2]
+PLUGIN = ROOT / "examples" / "plugin_strategy"
+
+
+def _run(*args: str, path: Path) -> subprocess.CompletedProcess:
+    """``python *args`` with ``path`` on the subprocess's ``PYTHONPATH``."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(path), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> Path:
+    """The example strategy ``pip install``ed into a throwaway folder (returned), never into the environment."""
+    root = tmp_path_factory.mktemp("strategy")
+    copy, target = root / "plugin_strategy", root / "site"
+    shutil.copytree(PLUGIN, copy, ignore=shutil.ignore_patterns("build", "*.egg-info"))
+    pip = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-build-isolation"]
+    pip += ["--no-cache-dir", "--disable-pip-version-check", "--target", str(target), str(copy)]
+    done = subprocess.run(pip, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "mask40" not in strategies.load(refresh=True)  # this environment does not have it
+    return target
+
+
+def test_help_lists_the_installed_strategy_with_its_one_line_doc_and_settings(installed):
+    done = _run("-m", "domainbert", "pipeline", "--help", path=installed)
+    assert done.returncode == 0, done.stderr
+    text = " ".join(done.stdout.split())
+    assert "mask40 (start [mask40_strategy]): Mask40: masked-LM pretraining on the task's training text" in text
+    assert "--mask40.enabled {true,false}" in text and "--mask40.mlm_probability" in text
+
+
+def test_the_tiny_pipeline_runs_the_installed_strategy_and_reports_its_candidate(
+    installed, tiny_bert, tmp_path, monkeypatch
+):
+    monkeypatch.syspath_prepend(str(installed))
+    try:
+        assert "mask40" in strategies.load(refresh=True)
+        args = ["--trainer.max_steps=2", "--trainer.val_check_interval=2"]
+        settings = {"enabled": True, "config": "configs/pretrain/tiny_debug.yaml", "args": args}
+        report = tiny_pipeline(tiny_bert, tmp_path / "p", [0], mask40=settings).read_text()
+    finally:
+        monkeypatch.undo()
+        strategies.load(refresh=True)
+    state = json.loads((tmp_path / "p" / "state.json").read_text())
+    inputs = state["mask40"]["inputs"]
+    assert inputs[inputs.index("--model.mlm_probability") + 1] == "0.4"
+    assert state["finetune-mask40-seed0"]["status"] == "done"
+    assert "| mask40 |" in report and "**mask40**: adaptation" in report
