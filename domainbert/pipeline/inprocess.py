@@ -148,7 +148,7 @@ def _logging_to(fh: IO[str]) -> Iterator[None]:
     for logger in _loggers()[1:]:
         for handler in logger.handlers:
             if _writes_to(handler, consoles) and _settable(handler):
-                moved[handler] = handler.setStream(fh)
+                moved[handler] = _set_stream(handler, fh)
     own = logging.StreamHandler(fh)
     own.setFormatter(logging.Formatter(LOG_FORMAT))
     root.handlers = [h for h in saved_handlers if not _writes_to(h, consoles)] + [own]
@@ -161,7 +161,7 @@ def _logging_to(fh: IO[str]) -> Iterator[None]:
         for logger in _loggers()[1:]:
             for handler in logger.handlers:
                 if _writes_to(handler, {id(fh)}) and _settable(handler):
-                    handler.setStream(moved.get(handler, stderr))
+                    _set_stream(handler, moved.get(handler, stderr))
 
 
 def _writes_to(handler: logging.Handler, streams: set[int]) -> bool:
@@ -171,6 +171,23 @@ def _writes_to(handler: logging.Handler, streams: set[int]) -> bool:
         and not isinstance(handler, logging.FileHandler)
         and id(getattr(handler, "stream", None)) in streams
     )
+
+
+def _set_stream(handler: logging.StreamHandler, stream: IO[str]) -> IO[str] | None:
+    """``handler.setStream(stream)``, its own ``flush`` following; the stream it wrote to (None: unchanged).
+
+    transformers binds its handler's ``flush`` to the stream the handler was made with (``handler.flush =
+    sys.stderr.flush``): made during a stage, that is the stage's log, closed once the stage is over, and the next
+    ``setStream`` (which flushes) would fail on it. A ``flush`` bound to the old stream is bound to the new one.
+    """
+    old = handler.stream
+    own = handler.__dict__.pop("flush", None)
+    try:
+        handler.setStream(stream)
+    finally:
+        if own is not None:
+            handler.flush = stream.flush if getattr(own, "__self__", None) is old else own
+    return None if old is stream else old
 
 
 def _settable(handler: logging.StreamHandler) -> bool:

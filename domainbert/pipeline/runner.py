@@ -92,6 +92,8 @@ class Runner:
         self.state: dict[str, Any] = read_state(self.state_file)
         self.called: list[str] = []
         """The stages of this invocation, in order (the report shows these, not older ones in ``state.json``)."""
+        self._started: dict[str, float] = {}
+        """When each stage of this invocation was launched (``time.time()``): the start of its parts."""
 
     def _save(self) -> None:
         atomic_write_text(self.state_file, json.dumps(self.state, indent=2, sort_keys=True) + "\n")
@@ -122,24 +124,35 @@ class Runner:
             return entry
         return None
 
-    def _run(self, stage: str, cmd: list[str], inline: Callable[[], Any] | None = None) -> float:
-        """Run ``stage``: the command ``cmd`` in a process of its own, or ``inline`` in this one; its seconds."""
+    def _run(
+        self, stage: str, cmd: list[str], inline: Callable[[], Any] | None = None, shown: list[str] | None = None
+    ) -> float:
+        """Run ``stage``: the command ``cmd`` in a process of its own, or ``inline`` in this one; its seconds.
+
+        ``shown`` is the command line the output names (and ``sys.argv`` of an inline run); default ``cmd[2:]``.
+        The stage's marks (``<out>/<stage>/marks.json``, which its run writes) become its record's ``parts`` in
+        :meth:`_finish`.
+        """
         from domainbert.pipeline.inprocess import run_in_process
+        from domainbert.pipeline.timing import MARKS
 
         folder = self.out / stage
         folder.mkdir(parents=True, exist_ok=True)
         (folder / MARKER).touch()  # the pipeline's own folder: the stage's tool (probe, select...) may write here
+        (folder / MARKS).unlink(missing_ok=True)  # an earlier run's
         log = folder / "log.txt"
+        shown = cmd[2:] if shown is None else shown
         where = "" if inline is None else " (the stage runs in the pipeline's process)"
-        print(f"[{stage}] running: {' '.join(cmd[2:])}\n[{stage}] log: {log}{where}", flush=True)
+        print(f"[{stage}] running: {' '.join(shown)}\n[{stage}] log: {log}{where}", flush=True)
         t0 = time.time()
         if inline is not None:
-            code = run_in_process(inline, log, cmd[2:])
+            code = run_in_process(inline, log, shown)
         else:
             with open(log, "w", encoding="utf-8") as fh:
                 env = {**os.environ, "PYTHONUNBUFFERED": "1"}
                 code = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env).returncode
         seconds = time.time() - t0
+        self._started[stage] = t0
         if code != 0:
             self.state[stage] = {"status": "failed", "log": str(log), "seconds": round(seconds, 1)}
             self._save()
@@ -150,8 +163,27 @@ class Runner:
             )
         return seconds
 
+    def parts(self, stage: str, seconds: float) -> dict[str, float] | None:
+        """The seconds of each part of ``stage``, which just ran for ``seconds``, from its marks (None: no marks).
+
+        See :mod:`domainbert.pipeline.timing`; the parts sum to ``seconds`` (to one decimal).
+        """
+        from domainbert.pipeline.timing import MARKS, record_parts
+
+        started, path = self._started.get(stage), self.out / stage / MARKS
+        if started is None or not path.is_file():
+            return None
+        try:
+            marks = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            return None
+        return record_parts(marks if isinstance(marks, dict) else None, started, started + seconds)
+
     def _finish(self, stage: str, record: dict, seconds: float, inputs: list[str], fingerprint: str = "") -> dict:
         record.update(status="done", seconds=round(seconds, 1), inputs=inputs, finished=time.time())
+        parts = self.parts(stage, seconds)
+        if parts is not None:
+            record["parts"] = parts
         if fingerprint:
             record["fingerprint"] = fingerprint
         self.state[stage] = record
@@ -205,12 +237,13 @@ class Runner:
         fingerprint = self.fingerprint(None, after) if after else None
         if (done := self._done(stage, args, fingerprint)) is not None:
             return done
-        inline = None
-        if self.isolate != "all":
-            from domainbert.cli import main
+        from domainbert.pipeline.timing import MARKS
+        from domainbert.pipeline.toolstage import run_tool
 
-            inline = functools.partial(main, list(args))
-        seconds = self._run(stage, [sys.executable, "-m", "domainbert", *args], inline)
+        marks = self.out / stage / MARKS
+        inline = functools.partial(run_tool, list(args), marks) if self.isolate != "all" else None
+        cmd = [sys.executable, "-m", "domainbert.pipeline.toolstage", str(marks), *args]
+        seconds = self._run(stage, cmd, inline, shown=["domainbert", *args])
         record: dict[str, Any] = {"result": result}
         for candidate in (Path(result), Path(result) / "result.json"):
             if candidate.suffix == ".json" and candidate.is_file():

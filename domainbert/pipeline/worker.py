@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import torch
@@ -88,6 +89,71 @@ class TestPredictions(Callback):
         return {"gold": self.gold, "pred": self.pred, "labels": list(getattr(model, "label_names", []) or [])}
 
 
+class StageClock(Callback):
+    """The timestamps of a stage's training, evaluation and export (see :mod:`domainbert.pipeline.timing`).
+
+    Training runs from the first training batch (what comes before it, from ``ready``, is data preparation: the
+    data module's ``prepare_data`` and ``setup``, the data loaders, the first batch) to ``on_train_end``; every
+    validation (the sanity check's too) and test pass from its ``on_*_start`` to its ``on_*_end`` is evaluation;
+    what follows training in ``fit`` (the best checkpoint restored, the Hugging Face export) is export, up to
+    :meth:`fit_returned`. Put it first among the trainer's callbacks, so that its ``on_train_end`` comes before the
+    others' work there.
+    """
+
+    def __init__(self, ready: float | None = None) -> None:
+        self.marks: dict = {"ready": ready if ready is not None else time.time(), "work": "data"}
+        for name in ("train", "eval", "export"):
+            self.marks[name] = []
+        self._train: float | None = None
+        self._eval: float | None = None
+
+    def span(self, name: str, start: float, end: float | None = None) -> None:
+        """Add the interval ``[start, end]`` (``end``: now) to the marks' ``name`` (``train``, ``eval``, ``export``)."""
+        self.marks[name].append([start, time.time() if end is None else end])
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        self._train = None
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if self._train is None:
+            self._train = time.time()
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        now = time.time()
+        self.span("train", self._train if self._train is not None else now, now)
+        self.marks["export_from"] = now
+
+    def fit_returned(self) -> None:
+        """``fit`` returned: what followed the end of training was the export."""
+        start = self.marks.pop("export_from", None)
+        if start is not None:
+            self.span("export", start)
+
+    def _eval_start(self) -> None:
+        self._eval = time.time()
+
+    def _eval_end(self) -> None:
+        if self._eval is not None:
+            self.span("eval", self._eval)
+        self._eval = None
+
+    def on_validation_start(self, trainer, pl_module) -> None:
+        self._eval_start()
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        self._eval_end()
+
+    def on_test_start(self, trainer, pl_module) -> None:
+        self._eval_start()
+
+    def on_test_end(self, trainer, pl_module) -> None:
+        self._eval_end()
+
+    def write(self, path: Path) -> None:
+        """Write the marks, ``end`` now, to ``path``."""
+        atomic_write_text(path, json.dumps({**self.marks, "end": time.time()}) + "\n")
+
+
 def worker(result_path: str, args: list[str], test: bool, evaluate: bool = False) -> None:
     """Fit (and test the best weights of) one config, or only evaluate a model; write the record to ``result_path``.
 
@@ -96,24 +162,32 @@ def worker(result_path: str, args: list[str], test: bool, evaluate: bool = False
 
     With ``evaluate`` nothing is trained: the model ``--model.init_from`` names is validated and tested as it is,
     and the record's ``hf`` is that folder.
+
+    Beside the record, ``marks.json`` holds the timestamps of the stage's parts (:class:`StageClock`): start-up
+    ends when the command line is parsed and the model built.
     """
     from domainbert.callbacks import HFExport
     from domainbert.cli import cli_main
+    from domainbert.pipeline.timing import MARKS
 
     test = test or evaluate
+    marks = Path(result_path).with_name(MARKS).absolute()
     # sys.argv stays this worker's own command line: Lightning relaunches it for each DDP rank
     cli = cli_main(args, run=False)
     trainer, model, dm = cli.trainer, cli.model, cli.datamodule
+    clock = StageClock()
+    trainer.callbacks.insert(0, clock)
     metrics = {}
     if not evaluate:
         trainer.fit(model, datamodule=dm)
+        clock.fit_returned()
         metrics = _floats(trainer.callback_metrics)
     if evaluate or (trainer.num_val_batches and sum(trainer.num_val_batches)):
         trainer.validate(model, datamodule=dm, ckpt_path=None, verbose=False)
         metrics.update(_floats(trainer.callback_metrics))
     record = {"run": str(trainer.log_dir), "metrics": metrics}
     if test:
-        _test(trainer, model, dm, metrics, record, Path(result_path).with_name("test_predictions.json"))
+        _test(trainer, model, dm, metrics, record, Path(result_path).with_name("test_predictions.json"), clock)
     if not trainer.is_global_zero:
         return
     export = next((cb for cb in trainer.callbacks if isinstance(cb, HFExport)), None)
@@ -121,12 +195,15 @@ def worker(result_path: str, args: list[str], test: bool, evaluate: bool = False
         record["hf"] = str(model.hparams.init_from)
     else:
         if test and export and export.path:  # the export's model card now carries the test metrics too
+            start = time.time()
             atomic_write_text(Path(export.path) / "README.md", model.model_card())
+            clock.span("export", start)
         record["hf"] = str(export.path) if export and export.path else None
     atomic_write_text(result_path, json.dumps(record, indent=2) + "\n")
+    clock.write(marks)
 
 
-def _test(trainer, model, dm, metrics: dict, record: dict, predictions: Path) -> None:
+def _test(trainer, model, dm, metrics: dict, record: dict, predictions: Path, clock: StageClock) -> None:
     """Test the model as it is; its test metrics into ``metrics``, and (single-label) its test predictions.
 
     The predictions come from the test pass itself (:class:`TestPredictions`); a second pass over the test rows
@@ -145,6 +222,8 @@ def _test(trainer, model, dm, metrics: dict, record: dict, predictions: Path) ->
     if trainer.is_global_zero and single:
         rows = collect.record(model) if collect is not None else None
         if rows is None:
+            start = time.time()
             rows = test_predictions(trainer, model, dm)
+            clock.span("eval", start)
         atomic_write_text(predictions, json.dumps(rows) + "\n")
         record["predictions"] = str(predictions)

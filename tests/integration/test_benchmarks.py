@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pytest
 
+from domainbert.pipeline.timing import PARTS
+
 BENCH = Path(__file__).resolve().parents[2] / "examples" / "benchmarks"
 
 #: The sides of inference_latency.py besides the pipeline: its own, and every variant of the tiny export it makes.
@@ -55,6 +57,10 @@ CASES = {
         ["domainbert_total_s", "hf_total_s", "domainbert_time_to_target_s", "hf_time_to_target_s", "ratio"],
         ["target", "domainbert_f1_step0", "domainbert_best_f1", "domainbert_final_f1", "hf_f1_step0", "hf_best_f1"]
         + ["hf_final_f1", "domainbert_steps_to_target", "ratio_is_lower_bound", "eval_every", "precision"],
+    ),
+    "pipeline_time.py": (
+        [f"{config}_{key}" for config in ("demo", "paths_only") for key in ("minutes", "stage_minutes")],
+        [f"{config}_{part}_minutes" for config in ("demo", "paths_only") for part in PARTS],
     ),
     "startup.py": (
         ["python_s", "import_torch_s", "help_s", "fit_help_s", "pipeline_help_s", "first_step_s"],
@@ -236,6 +242,16 @@ def test_a_script_runs_from_the_command_line(tiny_bert, tmp_path):
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=900)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     check_figures(CLI_SCRIPT, proc.stdout.strip().splitlines())
+
+
+def test_pipeline_time_runs_one_config_with_the_options_given_after_the_dashes(tiny_bert, isolated, capsys):
+    module = load_script("pipeline_time.py")
+    argv = ["--quick", "--model", str(tiny_bert), "--only", "demo", "--", "--probe.enabled", "false"]
+    returned, lines = run_main(module, capsys, *argv)
+    assert set(returned) == {"isa", "demo_minutes", "demo_stage_minutes"} | {f"demo_{p}_minutes" for p in PARTS}
+    stages = [line.split()[0] for line in lines if re.match(r"(finetune|distill|export|probe)\S* ", line)]
+    assert stages == ["finetune-baseline-seed0", "distill", "export"]  # no probe: the option reached the pipeline
+    assert float(returned["demo_minutes"]) >= float(returned["demo_stage_minutes"]) > 0
 
 
 def test_every_mlm_side_runs_and_reports_its_warm_up(tiny_bert, isolated, capsys):
