@@ -106,6 +106,7 @@ class StageClock(Callback):
             self.marks[name] = []
         self._train: float | None = None
         self._eval: float | None = None
+        self._export: float | None = None
 
     def span(self, name: str, start: float, end: float | None = None) -> None:
         """Add the interval ``[start, end]`` (``end``: now) to the marks' ``name`` (``train``, ``eval``, ``export``)."""
@@ -119,15 +120,18 @@ class StageClock(Callback):
             self._train = time.time()
 
     def on_train_end(self, trainer, pl_module) -> None:
+        device = getattr(pl_module, "device", None)
+        if getattr(device, "type", None) == "cuda":  # training ends when its last step has run, not been queued
+            torch.cuda.synchronize(device)
         now = time.time()
         self.span("train", self._train if self._train is not None else now, now)
-        self.marks["export_from"] = now
+        self._export = now
 
     def fit_returned(self) -> None:
         """``fit`` returned: what followed the end of training was the export."""
-        start = self.marks.pop("export_from", None)
-        if start is not None:
-            self.span("export", start)
+        if self._export is not None:
+            self.span("export", self._export)
+        self._export = None
 
     def _eval_start(self) -> None:
         self._eval = time.time()
