@@ -23,6 +23,7 @@ from domainbert.errors import DomainBertError
 from domainbert.pipeline.specs import (
     ExportSpec,
     FinetuneSpec,
+    PretrainSpec,
     ProbeSpec,
     SelectSpec,
     SelfTrainSpec,
@@ -30,12 +31,14 @@ from domainbert.pipeline.specs import (
     StageSpec,
     TaskFiles,
     VocabSpec,
+    WatchSpec,
 )
 from domainbert.pipeline.strategies.base import NEEDS, Context
 
 __all__ = [
     "ExportSpec",
     "FinetuneSpec",
+    "PretrainSpec",
     "ProbeSpec",
     "SelectSpec",
     "SelfTrainSpec",
@@ -43,6 +46,7 @@ __all__ = [
     "StageSpec",
     "TaskFiles",
     "VocabSpec",
+    "WatchSpec",
     "main",
     "pipeline",
 ]
@@ -50,11 +54,15 @@ __all__ = [
 #: What ``domainbert pipeline --help`` says runs when a config names only the paths.
 RUNS_BY_DEFAULT = (
     "What runs when the config gives only the paths: the probe; DAPT on the corpus (400 masked-LM steps, "
-    "domainbert/pipeline/stages/dapt.yaml); fine-tuning of the base model and of the DAPT model (up to 4 epochs, "
-    "stages/finetune.yaml) with seed 0 alone; the choice by validation; distillation of the chosen model into a "
-    "3-layer student (4 epochs, stages/distill.yaml); its int8 export (with task_test). Off unless enabled: select, "
-    "vocab, tapt, contrastive, self_train; seed soups need two or more seeds. Each strategy's `enabled` below shows "
-    "its default."
+    "domainbert/pipeline/stages/dapt.yaml), the task's probe checked every 25 steps: DAPT stops after 3 checks "
+    "without improvement and exports its best-probing step; fine-tuning of the base model (up to 4 epochs, "
+    "stages/finetune.yaml) with seed 0 alone, and of the DAPT model only when its best probe beat the base model's "
+    "(dapt.watch.margin; dapt.watch.gate: false fine-tunes it anyway); the choice by validation; distillation of "
+    "the chosen model into a 3-layer student (4 epochs, stages/distill.yaml); its int8 export (with task_test). "
+    "With two or more seeds, a starting model whose first seed validates behind the baseline by more than the "
+    "baseline seeds' std skips its other seeds (finetune.all_seeds: true runs them). Off unless enabled: select, "
+    "vocab, tapt, contrastive, self_train; seed soups need two or more seeds. Each strategy's `enabled` below "
+    "shows its default."
 )
 
 #: The one line for a config that still sets ``finetune.enabled`` (a field that was never read).
@@ -86,8 +94,8 @@ def pipeline(
     probe: ProbeSpec = _PROBE,
     select: SelectSpec | None = None,
     vocab: VocabSpec | None = None,
-    dapt: StageSpec | None = None,
-    tapt: StageSpec | None = None,
+    dapt: PretrainSpec | None = None,
+    tapt: PretrainSpec | None = None,
     finetune: FinetuneSpec = _FINETUNE,
     self_train: SelfTrainSpec | None = None,
     soup: SoupSpec | None = None,
@@ -148,7 +156,9 @@ def pipeline(
     recipe.finetune_candidates(ctx)
     recipe.add_probe(ctx)
     registry.run(ctx, "after")
-    chosen, why = recipe.choose(ctx.results(), ctx.metric, exclude=tuple(c.name for c in ctx.candidates if c.stopped))
+    stopped = tuple(c.name for c in ctx.candidates if c.stopped)  # behind after their first seed: never shipped
+    gated = tuple(c.name for c in ctx.candidates if c.gated)
+    chosen, why = recipe.choose(ctx.results(), ctx.metric, exclude=stopped, gated=gated)
     teacher = recipe.best_run(ctx.results()[chosen], ctx.metric)["hf"]
     student, deployed = recipe.distill_and_export(ctx.runner, teacher, task, distill, export)
     choice = (chosen, why, teacher)

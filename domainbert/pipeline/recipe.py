@@ -89,10 +89,52 @@ def finetune_run(ctx: Context, candidate: Candidate, seed: int) -> dict:
 
 
 def finetune_candidates(ctx: Context) -> None:
-    """Fine-tune every offered starting model over the seeds, the baseline first; each candidate's ``runs``."""
+    """Fine-tune the baseline over the seeds, then every offered, ungated starting model; each candidate's ``runs``.
+
+    A starting model whose probe gate closed is not fine-tuned. With two or more seeds (and ``finetune.all_seeds``
+    off), a starting model whose first seed validates behind the baseline by more than the baseline seeds' spread
+    (:func:`behind_baseline`) skips its other seeds; its ``stopped`` says so, and the choice never ships it.
+    """
+    baseline = ctx.baseline
+    baseline.runs = [finetune_run(ctx, baseline, seed) for seed in ctx.seeds]
+    key = f"val/{ctx.metric}"
+    scores = [r["metrics"][key] for r in baseline.runs if r.get("metrics", {}).get(key) is not None]
     for candidate in ctx.candidates:
-        if candidate.model and candidate.offered and not candidate.runs:
-            candidate.runs = [finetune_run(ctx, candidate, seed) for seed in ctx.seeds]
+        if candidate is baseline or candidate.runs or candidate.gated or not (candidate.model and candidate.offered):
+            continue
+        first = finetune_run(ctx, candidate, ctx.seeds[0])
+        candidate.runs = [first]
+        score = first.get("metrics", {}).get(key)
+        if not getattr(ctx.finetune, "all_seeds", False) and score is not None and behind_baseline(score, scores):
+            mean, std = mean_std(scores)
+            saved = ctx.runner.seconds(first["stage"]) * (len(ctx.seeds) - 1) / 60
+            candidate.stopped = {"seed": ctx.seeds[0], "score": score, "mean": mean, "std": std}
+            candidate.stopped.update(skipped=ctx.seeds[1:], minutes_saved=saved)
+            print(f"[{candidate.name}] {stopped_line(candidate.name, candidate.stopped, ctx.metric)}", flush=True)
+            continue
+        candidate.runs += [finetune_run(ctx, candidate, seed) for seed in ctx.seeds[1:]]
+
+
+def behind_baseline(first: float, baseline: list[float]) -> bool:
+    """Whether a first seed's validation score is behind the baseline seeds' mean by more than their spread.
+
+    That is ``mean(baseline) - first > std(baseline)``, the sample standard deviation (as the report shows it).
+    False with fewer than two baseline seeds: one seed has no spread to judge by.
+    """
+    if len(baseline) < 2:
+        return False
+    mean, std = mean_std(baseline)
+    return mean - first > std
+
+
+def stopped_line(name: str, stopped: dict, metric: str) -> str:
+    """What the pipeline's output and the report say of a candidate whose remaining seeds were skipped."""
+    skipped = ", ".join(map(str, stopped["skipped"]))
+    return (
+        f"stopped after seed {stopped['seed']}: validation {metric} {stopped['score']:.4f}, behind the baseline's "
+        f"mean {stopped['mean']:.4f} by more than its seeds' std {stopped['std']:.4f}; seeds {skipped} skipped, "
+        f"saving about {stopped['minutes_saved']:.1f} minutes (finetune.all_seeds: true runs them)"
+    )
 
 
 def add_probe(ctx: Context) -> None:
@@ -111,7 +153,9 @@ def add_probe(ctx: Context) -> None:
     ctx.add("probe", [Candidate(PROBE, "probe", runs=[run], adapted=False)])
 
 
-def choose(results: dict[str, list[dict]], metric: str, exclude: tuple[str, ...] = ()) -> tuple[str, str]:
+def choose(
+    results: dict[str, list[dict]], metric: str, exclude: tuple[str, ...] = (), gated: tuple[str, ...] = ()
+) -> tuple[str, str]:
     """The model to ship: the starting model whose fine-tuned runs score best on **validation**, and why.
 
     Scores are the mean over seeds. An adapted model (or a seed soup) is chosen only when it beats the baseline on
@@ -121,7 +165,8 @@ def choose(results: dict[str, list[dict]], metric: str, exclude: tuple[str, ...]
     embeddings failed, and ``why`` says so; a fine-tuned model below the probe ships only when the probe cannot
     (it could not be exported), and ``why`` says that too. The test split is not read. A soup, one model, is
     compared with the seeds' mean, not with the best seed: the best of several seeds' validation scores is biased
-    upwards by the choice itself. Candidates named in ``exclude`` (stopped before their last seed) are never chosen.
+    upwards by the choice itself. Candidates named in ``exclude`` (stopped before their last seed) are never chosen;
+    ``gated`` names those the probe gate kept from fine-tuning (they have no runs), for ``why``.
     """
     key = f"val/{metric}"
     scores = {n: s for n, s in validation_scores(results, metric).items() if n not in exclude}
@@ -130,7 +175,10 @@ def choose(results: dict[str, list[dict]], metric: str, exclude: tuple[str, ...]
     if base is None:
         raise DomainBertError(f"pipeline: the baseline runs recorded no {key}; give the task a validation split")
     best = max((n for n in scores if scores[n] is not None), key=lambda n: (scores[n], n == BASELINE))
-    if len(scores) == 1:
+    if len(scores) == 1 and gated:
+        why = f"the only fine-tuned model (the probe gate kept {', '.join(gated)} from fine-tuning); validation {key} "
+        why += f"{base:.4f}"
+    elif len(scores) == 1:
         why = f"the only starting model (no adaptation stage enabled); validation {key} {base:.4f}"
     elif best == BASELINE:
         others = ", ".join(f"{n} {s:.4f}" for n, s in scores.items() if n != BASELINE and s is not None)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from domainbert.adapt.stats import mean_std, paired_bootstrap
 from domainbert.core.files import atomic_write_text
-from domainbert.pipeline.recipe import below_probe
+from domainbert.pipeline.recipe import below_probe, stopped_line
 from domainbert.pipeline.strategies.base import BASELINE, PROBE, Candidate
 
 
@@ -37,7 +37,7 @@ def _curves(run_dir: str, png: Path, title: str) -> bool:
     if not csv.exists():
         return False
     df = pd.read_csv(csv)
-    cols = [c for c in df.columns if c.startswith(("train/loss", "val/")) and df[c].notna().any()][:4]
+    cols = [c for c in df.columns if c.startswith(("train/loss", "val/", "probe/")) and df[c].notna().any()][:4]
     if not cols:
         return False
     plt = _plot_setup()
@@ -170,15 +170,22 @@ def adaptation_section(runner, candidates: list[Candidate], probed: dict | None,
     if probed is not None:
         lines.append(_probe_row(runner, probed, metric))
     verdicts, chart, adapted = [], [], False
+    baseline = next(c for c in candidates if c.name == BASELINE)
+    saved = sum(runner.seconds(r["stage"]) for r in baseline.runs if r.get("stage")) / 60
     for candidate in candidates:
+        verdicts += [_gate_line(candidate, saved)] if candidate.gate else []
+        if candidate.gated:
+            lines.append(_gated_row(runner, candidate))
         if candidate.name == PROBE or not candidate.runs:
             continue  # the probe has its own row above; an intermediate output is no row
         row, verdict = _row(runner, candidate, base_pred, metric)
         lines.append(row)
         verdicts += [verdict] if verdict else []
+        if candidate.stopped:
+            verdicts.append(f"- **{candidate.name}**: {stopped_line(candidate.name, candidate.stopped, metric)}.")
         adapted = adapted or bool(verdict and candidate.adapted)
         chart.append((candidate.name, *_mean(candidate.runs, f"test/{metric}")))
-    if not adapted:
+    if not adapted and not any(c.gated for c in candidates):
         verdicts += [
             "- This run trained no adapted model (DAPT, TAPT and curation were off), or recorded no test predictions:"
             " it cannot show an adaptation gain. The full recipe (more stages and seeds) is the one to judge by."
@@ -206,8 +213,39 @@ def _row(runner, candidate: Candidate, base_pred, metric: str) -> tuple[str, str
         per_min = f"; {ci.diff * 100 / minutes:+.2f} points per minute" if minutes > 0 else ""
         verdict = _verdict(candidate, ci, delta, metric, per_min)
     one = len(runs) == 1
+    if candidate.stopped:
+        delta = f"{delta} (stopped after seed {candidate.stopped['seed']})".strip()
     cells = [candidate.name, _cell(val, one), _cell(test, one), _cell(acc, True), delta]
     return "| " + " | ".join([*cells, f"{minutes:.1f}"]) + " |", verdict
+
+
+def not_fine_tuned(gate: dict) -> str:
+    """``not fine-tuned: probe X against the base's Y``: a closed gate's cell and sentence."""
+    return f"not fine-tuned: probe {gate['best']:.4f} against the base's {gate['base']:.4f}"
+
+
+def _gated_row(runner, candidate: Candidate) -> str:
+    """The table row of a candidate the probe gate kept from fine-tuning: no scores, its stages' minutes."""
+    minutes = candidate_minutes(runner, candidate)
+    return f"| {candidate.name} | – | – | – | {not_fine_tuned(candidate.gate)} | {minutes:.1f} |"
+
+
+def _gate_line(candidate: Candidate, saved: float) -> str:
+    """What the probe watch saw of ``candidate``'s pretraining and what the gate decided (``saved``: minutes)."""
+    gate = candidate.gate
+    watched = f" The watch: {gate['summary']} (checked at steps {gate.get('steps')})." if gate.get("summary") else ""
+    if candidate.gated:
+        return (
+            f"- **{candidate.name}**: {not_fine_tuned(gate)} ({gate['base_from']}; margin {gate['margin']}), which "
+            f"saved about {saved:.1f} minutes (the baseline's fine-tuning, summed over its seeds).{watched}"
+        )
+    if gate.get("best") is None or gate.get("base") is None:
+        return f"- **{candidate.name}**: fine-tuned without the probe gate: {gate.get('why')}.{watched}"
+    why = f"): {gate['why']}" if gate.get("why") else f"; margin {gate['margin']})"
+    return (
+        f"- **{candidate.name}**: fine-tuned: probe {gate['best']:.4f} against the base's {gate['base']:.4f} "
+        f"({gate['base_from']}{why}.{watched}"
+    )
 
 
 def _mean(runs: list[dict], key: str) -> tuple[float, float]:

@@ -19,6 +19,37 @@ class StageSpec:
 
 
 @dataclass
+class WatchSpec:
+    """The task watched while a pretraining stage trains (``ProbeWatch``), and the gate on fine-tuning its model.
+
+    Every ``every_n_steps`` steps (and at step 0, the starting model) the watch embeds the task's training and
+    validation texts with the current encoder, fits the frozen-embedding probe and scores validation; the stage
+    exports the best-probing step (step 0 included) and stops after ``patience`` checks without improvement. The
+    gate then fine-tunes the stage's model only when its best probe beats the base model's by more than ``margin``.
+    """
+
+    enabled: bool = True
+    """Watch the task while pretraining (and gate on it)."""
+    every_n_steps: int | None = None
+    """Steps between checks; None: the stage's ``max_steps`` // 16 (at least 1; 100 for a fit without max_steps),
+    so that with ``patience: 3`` a stage that does not help stops within a quarter of its steps."""
+    patience: int | None = 3
+    """Checks without improvement after which the stage stops; None: never early."""
+    gate: bool = True
+    """Fine-tune the stage's model only when its best probe beats the base model's by more than ``margin``."""
+    margin: float = 0.0
+    """How much the best probe must beat the base model's by (a negative margin opens the gate always)."""
+
+
+@dataclass
+class PretrainSpec(StageSpec):
+    """A pretraining stage (DAPT, TAPT, contrastive): a fit config, its overrides, and the task watched meanwhile."""
+
+    watch: WatchSpec = field(default_factory=WatchSpec)
+    """The task's probe watched while it trains, and the gate on fine-tuning its model."""
+
+
+@dataclass
 class FinetuneSpec:
     """The fine-tuning stage: a fit config and its overrides. It always runs: every starting model is fine-tuned.
 
@@ -31,6 +62,9 @@ class FinetuneSpec:
     """The stage's fit config; None: the built-in one (``domainbert/pipeline/stages/finetune.yaml``)."""
     args: list[str] = field(default_factory=list)
     """Extra command-line overrides, e.g. ``["--trainer.max_epochs=2"]``."""
+    all_seeds: bool = False
+    """Fine-tune every starting model on every seed. False: a starting model whose first seed validates behind the
+    baseline's mean by more than the baseline seeds' std (two or more seeds) skips its other seeds."""
 
 
 @dataclass

@@ -39,3 +39,50 @@ def tiny_pipeline(tiny_bert, out: Path, seeds: list[int], **stages) -> Path:
         "distill": StageSpec(enabled=False),
     }
     return pipeline(**{**kwargs, **stages})
+
+
+#: A gate always open (probe scores lie in [0, 1]): the fixture task's probe scores 1.0 on the tiny base model, so no
+#: pretraining can beat it, and a test of a stage's wiring must open the gate to fine-tune its model.
+OPEN_GATE = {"margin": -1.0}
+
+
+def planted_strategy(name: str = "planted"):
+    """A start strategy (for tests) that offers a model planted to fine-tune worse than the base model.
+
+    Its model is the base model with every input embedding (word, position, token type) set to zero, so every token
+    of every text has the same hidden states: the encoder sees no text, and no head can tell the classes apart.
+    """
+    from dataclasses import dataclass
+
+    from domainbert.pipeline.strategies.base import Candidate, Strategy
+
+    @dataclass
+    class PlantedSpec:
+        enabled: bool = True
+
+    class Planted(Strategy):
+        """Planted: the base model blinded (zero input embeddings), a branch bound to lose."""
+
+        settings = PlantedSpec
+
+        def run(self, ctx, settings):
+            folder = ctx.runner.out / self.name / "hf"
+            return [Candidate(self.name, self.name, model=blinded(ctx.base_model, folder))]
+
+    Planted.name = name
+    return Planted()
+
+
+def blinded(model: str, folder: Path) -> str:
+    """Copy the checkpoint ``model`` to ``folder`` with its input embeddings zeroed; the folder."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(model, folder, dirs_exist_ok=True)
+    weights = load_file(str(folder / "model.safetensors"))
+    for key, value in weights.items():
+        if ".embeddings." in key and key.endswith("embeddings.weight"):
+            value.zero_()
+    save_file(weights, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    return str(folder)

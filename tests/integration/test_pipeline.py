@@ -9,10 +9,21 @@ import numpy as np
 import pytest
 
 from domainbert.errors import DomainBertError
-from domainbert.pipeline import ExportSpec, ProbeSpec, SelectSpec, StageSpec, VocabSpec, main, pipeline
+from domainbert.pipeline import (
+    ExportSpec,
+    FinetuneSpec,
+    PretrainSpec,
+    ProbeSpec,
+    SelectSpec,
+    StageSpec,
+    VocabSpec,
+    WatchSpec,
+    main,
+    pipeline,
+)
 from domainbert.pipeline.runner import Runner
 from domainbert.pipeline.specs import TaskFiles
-from tests.helpers.pipeline_tiny import tiny_pipeline
+from tests.helpers.pipeline_tiny import OPEN_GATE, tiny_pipeline
 
 ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "tests" / "fixtures"
@@ -126,7 +137,7 @@ text_column: body
 label_column: section
 out: {tmp_path / "p"}
 isolate: none
-dapt: {{args: ["--trainer.max_steps=4", "--trainer.val_check_interval=2"]}}
+dapt: {{args: ["--trainer.max_steps=4", "--trainer.val_check_interval=2"], watch: {{margin: -1.0}}}}
 finetune: {{args: ["--trainer.max_epochs=1"]}}
 distill: {{enabled: false}}
 """
@@ -139,6 +150,13 @@ distill: {{enabled: false}}
 
     dapt = yaml.safe_load((Path(state["dapt"]["run"]) / "config.yaml").read_text())
     assert dapt["data"]["init_args"]["train"] == str(corpus)  # the pipeline's corpus, not the stage config's
+    watch = next(c["init_args"] for c in dapt["trainer"]["callbacks"] if c["class_path"].endswith("ProbeWatch"))
+    assert (watch["train"], watch["text_column"], watch["label_column"]) == (
+        str(data / "train.jsonl"),
+        "body",
+        "section",
+    )
+    assert (Path(state["dapt"]["run"]) / "probe_watch.json").is_file()  # the task watched while DAPT trained
     ft = yaml.safe_load((Path(state["finetune-dapt-seed0"]["run"]) / "config.yaml").read_text())["data"]["init_args"]
     assert (ft["train"], ft["val"], ft["test"]) == tuple(str(data / f"{s}.jsonl") for s in ("train", "val", "test"))
     assert (ft["text_column"], ft["label_column"]) == ("body", "section")
@@ -170,10 +188,14 @@ def test_tiny_pipeline_runs_every_stage_writes_the_report_and_a_rerun_skips_them
         task_test=str(FIX / "cls_test.jsonl"),
         seeds=[0, 1],
         vocab=VocabSpec(enabled=False),
-        dapt=StageSpec(
-            "configs/pretrain/tiny_debug.yaml", ["--trainer.max_steps=4", "--trainer.log_every_n_steps=1", *common]
+        dapt=PretrainSpec(
+            "configs/pretrain/tiny_debug.yaml",
+            ["--trainer.max_steps=4", "--trainer.log_every_n_steps=1", *common],
+            watch=WatchSpec(**OPEN_GATE),  # the fixture's probe scores 1.0 on the base: nothing could beat it
         ),
-        finetune=StageSpec("configs/finetune/tiny_classification.yaml", ["--trainer.max_epochs=1", *common]),
+        finetune=FinetuneSpec(
+            "configs/finetune/tiny_classification.yaml", ["--trainer.max_epochs=1", *common], all_seeds=True
+        ),
         distill=StageSpec(
             "configs/distill/tiny_debug.yaml",
             ["--trainer.max_steps=4", "--model.init_args.teacher_cache=null", "--model.init_args.student_layers=1"],

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from domainbert.pipeline import strategies
-from tests.helpers.pipeline_tiny import tiny_pipeline
+from tests.helpers.pipeline_tiny import OPEN_GATE, tiny_pipeline
 
 ROOT = Path(__file__).resolve().parents[2]
 PLUGIN = ROOT / "examples" / "plugin_strategy"
@@ -54,7 +54,7 @@ def test_the_tiny_pipeline_runs_the_installed_strategy_and_reports_its_candidate
     try:
         assert "mask40" in strategies.load(refresh=True)
         args = ["--trainer.max_steps=2", "--trainer.val_check_interval=2"]
-        settings = {"enabled": True, "config": "configs/pretrain/tiny_debug.yaml", "args": args}
+        settings = {"enabled": True, "config": "configs/pretrain/tiny_debug.yaml", "args": args, "watch": OPEN_GATE}
         report = tiny_pipeline(tiny_bert, tmp_path / "p", [0], mask40=settings).read_text()
     finally:
         monkeypatch.undo()

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import yaml
 
-from domainbert.pipeline import SelectSpec, StageSpec, VocabSpec
+from domainbert.pipeline import PretrainSpec, SelectSpec, VocabSpec, WatchSpec
 from domainbert.pipeline.strategies.contrastive import ContrastiveSpec
-from tests.helpers.pipeline_tiny import tiny_pipeline
+from tests.helpers.pipeline_tiny import OPEN_GATE, tiny_pipeline
 
 PRETRAIN = ["--trainer.max_steps=2", "--trainer.val_check_interval=2", "--trainer.log_every_n_steps=1"]
 
@@ -27,7 +27,7 @@ def _row(report: str, name: str) -> list[str]:
 
 def test_a_declared_chain_names_each_row_after_its_links_and_sums_the_minutes_of_its_own_stages(tiny_bert, tmp_path):
     out = tmp_path / "p"
-    stage = StageSpec("configs/pretrain/tiny_debug.yaml", PRETRAIN)
+    stage = PretrainSpec("configs/pretrain/tiny_debug.yaml", PRETRAIN)
     report = tiny_pipeline(
         tiny_bert,
         out,
@@ -35,7 +35,7 @@ def test_a_declared_chain_names_each_row_after_its_links_and_sums_the_minutes_of
         select=SelectSpec(enabled=True, k=2),
         vocab=VocabSpec(enabled=True, top_k=5, min_freq=2),
         dapt=stage,
-        tapt=StageSpec(stage.config, PRETRAIN),
+        tapt=PretrainSpec(stage.config, PRETRAIN),
     ).read_text()
     state = json.loads((out / "state.json").read_text())
     assert {"finetune-vocab-knn-dapt-seed0", "finetune-vocab-knn-dapt-tapt-seed0"} <= set(state)
@@ -46,6 +46,8 @@ def test_a_declared_chain_names_each_row_after_its_links_and_sums_the_minutes_of
     minutes = {s: state[s]["seconds"] / 60 for s in ("select", "vocab", "dapt", "tapt")}
     assert _row(report, "vocab+knn-dapt")[-1] == f"{minutes['select'] + minutes['vocab'] + minutes['dapt']:.1f}"
     assert _row(report, "vocab+knn-dapt+tapt")[-1] == f"{sum(minutes.values()):.1f}"
+    for name in ("vocab+knn-dapt", "vocab+knn-dapt+tapt"):  # neither started from the base, and no probe ran
+        assert f"- **{name}**: fine-tuned without the probe gate: no score of the base model on the same" in report
     table = report.split("## Stages and their cost")[0]
     assert "| dapt |" not in table and "| tapt |" not in table  # no row shares another's name
 
@@ -58,7 +60,9 @@ def test_contrastive_pretraining_is_a_starting_model_fine_tuned_and_compared(tin
         "--data.init_args.max_length=64",
         "--trainer.limit_val_batches=1",
     ]
-    report = tiny_pipeline(tiny_bert, out, [0], contrastive=ContrastiveSpec(enabled=True, args=args)).read_text()
+    report = tiny_pipeline(
+        tiny_bert, out, [0], contrastive=ContrastiveSpec(enabled=True, args=args, watch=WatchSpec(**OPEN_GATE))
+    ).read_text()
     state = json.loads((out / "state.json").read_text())
     fit = _config(state, "contrastive")
     assert fit["model"]["class_path"] == "domainbert.modules.contrastive.ContrastiveModule"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from domainbert.errors import DomainBertError
-from domainbert.pipeline import SelfTrainSpec, StageSpec, TaskFiles, VocabSpec, main, pipeline, strategies
+from domainbert.pipeline import PretrainSpec, SelfTrainSpec, StageSpec, TaskFiles, VocabSpec, main, pipeline, strategies
 from domainbert.pipeline.strategies.base import BASELINE, Candidate, Context, Strategy, chained
 from domainbert.pipeline.strategies.contrastive import ContrastiveSpec
 
@@ -38,12 +38,15 @@ def test_settings_keep_their_old_forms_and_a_wrong_key_or_type_is_one_line():
         "contrastive": StageSpec("c.yaml"),
     }
     settings = strategies.settings_of(loaded, given)
-    assert settings["dapt"] == StageSpec(enabled=False) and settings["vocab"] == VocabSpec(enabled=True, top_k=7)
-    assert settings["contrastive"] == ContrastiveSpec("c.yaml", [], True)  # a StageSpec given: converted, enabled
-    assert settings["tapt"] == StageSpec(enabled=False) and settings["soup"].enabled  # not given: the defaults
+    assert settings["dapt"] == PretrainSpec(enabled=False)  # a StageSpec given: converted, the watch's defaults
+    assert settings["vocab"] == VocabSpec(enabled=True, top_k=7)
+    assert settings["contrastive"] == ContrastiveSpec("c.yaml", [], True)  # converted, enabled as StageSpec says
+    assert settings["tapt"] == PretrainSpec(enabled=False) and settings["soup"].enabled  # not given: the defaults
     with pytest.raises(DomainBertError, match=r"^pipeline: no strategy named 'dpat'; the installed ones are \["):
         strategies.settings_of(loaded, {"dpat": StageSpec()})
-    with pytest.raises(DomainBertError, match=r"^pipeline: vocab: expected VocabSpec settings .*got 3$"):
+    with pytest.raises(
+        DomainBertError, match=r"^pipeline: vocab: expected VocabSpec settings or a dict of its fields, got 3$"
+    ):
         strategies.settings_of(loaded, {"vocab": 3})
 
 
@@ -90,7 +93,7 @@ def test_each_strategy_checks_its_own_rule(settings, message):
     name = next(n for n, s in settings.items() if s["enabled"])
     with pytest.raises(DomainBertError, match=message):
         ctx.strategies[name].check(ctx, ctx.settings[name])
-    ctx.settings["tapt"] = StageSpec(enabled=True)  # tapt builds on vocab's output too
+    ctx.settings["tapt"] = PretrainSpec(enabled=True)  # tapt builds on vocab's output too
     if name == "vocab":
         ctx.strategies[name].check(ctx, ctx.settings[name])
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import typing
 import warnings
 from typing import Any
 
@@ -108,26 +109,27 @@ def settings_of(strategies: dict[str, Strategy], given: dict[str, Any]) -> dict[
 
 
 def _coerce(name: str, strategy: Strategy, value: Any) -> Any:
-    """``value`` as ``strategy.settings`` (see :func:`settings_of`)."""
+    """``value`` as ``strategy.settings`` (see :func:`settings_of`); dicts of nested settings become their class."""
     cls = strategy.settings
     if value is None:
         return strategy.default()
     if isinstance(value, cls):
         return value
+    fields = None
     if isinstance(value, dict):
-        fields = value
+        fields = dict(value)
     elif dataclasses.is_dataclass(value) and not isinstance(value, type):
         fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
-    else:
-        fields = None
     try:
         if fields is not None:
+            hints = typing.get_type_hints(cls)
+            for key, item in fields.items():
+                if isinstance(item, dict) and dataclasses.is_dataclass(hints.get(key)):
+                    fields[key] = hints[key](**item)
             return cls(**fields)
     except TypeError:
         pass
-    raise DomainBertError(
-        f"pipeline: {name}: expected {cls.__name__} settings (or a dict of its fields), got {value!r}"
-    )
+    raise DomainBertError(f"pipeline: {name}: expected {cls.__name__} settings or a dict of its fields, got {value!r}")
 
 
 def run(ctx: Context, kind: str) -> None:

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from domainbert.pipeline.specs import StageSpec
+from domainbert.pipeline.specs import PretrainSpec
 from domainbert.pipeline.strategies.base import Candidate, Context, Strategy
 from domainbert.pipeline.strategies.pretrain import pretrain
 
 
 @dataclass
-class ContrastiveSpec(StageSpec):
-    """Contrastive pretraining (``ContrastiveModule``): a fit config and its overrides. Off by default."""
+class ContrastiveSpec(PretrainSpec):
+    """Contrastive pretraining (``ContrastiveModule``): a fit config, overrides, the task watched. Off by default."""
 
     enabled: bool = False
     """Run this stage."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from domainbert.pipeline.specs import StageSpec
+from domainbert.pipeline.specs import PretrainSpec
 from domainbert.pipeline.strategies.base import Candidate, Context, Strategy
 from domainbert.pipeline.strategies.pretrain import pretrain
 
@@ -12,7 +12,7 @@ class Dapt(Strategy):
 
     name = "dapt"
     kind = "start"
-    settings = StageSpec
+    settings = PretrainSpec
     needs = ("corpus",)
     builds_on = ("select", "vocab")
     help = (
@@ -20,7 +20,7 @@ class Dapt(Strategy):
         "steps with the built-in stages/dapt.yaml; `enabled: false` to skip it."
     )
 
-    def run(self, ctx: Context, settings: StageSpec) -> list[Candidate]:
+    def run(self, ctx: Context, settings: PretrainSpec) -> list[Candidate]:
         """One masked-LM fit; its candidate is ``dapt``, ``knn-dapt`` after select, ``vocab+...`` after vocab."""
         start, curated = ctx.upstream(("vocab",)), ctx.output("select")
         corpus, column = (curated.data["corpus"], curated.data["column"]) if curated else (ctx.corpus, None)

@@ -1,26 +1,138 @@
-"""A pretraining stage of the pipeline (DAPT, TAPT, contrastive): one fit from a starting model, its export."""
+"""A pretraining stage of the pipeline (DAPT, TAPT, contrastive), the task watched, and the gate on fine-tuning.
+
+One fit from a starting model, the task watched while it trains (``ProbeWatch``), and the gate that decides
+whether its model is worth fine-tuning.
+
+**The gate** compares like with like: the stage's best probe (``probe_watch.json``'s ``best_score``, the step it
+exported) against the base model's probe on the same protocol (the task's train and validation texts, mean pooling,
+the probe's L2 strength chosen on validation at the watch's first check):
+
+- a stage that starts from the base model: its own watch's step-0 score, which *is* the base model's;
+- a stage that starts from another model (TAPT after DAPT, DAPT after vocab): the step-0 score of a stage of this
+  run that started from the base model (kept in ``ctx.cache["base_probe"]``), else the probe stage's validation
+  score (``domainbert probe``: the same embedding, the same probe and choice of L2 strength), else none: the gate
+  stays open and says why.
+
+The gate opens when the best probe beats that base score by more than ``watch.margin`` (default 0); a closed gate
+keeps the candidate from fine-tuning, and the report says so with both scores.
+"""
 
 from __future__ import annotations
 
-from domainbert.pipeline.strategies.base import Candidate, Context, chained, stage_config
+import json
+from pathlib import Path
+
+from domainbert.pipeline.specs import WatchSpec
+from domainbert.pipeline.strategies.base import BASELINE, Candidate, Context, chained, stage_config
+
+#: Checks per step budget when ``every_n_steps`` is not set: with a patience of 3, a stage that does not help the
+#: task's probe stops within 3/16 of its steps.
+CHECKS_PER_BUDGET = 16
+#: Steps between checks for a fit without ``max_steps`` (an epoch budget) and no ``every_n_steps``.
+FALLBACK_EVERY = 100
 
 
 def pretrain(
     ctx: Context, strategy, settings, start: Candidate, data: list[str], name: str, default: str = "dapt"
 ) -> Candidate:
-    """Fit stage ``strategy.name`` from ``start``'s model on ``data``; the candidate its export is.
+    """Fit stage ``strategy.name`` from ``start``'s model on ``data``, the task watched; the candidate its export is.
 
     Args:
         ctx: the run.
         strategy: the strategy (its ``name`` is the stage's, its ``builds_on`` the stages it reruns after).
-        settings: its settings: ``config`` (None: ``stages/<default>.yaml``) and ``args`` (overrides, last).
+        settings: its settings: ``config`` (None: ``stages/<default>.yaml``), ``args`` (overrides, last) and
+            ``watch`` (a :class:`~domainbert.pipeline.specs.WatchSpec`; absent: the defaults).
         start: the output it starts from (the baseline's candidate: the base model).
-        data: the ``--data.*`` overrides that name its training text.
+        data: the ``--data.*`` (and ``--model.*``) overrides that name its training text.
         name: its own part of the candidate's name, chained after ``start``'s (``dapt``, ``vocab+dapt``).
         default: the built-in stage config's name.
     """
-    args = ["--model.init_from", start.model, *data, *settings.args]
+    watch = getattr(settings, "watch", None) or WatchSpec()
     config = stage_config(settings, default)
+    watching = watch_args(ctx, watch, config, settings.args) if watch.enabled else []
+    args = ["--model.init_from", start.model, *data, *watching, *settings.args]
     record = ctx.runner.fit(strategy.name, config, args, after=strategy.builds_on)
-    stages = [*start.stages, strategy.name]
-    return Candidate(chained(start, name), strategy.name, model=record["hf"], stages=stages)
+    made = Candidate(chained(start, name), strategy.name, model=record["hf"], stages=[*start.stages, strategy.name])
+    if watch.enabled:
+        made.gate = gate(ctx, strategy.name, read_watch(record), start, watch)
+    return made
+
+
+def watch_args(ctx: Context, watch: WatchSpec, config: str, args: list[str]) -> list[str]:
+    """``--trainer.callbacks+=<ProbeWatch>``: the task's files and columns, the metric, the checks' schedule."""
+    task = ctx.task
+    every = watch.every_n_steps or every_n_steps(max_steps(config, args))
+    init = {"train": task.train, "val": task.val, "every_n_steps": every, "patience": watch.patience}
+    init.update(metric=ctx.metric, text_column=task.text_column, text_pair_column=task.text_pair_column)
+    init.update(label_column=task.label_column)
+    callback = {"class_path": "domainbert.adapt.watch.ProbeWatch", "init_args": init}
+    return [f"--trainer.callbacks+={json.dumps(callback)}"]
+
+
+def every_n_steps(budget: int | None) -> int:
+    """Steps between checks for a stage of ``budget`` steps: ``budget // 16``, at least 1 (None: 100)."""
+    return FALLBACK_EVERY if not budget or budget < 1 else max(1, budget // CHECKS_PER_BUDGET)
+
+
+def max_steps(config: str, args: list[str]) -> int | None:
+    """The stage's ``trainer.max_steps``: the last override in ``args``, else the config's (None when neither)."""
+    found = None
+    for i, arg in enumerate(args):
+        key, eq, value = arg.partition("=")
+        if key in ("--trainer.max_steps", "--trainer.init_args.max_steps"):
+            found = value if eq else (args[i + 1] if i + 1 < len(args) else None)
+    if found is None and Path(config).is_file():
+        import yaml
+
+        loaded = yaml.safe_load(Path(config).read_text(encoding="utf-8")) or {}
+        found = (loaded.get("trainer") or {}).get("max_steps")
+    try:
+        return int(found) if found is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def read_watch(record: dict) -> dict | None:
+    """The stage run's ``probe_watch.json`` (None when the watch wrote none: a fit that never trained)."""
+    run = record.get("run")
+    path = Path(run) / "probe_watch.json" if run else None
+    if path is None or not path.is_file():
+        return None
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def gate(ctx: Context, stage: str, watched: dict | None, start: Candidate, watch: WatchSpec) -> dict:
+    """The gate's decision on stage ``stage``'s model (see the module's docstring): a dict for the report.
+
+    Keys: ``open``, ``best`` and ``base`` (the two scores, or None), ``base_from`` (where the base's came from),
+    ``margin``, ``summary`` (the watch's verdict), ``why`` (when the gate could not compare), ``stopped``.
+    """
+    if not watched or watched.get("best_score") is None:
+        return {"open": True, "why": "the watch recorded no probe score", "stage": stage}
+    history = watched.get("history") or [{}]
+    if start.name == BASELINE:
+        base, base_from = history[0].get("score"), f"step 0 of {stage}"
+        ctx.cache.setdefault("base_probe", (base, base_from))
+    else:
+        base, base_from = base_probe(ctx)
+    decision = {"stage": stage, "best": watched["best_score"], "base": base, "base_from": base_from}
+    decision.update(margin=watch.margin, summary=watched.get("summary"), steps=[h.get("step") for h in history])
+    if base is None:
+        return {**decision, "open": True, "why": "no score of the base model on the same protocol (enable probe)"}
+    if not watch.gate:
+        return {**decision, "open": True, "why": "the gate is off (watch.gate: false)"}
+    return {**decision, "open": gate_open(watched["best_score"], base, watch.margin)}
+
+
+def base_probe(ctx: Context) -> tuple[float | None, str | None]:
+    """The base model's probe score for a stage that did not start from it: a base-started stage's, else the probe's."""
+    if "base_probe" in ctx.cache:
+        return ctx.cache["base_probe"]
+    entry = ctx.runner.state.get("probe") if "probe" in ctx.runner.called else None
+    score = ((entry or {}).get("val") or {}).get(ctx.metric)
+    return (score, "the probe stage") if score is not None else (None, None)
+
+
+def gate_open(best: float, base: float, margin: float) -> bool:
+    """Whether an adapted model's best probe ``best`` beats the base model's ``base`` by more than ``margin``."""
+    return best - base > margin

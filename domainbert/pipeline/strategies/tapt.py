@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from domainbert.pipeline.specs import StageSpec
+from domainbert.pipeline.specs import PretrainSpec
 from domainbert.pipeline.strategies.base import Candidate, Context, Strategy
 from domainbert.pipeline.strategies.pretrain import pretrain
 
@@ -12,14 +12,14 @@ class Tapt(Strategy):
 
     name = "tapt"
     kind = "start"
-    settings = StageSpec
+    settings = PretrainSpec
     builds_on = ("dapt", "vocab")
     help = "tapt: task-adaptive pretraining on the task's own text (after DAPT when both run). Off by default."
 
-    def default(self) -> StageSpec:
-        return StageSpec(enabled=False)
+    def default(self) -> PretrainSpec:
+        return PretrainSpec(enabled=False)
 
-    def run(self, ctx: Context, settings: StageSpec) -> list[Candidate]:
+    def run(self, ctx: Context, settings: PretrainSpec) -> list[Candidate]:
         """One masked-LM fit (the DAPT stage config by default); its candidate is ``tapt`` or ``<upstream>+tapt``."""
         start = ctx.upstream(self.builds_on)
         data = ["--data.train", ctx.task.train, "--data.text_column", ctx.task.text_column]

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from domainbert.pipeline.specs import StageSpec
+from domainbert.pipeline.specs import PretrainSpec
 from domainbert.pipeline.strategies.base import Candidate, Context, Strategy
 from domainbert.pipeline.strategies.pretrain import pretrain
 
 
 @dataclass
-class Mask40Spec(StageSpec):
-    """TAPT at a higher masking rate: the DAPT stage config (or ``config``) with ``args`` last."""
+class Mask40Spec(PretrainSpec):
+    """TAPT at a higher masking rate: the DAPT stage config (or ``config``), ``args`` last, the task watched."""
 
     enabled: bool = False
     """Run this strategy."""
