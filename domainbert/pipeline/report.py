@@ -9,6 +9,7 @@ from domainbert.adapt.stats import mean_std, paired_bootstrap
 from domainbert.core.files import atomic_write_text
 from domainbert.pipeline.recipe import below_probe, stopped_line
 from domainbert.pipeline.strategies.base import BASELINE, PROBE, Candidate
+from domainbert.pipeline.timing import part_lines
 
 
 def candidate_minutes(runner, candidate: Candidate) -> float:
@@ -253,16 +254,6 @@ def _mean(runs: list[dict], key: str) -> tuple[float, float]:
     return mean_std([r["metrics"].get(key) for r in runs if r["metrics"].get(key) is not None])
 
 
-def _stage_lines(runner) -> list[str]:
-    lines = ["## Stages and their cost", "", "| stage | minutes | output |", "|---|---|---|"]
-    entries = {stage: runner.state.get(stage, {}) for stage in dict.fromkeys(runner.called)}
-    for stage, entry in entries.items():
-        out = entry.get("hf") or entry.get("result") or ""
-        lines.append(f"| {stage} | {float(entry.get('seconds') or 0) / 60:.1f} | `{out}` |")
-    total = sum(float(e.get("seconds") or 0) for e in entries.values()) / 60
-    return [*lines, f"| **total** | **{total:.1f}** | |", ""]
-
-
 def shipped_lines(choice: tuple[str, str, str], one_model: bool = False) -> list[str]:
     """The section on the shipped model: which, and why (``choice``: ``(name, why, folder)``; ``one_model``: a soup)."""
     chosen, why, teacher = choice
@@ -333,7 +324,7 @@ def write_report(runner, candidates, probed, choice, student, deployed, metric: 
         lines += ["## Teacher vs student vs int8", ""]
         body = (Path(deployed) / "report.md").read_text(encoding="utf-8").splitlines()
         lines += [ln for ln in body if not ln.startswith("# ")] + [""]
-    lines += _stage_lines(runner)
+    lines += part_lines(runner.state, runner.called)  # each stage's minutes, split into its parts
     lines += ["## Training curves", ""]
     for stage in dict.fromkeys(runner.called):
         entry = runner.state.get(stage, {})
