@@ -7,9 +7,7 @@ then ``--data name`` on the command line selects that class (in a YAML config, g
 
 from __future__ import annotations
 
-import importlib.metadata
 import logging
-import warnings
 from collections.abc import Sequence
 
 GROUP = "domainbert.datamodules"
@@ -24,18 +22,11 @@ def load_plugins(refresh: bool = False) -> dict[str, type]:
     global _loaded
     if _loaded is not None and not refresh:
         return _loaded
-    found: dict[str, type] = {}
+    from domainbert.core.plugins import load_entry_points
+
+    found, failed = load_entry_points(GROUP, "datamodule")
     _failed.clear()
-    for ep in importlib.metadata.entry_points(group=GROUP):
-        try:
-            found[ep.name] = ep.load()
-        except Exception as err:  # noqa: BLE001 - a broken plugin must not stop the CLI
-            _failed[ep.name] = f"{type(err).__name__}: {err}"
-            warnings.warn(
-                f"domainbert: the datamodule plugin {ep.name!r} ({ep.value}) failed to import and is skipped: "
-                f"{type(err).__name__}: {err}",
-                stacklevel=2,
-            )
+    _failed.update(failed)
     _loaded = found
     return found
 

@@ -47,6 +47,7 @@ __all__ = [
     "TaskFiles",
     "VocabSpec",
     "WatchSpec",
+    "build_parser",
     "main",
     "pipeline",
 ]
@@ -277,7 +278,7 @@ def _context(inputs: dict[str, Any], task: TaskFiles, finetune: FinetuneSpec, gi
     )
 
 
-def _parser(argv: list[str]):
+def build_parser(argv: list[str]):
     """The ``domainbert pipeline`` parser: the pipeline's own options, then one group per installed strategy."""
     import argparse
     import textwrap
@@ -316,7 +317,7 @@ def main(argv: list[str] | None = None) -> None:
     from domainbert.errors import DomainBertError
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = _parser(argv)
+    parser = build_parser(argv)
     parser.exit_on_error = False
     try:
         cfg = parser.parse_args(argv)

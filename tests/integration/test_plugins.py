@@ -82,7 +82,7 @@ def test_installed_plugin_is_listed_and_fits_by_its_short_name(installed_plugin,
 def test_a_plugin_that_fails_to_import_is_named_and_skipped(monkeypatch, capsys):
     good = importlib.metadata.EntryPoint("corpus", "domainbert.data.corpus:CorpusDataModule", registry.GROUP)
     bad = importlib.metadata.EntryPoint("broken_plugin", "no_such_module_xyz:Thing", registry.GROUP)
-    monkeypatch.setattr(registry.importlib.metadata, "entry_points", lambda group: [good, bad])
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [good, bad])
     with pytest.warns(UserWarning, match="'broken_plugin' .*no_such_module_xyz:Thing.* failed to import"):
         plugins = registry.load_plugins(refresh=True)
     assert list(plugins) == ["corpus"]

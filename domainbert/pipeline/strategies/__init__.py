@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import pkgutil
 import typing
 import warnings
 from typing import Any
@@ -23,8 +24,6 @@ from domainbert.errors import DomainBertError
 from domainbert.pipeline.strategies.base import Context, Strategy
 
 GROUP = "domainbert.strategies"
-#: The built-in strategies' modules, in the order they run (each defines ``STRATEGY``).
-BUILTIN = ("select", "vocab", "dapt", "tapt", "contrastive", "self_train", "soup")
 #: Names a strategy may not take: the pipeline's own options.
 RESERVED = frozenset(
     {"base_model", "task_train", "task_val", "task_test", "corpus", "corpus_text_column", "text_column",
@@ -36,12 +35,17 @@ _loaded: dict[str, Strategy] | None = None
 
 
 def builtins() -> dict[str, Strategy]:
-    """The built-in strategies, by name, in the order they run."""
-    found = {}
-    for module in BUILTIN:
-        strategy = importlib.import_module(f"{__name__}.{module}").STRATEGY
-        found[strategy.name] = strategy
-    return found
+    """The built-in strategies, by name, in the order they run (start strategies first, then by ``order``).
+
+    They are the modules of this package that define ``STRATEGY``: adding a strategy is adding its file.
+    """
+    found = []
+    for info in pkgutil.iter_modules(__path__):
+        strategy = getattr(importlib.import_module(f"{__name__}.{info.name}"), "STRATEGY", None)
+        if strategy is not None:
+            found.append(strategy)
+    found.sort(key=lambda s: (s.kind != "start", s.order, s.name))
+    return {s.name: s for s in found}
 
 
 def load(refresh: bool = False) -> dict[str, Strategy]:

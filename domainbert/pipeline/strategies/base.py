@@ -106,6 +106,8 @@ class Strategy:
     """Strategies whose output it starts from when they ran, nearest first (tapt: ``("dapt", "vocab")``)."""
     help: ClassVar[str] = ""
     """Its option group's text in ``--help``: what it does and whether it runs by default."""
+    order: ClassVar[int] = 50
+    """Where it runs among the strategies of its kind: lower first (a chain's links follow what they build on)."""
 
     def default(self) -> Any:
         """Its settings when the config does not mention it."""

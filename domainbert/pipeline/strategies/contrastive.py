@@ -22,6 +22,7 @@ class Contrastive(Strategy):
 
     name = "contrastive"
     kind = "start"
+    order = 50
     settings = ContrastiveSpec
     needs = ("corpus",)
     help = (

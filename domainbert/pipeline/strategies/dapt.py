@@ -12,6 +12,7 @@ class Dapt(Strategy):
 
     name = "dapt"
     kind = "start"
+    order = 30
     settings = PretrainSpec
     needs = ("corpus",)
     builds_on = ("select", "vocab")

@@ -12,6 +12,7 @@ class Select(Strategy):
 
     name = "select"
     kind = "start"
+    order = 10
     settings = SelectSpec
     needs = ("corpus",)
     help = "select: curated DAPT data, the corpus documents nearest the task's texts (knn-dapt). Off by default."

@@ -15,6 +15,7 @@ class SelfTrain(Strategy):
 
     name = "self_train"
     kind = "after"
+    order = 60
     settings = SelfTrainSpec
     needs = ("corpus", "single_text")
     help = "self_train: self-training on the corpus (the baselines label it, a fresh model learns). Off by default."

@@ -21,6 +21,7 @@ class Soup(Strategy):
 
     name = "soup"
     kind = "after"
+    order = 90
     settings = SoupSpec
     help = (
         "soup: seed soups: each starting model's seed runs averaged into one model (no training), evaluated and "

@@ -12,6 +12,7 @@ class Tapt(Strategy):
 
     name = "tapt"
     kind = "start"
+    order = 40
     settings = PretrainSpec
     builds_on = ("dapt", "vocab")
     help = "tapt: task-adaptive pretraining on the task's own text (after DAPT when both run). Off by default."

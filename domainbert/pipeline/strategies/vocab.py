@@ -12,6 +12,7 @@ class Vocab(Strategy):
 
     name = "vocab"
     kind = "start"
+    order = 20
     settings = VocabSpec
     needs = ("corpus",)
     help = "vocab: vocabulary extension before DAPT/TAPT (their candidates become vocab+dapt...). Off by default."
