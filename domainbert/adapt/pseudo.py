@@ -185,21 +185,8 @@ def pseudolabel(
     folder = claim_output_folder("pseudolabel", out, input_paths(teachers, corpus, task))  # before any work
     t0 = time.time()
     texts, labels = read_split(task, text_column, None, label_column, None)
-    check_teachers(teachers)
-    names = label_names(teachers[0])
-    counts = collections.Counter(labels)
-    unknown = sorted(set(counts) - set(names))
-    if unknown:
-        raise DomainBertError(
-            f"pseudolabel: {task} has labels {unknown} that the teacher {teachers[0]} does not predict"
-        )
-    sample = max_documents
-    if soft:  # ratio x the task's rows documents are labelled, and all are kept
-        wanted = round(ratio * len(texts))
-        if wanted == 0:
-            raise DomainBertError(f"pseudolabel: ratio={ratio} of {len(texts)} task rows asks for no corpus document")
-        sample = min(sample, wanted) if sample else wanted
-    docs = _unlabelled(corpus, corpus_text_column, set(texts), sample, seed)
+    names = _teacher_labels(teachers, task, labels)
+    docs = _unlabelled(corpus, corpus_text_column, set(texts), _sample_size(max_documents, ratio, texts, soft), seed)
     if not docs:
         raise DomainBertError(f"pseudolabel: no corpus document in {corpus} besides the task's own texts")
     probs = ensemble_probabilities(teachers, docs, max_length=max_length)
@@ -209,6 +196,7 @@ def pseudolabel(
         added = [soft_row(docs[r], names, probs[r], text_column, label_column) for r in range(len(docs))]
         own = [{**row, "probabilities": {n: float(n == row[label_column]) for n in names}} for row in own]
     else:
+        counts = collections.Counter(labels)
         picked = most_confident(probs, [round(ratio * counts[n]) for n in names])
         added = [{text_column: docs[r], label_column: names[c]} for r, c in picked]
     train = folder / "train.jsonl"
@@ -229,6 +217,28 @@ def pseudolabel(
         f"pseudolabel: {len(added)} of {len(docs)} corpus documents labelled by {len(teachers)} teacher(s) -> {train}"
     )
     return result
+
+
+def _teacher_labels(teachers: list[str], task: str, labels: list[str]) -> list[str]:
+    """The teachers' label names, after checking the teachers and that they predict every label of ``task``."""
+    check_teachers(teachers)
+    names = label_names(teachers[0])
+    unknown = sorted(set(labels) - set(names))
+    if unknown:
+        raise DomainBertError(
+            f"pseudolabel: {task} has labels {unknown} that the teacher {teachers[0]} does not predict"
+        )
+    return names
+
+
+def _sample_size(max_documents: int | None, ratio: float, texts: list[str], soft: bool) -> int | None:
+    """How many corpus documents to label: ``max_documents``; with ``soft``, at most ratio x the task's rows."""
+    if not soft:
+        return max_documents
+    wanted = round(ratio * len(texts))  # every labelled document is kept
+    if wanted == 0:
+        raise DomainBertError(f"pseudolabel: ratio={ratio} of {len(texts)} task rows asks for no corpus document")
+    return min(max_documents, wanted) if max_documents else wanted
 
 
 def soft_row(text: str, names: Sequence[str], probs: torch.Tensor, text_column: str, label_column: str) -> dict:

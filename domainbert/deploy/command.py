@@ -140,10 +140,7 @@ def export(
         base, tokenizer, _ = load_variant(model, trust_pickle=trust_pickle)
         base = base.float().eval()
         label2id = _label2id(base.config)
-        if prune_heads > 0 and train is None:
-            raise DomainBertError("--prune_heads needs --train: labelled data to score the heads and re-fit")
-        if prune_heads > 0 and label2id is None:
-            raise DomainBertError("--prune_heads supports single-label sequence classifiers")
+        _check_pruning(prune_heads, train, label2id)
         read = partial(_read_split, text_column=text_column, label_column=label_column, label2id=label2id)
         texts, labels = _eval_texts(read, data, limit, latency_examples)
         num_labels = len(label2id) if label2id else None
@@ -169,6 +166,14 @@ def export(
         write_summary(outs.out, result)
         print(summary_markdown(result))
         return result
+
+
+def _check_pruning(prune_heads: float, train: str | None, label2id: dict | None) -> None:
+    """Refuse head pruning without training rows or on a model that is not a single-label sequence classifier."""
+    if prune_heads > 0 and train is None:
+        raise DomainBertError("--prune_heads needs --train: labelled data to score the heads and re-fit")
+    if prune_heads > 0 and label2id is None:
+        raise DomainBertError("--prune_heads supports single-label sequence classifiers")
 
 
 def _eval_texts(read: Callable, data: str | None, limit: int | None, latency_examples: int):
