@@ -7,17 +7,18 @@ split through :func:`domainbert.data.readers.read`, tokenizes with ``Dataset.map
 :meth:`TaskDataModule.sorts_predict`). Tasks with a label set (classification, tagging) extend
 :class:`domainbert.data.labelled.LabelledDataModule`; question answering extends this base directly.
 
-The settings every task takes are gathered in :class:`TaskSettings`. Each datamodule still lists them as
-parameters of its own ``__init__`` (LightningCLI builds ``--help`` and the YAML keys from that signature) and
-hands them up with ``TaskSettings.of(locals())``.
+The options every task takes (the split files, batching, tokenizing processes, seed) are the arguments of
+:class:`TaskDataModule`'s constructor, documented once in its docstring. A task's constructor takes its own options
+(its columns) and hands the rest up with ``**kwargs``; LightningCLI (jsonargparse) follows ``**kwargs`` into this
+signature, so ``--help`` and the YAML keys (``data.init_args.batch_size``) list exactly the task's options. A task
+names a shared option in its own signature only to give it another default (QA's ``batch_size`` and ``max_length``).
 
 The tokenizer comes late: the CLI calls ``connect(tokenizer=model.tokenizer)`` after building both.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import datasets
@@ -41,57 +42,41 @@ STAGE_SPLITS = {
 }
 
 
-@dataclass(frozen=True)
-class TaskSettings:
-    """The settings every task datamodule takes; each datamodule's ``__init__`` documents them (``--help``).
+def check_sizes(batch_size: int, eval_batch_size: int | None, max_length: int) -> None:
+    """Reject batch sizes below 1 and a ``max_length`` too short to hold any text.
 
-    Attributes:
-        train: training file(s).
+    Raises:
+        DomainBertError: naming the option and what it expects.
+    """
+    for key, size in (("batch_size", batch_size), ("eval_batch_size", eval_batch_size)):
+        if size is not None and size < 1:
+            raise DomainBertError(f"data.{key}={size}: expected at least 1 example per batch")
+    if max_length < MIN_LENGTH:
+        raise DomainBertError(
+            f"data.max_length={max_length}: expected at least {MIN_LENGTH} tokens (the special tokens alone "
+            "take 2 or 3; shorter inputs leave nothing to learn from)"
+        )
+
+
+class TaskDataModule(L.LightningDataModule):
+    """Base of the task datamodules (see the module docstring); subclasses define the task.
+
+    Args:
+        train: training file(s): a path, glob, folder or saved ``datasets`` folder.
         val: validation file(s).
         test: test file(s).
-        predict: file(s) for ``domainbert predict``.
-        batch_size: training batch size.
-        eval_batch_size: batch size for validation, test and predict (None: ``batch_size``).
-        max_length: longest tokenized input.
-        group_by_length: batch rows of similar length together.
+        predict: file(s) for ``domainbert predict`` (a label column, if present, is kept as ``gold``), or a
+            ``.txt`` file of one text a line (tagging splits it into words; not for text pairs or QA).
+        batch_size: training batch size (QA: in windows).
+        eval_batch_size: batch size for validation, test and predict (default: ``batch_size``).
+        max_length: longest tokenized input; longer ones are truncated (tagging drops the words beyond it; QA cuts
+            a long context into windows of this length, the question included).
+        group_by_length: batch rows of similar length together (less padding, faster).
         num_workers: dataloader worker processes.
         num_proc: processes for tokenizing with ``Dataset.map``.
         cache_dir: ``datasets`` cache folder for the read files.
         seed: seed of the training order.
     """
-
-    train: str | None = None
-    val: str | None = None
-    test: str | None = None
-    predict: str | None = None
-    batch_size: int = 32
-    eval_batch_size: int | None = None
-    max_length: int = 128
-    group_by_length: bool = False
-    num_workers: int = 0
-    num_proc: int | None = None
-    cache_dir: str | None = None
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        """Reject batch sizes below 1 and a ``max_length`` too short to hold any text."""
-        for key, size in (("batch_size", self.batch_size), ("eval_batch_size", self.eval_batch_size)):
-            if size is not None and size < 1:
-                raise DomainBertError(f"data.{key}={size}: expected at least 1 example per batch")
-        if self.max_length < MIN_LENGTH:
-            raise DomainBertError(
-                f"data.max_length={self.max_length}: expected at least {MIN_LENGTH} tokens (the special tokens alone "
-                "take 2 or 3; shorter inputs leave nothing to learn from)"
-            )
-
-    @classmethod
-    def of(cls, args: Mapping[str, Any]) -> TaskSettings:
-        """The settings among a datamodule constructor's arguments (its ``locals()``), by name."""
-        return cls(**{f.name: args[f.name] for f in fields(cls)})
-
-
-class TaskDataModule(L.LightningDataModule):
-    """Base of the task datamodules (see the module docstring); subclasses define the task."""
 
     #: the column holding each row's target (label, tags or answers); subclasses set it in ``__init__``.
     label_column: str = "label"
@@ -103,28 +88,33 @@ class TaskDataModule(L.LightningDataModule):
     #: (see :meth:`TaskDataModule.sorts_predict`); only for tasks whose ``predict_step`` returns one row per input.
     predict_by_length: bool = False
 
-    def __init__(self, settings: TaskSettings) -> None:
-        """Keep the settings; nothing is read before ``setup`` (or a first look at the data).
-
-        Args:
-            settings: the shared settings, from the subclass's constructor arguments.
-        """
+    def __init__(
+        self,
+        train: str | None = None,
+        val: str | None = None,
+        test: str | None = None,
+        predict: str | None = None,
+        batch_size: int = 32,
+        eval_batch_size: int | None = None,
+        max_length: int = 128,
+        group_by_length: bool = False,
+        num_workers: int = 0,
+        num_proc: int | None = None,
+        cache_dir: str | None = None,
+        seed: int = 0,
+    ) -> None:
+        """Keep the options; nothing is read before ``setup`` (or a first look at the data)."""
         super().__init__()
-        self.settings = settings
-        self.paths = {
-            "train": settings.train,
-            "validation": settings.val,
-            "test": settings.test,
-            "predict": settings.predict,
-        }
-        self.batch_size = settings.batch_size
-        self.eval_batch_size = settings.eval_batch_size or settings.batch_size
-        self.max_length = settings.max_length
-        self.group_by_length = settings.group_by_length
-        self.num_workers = settings.num_workers
-        self.num_proc = settings.num_proc
-        self.cache_dir = settings.cache_dir
-        self.seed = settings.seed
+        check_sizes(batch_size, eval_batch_size, max_length)
+        self.paths = {"train": train, "validation": val, "test": test, "predict": predict}
+        self.batch_size = batch_size
+        self.eval_batch_size = eval_batch_size or batch_size
+        self.max_length = max_length
+        self.group_by_length = group_by_length
+        self.num_workers = num_workers
+        self.num_proc = num_proc
+        self.cache_dir = cache_dir
+        self.seed = seed
         self._tokenizer = None
         self._raw: dict[str, datasets.Dataset] = {}
         self.datasets: dict[str, Any] = {}

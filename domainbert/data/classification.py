@@ -10,7 +10,6 @@ from typing import Any
 import datasets
 
 from domainbert.data.augment import Augmenter, AugmentSettings, as_settings
-from domainbert.data.base import TaskSettings
 from domainbert.data.batching import EncodedRows
 from domainbert.data.labelled import LabelledDataModule
 from domainbert.errors import DomainBertError
@@ -138,35 +137,18 @@ class ClassificationDataModule(LabelledDataModule):
 
     def __init__(
         self,
-        train: str | None = None,
-        val: str | None = None,
-        test: str | None = None,
-        predict: str | None = None,
         text_column: str = "text",
         text_pair_column: str | None = None,
         label_column: str = "label",
         soft_label_column: str | None = None,
-        labels: list[str] | None = None,
         multi_label: bool = False,
         label_separator: str | None = None,
-        batch_size: int = 32,
-        eval_batch_size: int | None = None,
-        max_length: int = 128,
-        group_by_length: bool = False,
-        num_workers: int = 0,
-        num_proc: int | None = None,
-        cache_dir: str | None = None,
-        seed: int = 0,
         augment: AugmentSettings | None = None,
+        **kwargs,
     ) -> None:
-        """Configure the splits, columns and batching.
+        """Configure the columns and the augmentation.
 
         Args:
-            train: training file(s): a path, glob, folder or saved ``datasets`` folder.
-            val: validation file(s).
-            test: test file(s).
-            predict: unlabelled file(s) for ``domainbert predict`` (a label column, if present, is kept as ``gold``),
-                or a ``.txt`` file of one text a line.
             text_column: the column with the text.
             text_pair_column: the column with the second text of a pair (sentence-pair tasks); None for single texts.
             label_column: the column with the label (multi-label: a list of labels, or a string split on
@@ -175,20 +157,14 @@ class ClassificationDataModule(LabelledDataModule):
                 ``domainbert pseudolabel --soft true``: a mapping of label name to probability, or empty on rows
                 with a gold label only. Those rows learn the probabilities (cross-entropy against them, the
                 distillation loss of Hinton et al. 2015), the others their label. Single-label only.
-            labels: the label set, in id order; by default every label of the training split, sorted.
             multi_label: rows may carry several labels (sigmoid outputs, multi-hot targets).
             label_separator: for multi-label string cells, the separator between labels (e.g. ``|``).
-            batch_size: training batch size.
-            eval_batch_size: batch size for validation, test and predict (default: ``batch_size``).
-            max_length: longest tokenized input; longer ones are truncated.
-            group_by_length: batch rows of similar length together (less padding, faster).
-            num_workers: dataloader worker processes.
-            num_proc: processes for tokenizing with ``Dataset.map``.
-            cache_dir: ``datasets`` cache folder for the read files.
-            seed: seed of the training order (augmentation draws from ``augment.seed``).
-            augment: augmentation of training text, applied on the fly (see ``domainbert.data.augment``).
+            augment: augmentation of training text, applied on the fly with its own ``augment.seed`` (see
+                ``domainbert.data.augment``).
+            **kwargs: the label set and the options every task takes (split files, batching...), documented in
+                :class:`~domainbert.data.labelled.LabelledDataModule` and :class:`~domainbert.data.base.TaskDataModule`.
         """
-        super().__init__(TaskSettings.of(locals()), labels)
+        super().__init__(**kwargs)
         self.text_column = text_column
         self.text_pair_column = text_pair_column
         self.label_column = label_column
@@ -196,6 +172,7 @@ class ClassificationDataModule(LabelledDataModule):
         self.multi_label = multi_label
         self.label_separator = label_separator
         self.augment = as_settings(augment)
+        labels = self._label_names
         if labels is not None and len(labels) < 2 and not multi_label:
             raise DomainBertError(f"data.labels={labels}: classification needs at least two labels")
         if soft_label_column and multi_label:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from domainbert.data.base import TaskDataModule, TaskSettings
+from domainbert.data.base import TaskDataModule
 from domainbert.data.batching import Collator, EncodedRows, EpochSampler
 from domainbert.errors import DomainBertError
 
@@ -28,23 +28,23 @@ def natural_sorted(values) -> list[str]:
 
 
 class LabelledDataModule(TaskDataModule):
-    """Base of the datamodules with a label set (see the module docstring)."""
+    """Base of the datamodules with a label set (see the module docstring).
 
-    def __init__(self, settings: TaskSettings, labels: list[str] | None = None) -> None:
-        """Keep the settings and the label set, if given.
+    Args:
+        labels: the label set, in id order; by default every label of the training split, in the task's order
+            (classification: sorted; tagging: ``O``, then ``B-``/``I-`` per type).
+    """
 
-        Args:
-            settings: the shared settings, from the subclass's constructor arguments.
-            labels: the label set, in id order; None: taken from the training split.
-        """
+    def __init__(self, labels: list[str] | None = None, **kwargs) -> None:
+        """Keep the label set, if given, and hand the other options to :class:`TaskDataModule`."""
         if labels is not None:
             labels = [str(x) for x in labels]
             dupes = sorted({x for x in labels if labels.count(x) > 1})
             if not labels or dupes:
                 raise DomainBertError(f"data.labels: expected distinct label names, got {labels}")
-        super().__init__(settings)
+        super().__init__(**kwargs)
         self._label_names = labels
-        self._label_source = "data.labels" if labels else f"the training split {settings.train}"
+        self._label_source = "data.labels" if labels else f"the training split {self.paths['train']}"
 
     # -- to be defined by the task --------------------------------------------------------------------
     def row_labels(self, value) -> list[str]:

@@ -15,7 +15,7 @@ from typing import Any
 
 import datasets
 
-from domainbert.data.base import TaskDataModule, TaskSettings
+from domainbert.data.base import TaskDataModule
 from domainbert.errors import DomainBertError
 
 
@@ -92,54 +92,40 @@ class QAEncoder:
 
 
 class QADataModule(TaskDataModule):
-    """SQuAD-style extractive QA from JSONL, Parquet or ``datasets`` folders, in overlapping windows."""
+    """SQuAD-style extractive QA from JSONL, Parquet or ``datasets`` folders, in overlapping windows.
+
+    A long context is cut into windows of ``max_length`` tokens (the question included) that overlap by ``stride``
+    tokens; ``batch_size`` counts windows. QA names ``batch_size`` and ``max_length`` in its signature only for its
+    own defaults; they are documented with the other shared options in :class:`~domainbert.data.base.TaskDataModule`.
+    """
 
     tensor_keys = ("start_positions", "end_positions")
 
     def __init__(
         self,
-        train: str | None = None,
-        val: str | None = None,
-        test: str | None = None,
-        predict: str | None = None,
         question_column: str = "question",
         context_column: str = "context",
         answers_column: str = "answers",
         id_column: str | None = "id",
         batch_size: int = 16,
-        eval_batch_size: int | None = None,
         max_length: int = 384,
         stride: int = 128,
-        group_by_length: bool = False,
-        num_workers: int = 0,
-        num_proc: int | None = None,
-        cache_dir: str | None = None,
-        seed: int = 0,
+        **kwargs,
     ) -> None:
-        """Configure the splits, columns and windows.
+        """Configure the columns and windows.
 
         Args:
-            train: training file(s): a path, glob, folder or saved ``datasets`` folder.
-            val: validation file(s).
-            test: test file(s).
-            predict: file(s) of questions and contexts to answer with ``domainbert predict``.
             question_column: the column with the question.
             context_column: the column with the context passage.
             answers_column: the column with ``{"text": [...], "answer_start": [...]}``.
             id_column: a column identifying each question (optional; the row number otherwise).
-            batch_size: training batch size (in windows).
-            eval_batch_size: batch size for validation, test and predict (default: ``batch_size``).
-            max_length: tokens per window (question and context together).
             stride: tokens of overlap between consecutive windows of a long context.
-            group_by_length: batch windows of similar length together.
-            num_workers: dataloader worker processes.
-            num_proc: processes for tokenizing with ``Dataset.map``.
-            cache_dir: ``datasets`` cache folder for the read files.
-            seed: seed of the training order.
+            **kwargs: the options every task takes (split files, batching...), documented in
+                :class:`~domainbert.data.base.TaskDataModule`.
         """
         if not 0 <= stride < max_length:
             raise DomainBertError(f"data.stride={stride}: expected 0 <= stride < max_length ({max_length})")
-        super().__init__(TaskSettings.of(locals()))
+        super().__init__(batch_size=batch_size, max_length=max_length, **kwargs)
         self.question_column = question_column
         self.context_column = context_column
         self.answers_column = answers_column

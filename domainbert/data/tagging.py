@@ -13,7 +13,6 @@ from typing import Any
 
 import datasets
 
-from domainbert.data.base import TaskSettings
 from domainbert.data.labelled import LabelledDataModule
 from domainbert.data.masking import IGNORE_INDEX
 from domainbert.data.tags import bio_order, split_tag
@@ -75,50 +74,22 @@ class TaggingDataModule(LabelledDataModule):
     tensor_keys = ()
     predict_by_length = True
 
-    def __init__(
-        self,
-        train: str | None = None,
-        val: str | None = None,
-        test: str | None = None,
-        predict: str | None = None,
-        tokens_column: str = "tokens",
-        tags_column: str = "tags",
-        labels: list[str] | None = None,
-        batch_size: int = 32,
-        eval_batch_size: int | None = None,
-        max_length: int = 128,
-        group_by_length: bool = False,
-        num_workers: int = 0,
-        num_proc: int | None = None,
-        cache_dir: str | None = None,
-        seed: int = 0,
-    ) -> None:
-        """Configure the splits, columns and batching.
+    def __init__(self, tokens_column: str = "tokens", tags_column: str = "tags", **kwargs) -> None:
+        """Configure the columns.
 
         Args:
-            train: training file(s): a path, glob, folder or saved ``datasets`` folder.
-            val: validation file(s).
-            test: test file(s).
-            predict: file(s) of words to tag with ``domainbert predict``.
             tokens_column: the column with each row's list of words.
             tags_column: the column with each row's list of BIO tags (``O``, ``B-TYPE``, ``I-TYPE``).
-            labels: the tag set, in id order; by default taken from the training split.
-            batch_size: training batch size.
-            eval_batch_size: batch size for validation, test and predict (default: ``batch_size``).
-            max_length: longest tokenized input; words beyond it are dropped.
-            group_by_length: batch rows of similar length together.
-            num_workers: dataloader worker processes.
-            num_proc: processes for tokenizing with ``Dataset.map``.
-            cache_dir: ``datasets`` cache folder for the read files.
-            seed: seed of the training order.
+            **kwargs: the tag set (``labels``) and the options every task takes (split files, batching...),
+                documented in :class:`~domainbert.data.labelled.LabelledDataModule` and
+                :class:`~domainbert.data.base.TaskDataModule`.
         """
-        if labels is not None:
-            for tag in labels:
-                try:
-                    split_tag(str(tag))
-                except ValueError as err:
-                    raise DomainBertError(f"data.labels: {err}") from None
-        super().__init__(TaskSettings.of(locals()), labels)
+        super().__init__(**kwargs)
+        for tag in self._label_names or ():
+            try:
+                split_tag(tag)
+            except ValueError as err:
+                raise DomainBertError(f"data.labels: {err}") from None
         self.tokens_column = tokens_column
         self.tags_column = tags_column
         self.label_column = tags_column

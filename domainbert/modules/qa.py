@@ -11,11 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 import torch
-from lightning.pytorch.cli import OptimizerCallable
 
 from domainbert.core.compat import attached_trainer
-from domainbert.modules.finetune import FineTuneModule, lora_hparam
-from domainbert.modules.lora import LoraSettings
+from domainbert.modules.finetune import FineTuneModule
 from domainbert.modules.metrics import SquadExactMatch, SquadF1
 from domainbert.modules.tasks import Task
 
@@ -125,47 +123,17 @@ class QuestionAnsweringModule(FineTuneModule):
 
     task = Task.QA
 
-    def __init__(
-        self,
-        init_from: str,
-        learning_rate: float = 3e-5,
-        weight_decay: float = 0.01,
-        warmup_ratio: float = 0.1,
-        hidden_dropout: float | None = 0.1,
-        attention_dropout: float | None = 0.1,
-        classifier_dropout: float | None = 0.1,
-        layer_decay: float | None = None,
-        freeze_layers: int = 0,
-        max_answer_length: int = 30,
-        n_best: int = 20,
-        lora: LoraSettings | None = None,
-        gradient_checkpointing: bool = False,
-        optimizer: OptimizerCallable | None = None,
-    ) -> None:
+    def __init__(self, init_from: str, max_answer_length: int = 30, n_best: int = 20, **kwargs) -> None:
         """Load the checkpoint and put a span (start/end) head on it.
 
         Args:
-            init_from: a Hugging Face model folder (e.g. a pretraining run's ``hf/`` export), a hub name,
-                or an installed model package's name.
-            learning_rate: peak learning rate.
-            weight_decay: AdamW weight decay (not on biases and LayerNorm).
-            warmup_ratio: fraction of the steps with linear warm-up; then linear decay to 0.
-            hidden_dropout: dropout on hidden states (None: keep the checkpoint's).
-            attention_dropout: dropout on attention probabilities (None: keep).
-            classifier_dropout: dropout before the span head where the family has one (None: keep).
-            layer_decay: layer-wise learning-rate decay factor; None for none.
-            freeze_layers: freeze the embeddings and this many bottom encoder layers.
             max_answer_length: longest answer considered, in tokens.
             n_best: start and end candidates considered per window.
-            lora: LoRA settings; None trains the whole model.
-            gradient_checkpointing: recompute each layer's activations in the backward pass instead of keeping
-                them (less memory for longer inputs or larger batches, about a third slower; same gradients).
-            optimizer: an optimizer class path and its arguments; AdamW by default.
+            **kwargs: the options every fine-tuning module takes (learning rate, dropouts, LoRA...), documented
+                with ``init_from`` in :class:`~domainbert.modules.finetune.FineTuneModule`.
         """
-        super().__init__()
-        lora = lora_hparam(lora)
-        self.save_hyperparameters(ignore=["optimizer"])
-        self.init_model({}, optimizer)
+        super().__init__(init_from, **kwargs)
+        self.init_model({})
         self.answers = AnswerCollector(max_answer_length, n_best)
 
     def forward(self, batch: dict):

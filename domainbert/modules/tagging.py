@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from lightning.pytorch.cli import OptimizerCallable
 
 from domainbert.data.masking import IGNORE_INDEX
-from domainbert.modules.finetune import FineTuneModule, label_config, labels_from, lora_hparam
-from domainbert.modules.lora import LoraSettings
+from domainbert.modules.finetune import FineTuneModule, label_config, labels_from
 from domainbert.modules.metrics import EntityF1
 from domainbert.modules.tasks import Task
 
@@ -29,42 +27,21 @@ class TokenClassificationModule(FineTuneModule):
         num_labels: int | None = None,
         label_names: list[str] | None = None,
         learning_rate: float = 5e-5,
-        weight_decay: float = 0.01,
-        warmup_ratio: float = 0.1,
-        hidden_dropout: float | None = 0.1,
-        attention_dropout: float | None = 0.1,
-        classifier_dropout: float | None = 0.1,
-        layer_decay: float | None = None,
-        freeze_layers: int = 0,
-        lora: LoraSettings | None = None,
-        gradient_checkpointing: bool = False,
-        optimizer: OptimizerCallable | None = None,
+        **kwargs,
     ) -> None:
         """Load the checkpoint and put a token-classification head on it.
 
+        ``learning_rate`` is named here only for tagging's own default; like ``init_from`` and the options in
+        ``**kwargs``, it is documented in :class:`~domainbert.modules.finetune.FineTuneModule`.
+
         Args:
-            init_from: a Hugging Face model folder (e.g. a pretraining run's ``hf/`` export), a hub name,
-                or an installed model package's name.
             num_labels: number of tags; linked from ``data.num_labels`` by the CLI.
             label_names: the tags in id order; linked from ``data.label_names``; saved as ``id2label``.
-            learning_rate: peak learning rate.
-            weight_decay: AdamW weight decay (not on biases and LayerNorm).
-            warmup_ratio: fraction of the steps with linear warm-up; then linear decay to 0.
-            hidden_dropout: dropout on hidden states (None: keep the checkpoint's).
-            attention_dropout: dropout on attention probabilities (None: keep).
-            classifier_dropout: dropout before the tagging head (None: keep).
-            layer_decay: layer-wise learning-rate decay factor; None for none.
-            freeze_layers: freeze the embeddings and this many bottom encoder layers.
-            lora: LoRA settings; None trains the whole model.
-            gradient_checkpointing: recompute each layer's activations in the backward pass instead of keeping
-                them (less memory for longer inputs or larger batches, about a third slower; same gradients).
-            optimizer: an optimizer class path and its arguments; AdamW by default.
+            **kwargs: the options every fine-tuning module takes (dropouts, LoRA...).
         """
-        super().__init__()
-        lora = lora_hparam(lora)
-        self.save_hyperparameters(ignore=["optimizer"])
+        super().__init__(init_from, learning_rate=learning_rate, **kwargs)
         self.label_names = labels_from(num_labels, label_names, init_from)
-        self.init_model(label_config(self.label_names), optimizer)
+        self.init_model(label_config(self.label_names))
         self.val_f1 = EntityF1()
         self.test_f1 = EntityF1()
 

@@ -1,11 +1,8 @@
-"""The task datamodules' shared settings, and which of them carry a label set."""
-
-import inspect
-from dataclasses import fields
+"""The task datamodules' shared options, and which of them carry a label set."""
 
 import pytest
 
-from domainbert.data.base import TaskDataModule, TaskSettings
+from domainbert.data.base import TaskDataModule
 from domainbert.data.classification import ClassificationDataModule
 from domainbert.data.labelled import LabelledDataModule
 from domainbert.data.qa import QADataModule
@@ -15,34 +12,29 @@ from domainbert.errors import DomainBertError
 TASKS = [ClassificationDataModule, TaggingDataModule, QADataModule]
 
 
-@pytest.mark.parametrize("cls", TASKS)
-def test_every_shared_setting_is_an_explicit_documented_parameter(cls):
-    # LightningCLI builds --help and the YAML keys from each constructor's own signature and docstring
-    params = inspect.signature(cls.__init__).parameters
-    doc = inspect.getdoc(cls.__init__)
-    for f in fields(TaskSettings):
-        assert f.name in params, f"{cls.__name__}.__init__ lacks {f.name}"
-        assert params[f.name].kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
-        assert f"\n    {f.name}: " in doc, f"{cls.__name__}.__init__ does not document {f.name}"
-    assert not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-
-
-def test_settings_reach_the_datamodule():
+def test_options_reach_the_datamodule():
     dm = QADataModule(train="t.jsonl", test="x.jsonl", batch_size=3, max_length=64, stride=16, num_workers=2, seed=5)
-    assert dm.settings == TaskSettings(
-        train="t.jsonl", test="x.jsonl", batch_size=3, max_length=64, num_workers=2, seed=5
-    )
     assert dm.paths == {"train": "t.jsonl", "validation": None, "test": "x.jsonl", "predict": None}
     assert (dm.batch_size, dm.eval_batch_size, dm.max_length, dm.num_workers, dm.seed) == (3, 3, 64, 2, 5)
+    assert (dm.stride, dm.group_by_length, dm.num_proc, dm.cache_dir) == (16, False, None, None)
     assert TaggingDataModule(eval_batch_size=7).eval_batch_size == 7
+    assert (QADataModule().batch_size, QADataModule().max_length) == (16, 384)  # QA's own defaults
+    assert (TaggingDataModule().batch_size, TaggingDataModule().max_length) == (32, 128)  # the base's
+    cls = ClassificationDataModule(labels=["a", "b"], train="t.jsonl", text_column="s", num_proc=2, cache_dir="c")
+    assert (cls.label_names, cls.paths["train"], cls.text_column, cls.num_proc, cls.cache_dir) == (
+        ["a", "b"],
+        "t.jsonl",
+        "s",
+        2,
+        "c",
+    )
 
 
-def test_of_takes_the_settings_by_name_and_misses_none():
-    args = {f.name: getattr(TaskSettings(), f.name) for f in fields(TaskSettings)} | {"self": None, "stride": 3}
-    assert TaskSettings.of(args | {"seed": 9}) == TaskSettings(seed=9)
-    del args["cache_dir"]
-    with pytest.raises(KeyError, match="cache_dir"):
-        TaskSettings.of(args)
+def test_a_misspelt_option_is_rejected():
+    with pytest.raises(TypeError, match="batchsize"):
+        ClassificationDataModule(batchsize=8)
+    with pytest.raises(TypeError, match="labels"):
+        QADataModule(labels=["a", "b"])  # QA has no label set
 
 
 @pytest.mark.parametrize(
