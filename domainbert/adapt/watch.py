@@ -246,7 +246,7 @@ class ProbeWatch(L.Callback):
         if trainer.is_global_zero:
             print(f"ProbeWatch: {self.summary}")
         if self.restore_best and self.best_state is not None:
-            from domainbert.callbacks import HFExport
+            from domainbert.core.callbacks import HFExport
 
             pl_module.load_state_dict(self.best_state)
             for cb in trainer.callbacks:

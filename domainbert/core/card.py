@@ -295,7 +295,7 @@ def _exported(module):
 
 def needs_remote_code(module) -> bool:
     """True when the export's head is domainbert's mean-pooling classifier (transformers needs its code file)."""
-    from domainbert.modules.pooled import is_mean_pooled
+    from domainbert.core.pooled import is_mean_pooled
 
     config = getattr(_exported(module), "config", None)
     return config is not None and is_mean_pooled(config)

@@ -78,7 +78,7 @@ def check_no_foreign_code(data: dict, folder: str) -> None:
     domainbert's own ``modeling_domainbert.py`` (mean-pooling exports) is allowed: domainbert builds that class
     from its own source and never runs the file.
     """
-    from domainbert.modules.pooled import is_own_code
+    from domainbert.core.pooled import is_own_code
 
     auto_map = data.get("auto_map")
     if not auto_map or is_own_code(auto_map):
@@ -102,7 +102,7 @@ def load_config(name: str, dropout: dict[str, float | None] | None = None, trust
         DomainBertError: an unreadable folder or ``config.json``, a folder with code of its own (unless
             ``trust_remote_code``), a config transformers cannot read, or a dropout outside [0, 1).
     """
-    from domainbert.modules.pooled import family_config, is_export_dict
+    from domainbert.core.pooled import family_config, is_export_dict
 
     name = check_source(name)
     data = read_config_json(name) if Path(name).is_dir() else None
@@ -191,7 +191,7 @@ def _mean_pooled_class(auto_cls, config):
     Exports of a mean-pooling classifier name a remote-code class in ``auto_map``; domainbert builds the same
     class from its own code instead, so no code from a model folder ever runs.
     """
-    from domainbert.modules.pooled import is_mean_pooled, pooled_class
+    from domainbert.core.pooled import is_mean_pooled, pooled_class
 
     if is_mean_pooled(config) and getattr(auto_cls, "__name__", "") == "AutoModelForSequenceClassification":
         return pooled_class(config)
@@ -201,11 +201,11 @@ def _mean_pooled_class(auto_cls, config):
 def write_modeling_file(model, folder: str | os.PathLike) -> None:
     """Make a mean-pooling classifier's saved folder its export: ``modeling_domainbert.py`` and its ``config.json``.
 
-    The config gets domainbert's ``model_type`` (see :mod:`domainbert.modules.pooled`), so that plain transformers
+    The config gets domainbert's ``model_type`` (see :mod:`domainbert.core.pooled`), so that plain transformers
     refuses it without ``trust_remote_code=True`` instead of loading a ``[CLS]`` head that would answer wrong.
     Other models' folders are left as they are.
     """
-    from domainbert.modules.pooled import MODELING_FILE, export_config, is_mean_pooled, modeling_source
+    from domainbert.core.pooled import MODELING_FILE, export_config, is_mean_pooled, modeling_source
 
     config = getattr(model, "config", None)
     if config is not None and is_mean_pooled(config) and hasattr(type(model), "_encoder_cls"):
@@ -217,7 +217,7 @@ def write_modeling_file(model, folder: str | os.PathLike) -> None:
 
 def load_tokenizer(name: str, trust_remote_code: bool = False) -> PreTrainedTokenizerBase:
     """Load the fast tokenizer saved with a checkpoint."""
-    from domainbert.modules.pooled import is_export_dict
+    from domainbert.core.pooled import is_export_dict
 
     name = check_source(name)
     kw: dict[str, Any] = {}

@@ -22,7 +22,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 
-from domainbert.callbacks import HFExport, RunReport, TrainingGuard, progress_bar
+from domainbert.core.callbacks import HFExport, RunReport, TrainingGuard, progress_bar
 from domainbert.core.compat import (
     AppendToMetricsFile,
     only_subcommands,
@@ -73,9 +73,10 @@ class DomainBertCLI(LightningCLI):
       anything is built; a ``file://`` ``ckpt_path`` is a path, checked like one.
     - ``validate``/``test``/``predict`` given no config are named after the checkpoint's run (or the model's
       folder): ``runs/<that name>/version_N``, not ``runs/run/``.
-    - Output: :mod:`domainbert.core.quiet` silences the libraries' chatter; :class:`~domainbert.callbacks.RunReport`
-      prints the run folder and the final metrics, and removes a run folder left with only its config by a failure
-      before training; one progress bar (Lightning's, unless ``trainer.callbacks`` gives one).
+    - Output: :mod:`domainbert.core.quiet` silences the libraries' chatter;
+      :class:`~domainbert.core.callbacks.RunReport` prints the run folder and the final metrics, and removes a run
+      folder left with only its config by a failure before training; one progress bar (Lightning's, unless
+      ``trainer.callbacks`` gives one).
     """
 
     def __init__(self, args: list[str] | dict | None = None, run: bool = True, **kwargs: Any) -> None:
@@ -276,7 +277,7 @@ class DomainBertCLI(LightningCLI):
         if isinstance(self.datamodule, TakesTokenizer) and tokenizer is not None:
             self.datamodule.connect(tokenizer=tokenizer)
         if self.subcommand == "predict":  # predictions are written by default, never silently discarded
-            from domainbert.prediction import ensure_writer
+            from domainbert.core.prediction import ensure_writer
 
             ensure_writer(self.trainer)
 

@@ -1,7 +1,7 @@
 """Library output of ``fit``/``validate``/``test``/``predict`` that a user does not need, silenced at its source.
 
-A run shows what it runs, one progress bar, its final metrics and where the model is (:class:`domainbert.callbacks.
-RunReport`). Silenced here, each by the narrowest means that reaches it:
+A run shows what it runs, one progress bar, its final metrics and where the model is (
+:class:`domainbert.core.callbacks.RunReport`). Silenced here, each by the narrowest means that reaches it:
 
 - Lightning's advertising tips (``litlogger``, ``litmodels``), its "GPU available: False" lines for hardware that
   is absent and "Using ... Automatic Mixed Precision" (domainbert logs the precision it chose): a filter on

@@ -264,7 +264,7 @@ class TaskDataModule(L.LightningDataModule):
         """Whether predict batches group rows by length (less padding, faster).
 
         Only for a task with :attr:`predict_by_length`, and only when the trainer's predictions go to a writer that
-        writes them in file order (``restores_file_order``: :class:`~domainbert.prediction.PredictionWriter`, which
+        writes them in file order (``restores_file_order``: :class:`~domainbert.core.prediction.PredictionWriter`, which
         ``domainbert predict`` always has). Predictions that ``trainer.predict`` returns to the caller, or that
         another writer receives, come in file order, as they always did.
         """

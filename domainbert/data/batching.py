@@ -116,7 +116,7 @@ class LengthSortedSampler(Sampler[int]):
 
     A batch then holds rows of similar length and pads little, as ``group_by_length`` does for training, but nothing
     is shuffled. Lightning hands each batch's row indices to the prediction writer (``batch_indices``), and
-    :class:`~domainbert.prediction.PredictionWriter` writes the rows back in file order; since a row moves only
+    :class:`~domainbert.core.prediction.PredictionWriter` writes the rows back in file order; since a row moves only
     within its run, putting them back holds at most one run of predictions. It is a plain ``Sampler``: under DDP,
     Lightning shares it out across ranks without repeating rows.
     """

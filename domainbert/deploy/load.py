@@ -34,7 +34,7 @@ def model_class(config):
     """
     import transformers
 
-    from domainbert.modules.pooled import is_mean_pooled, pooled_class
+    from domainbert.core.pooled import is_mean_pooled, pooled_class
 
     if is_mean_pooled(config):
         return pooled_class(config)

@@ -11,13 +11,13 @@ import torch.nn.functional as F
 
 from domainbert.core.hf import check_source, load_config
 from domainbert.core.models_local import resolve_local_alias
+from domainbert.core.pooled import POOLING_KEY, is_mean_pooled
 from domainbert.errors import DomainBertError
 from domainbert.modules.base import enable_gradient_checkpointing as enable_gradient_checkpointing  # re-exported
 from domainbert.modules.finetune import FineTuneModule, label_config, labels_from
 from domainbert.modules.finetune import checkpoint_labels as checkpoint_labels  # re-exported
 from domainbert.modules.finetune import freeze_bottom_layers as freeze_bottom_layers  # re-exported
 from domainbert.modules.metrics import classification_metrics
-from domainbert.modules.pooled import POOLING_KEY, is_mean_pooled
 from domainbert.modules.tasks import Task
 
 log = logging.getLogger(__name__)
@@ -60,7 +60,7 @@ class SequenceClassificationModule(FineTuneModule):
                 the training split); multi-label uses them as positive-class weights.
             threshold: multi-label probability above which a label is predicted.
             pooling: what the head reads. ``cls``: the family's own head (BERT's ``[CLS]`` pooler); ``mean``:
-                the mean of the token states (:mod:`domainbert.modules.pooled`), how sentence-embedding
+                the mean of the token states (:mod:`domainbert.core.pooled`), how sentence-embedding
                 checkpoints were trained; ``auto``: ``mean`` for a sentence-transformers checkpoint with mean
                 pooling or an export of a mean-pooling classifier, else ``cls``.
             head_init: ``probe``: before training, fit a logistic regression on the frozen mean-pooled

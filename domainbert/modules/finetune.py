@@ -30,11 +30,11 @@ from torch import nn
 
 from domainbert.core.hf import check_tokenizer_fits, load_config, load_model, load_tokenizer
 from domainbert.core.models_local import resolve_local_alias
+from domainbert.core.pooled import POOLING_KEY, mark_config, unmark_config
 from domainbert.data.contract import check_agreement, model_labels
 from domainbert.errors import DomainBertError
 from domainbert.modules.base import HFModule, enable_gradient_checkpointing
 from domainbert.modules.lora import LoraSettings, apply_lora, as_settings, merged
-from domainbert.modules.pooled import POOLING_KEY, mark_config, unmark_config
 from domainbert.modules.tasks import Task, spec
 
 log = logging.getLogger(__name__)

@@ -179,8 +179,8 @@ def probe_classifier(base_model: str, weight: torch.Tensor, bias: torch.Tensor, 
 
     from domainbert.core.hf import load_config, load_model, load_tokenizer
     from domainbert.core.models_local import resolve_local_alias
+    from domainbert.core.pooled import mark_config
     from domainbert.modules.finetune import label_config
-    from domainbert.modules.pooled import mark_config
 
     name = resolve_local_alias(base_model)
     config = load_config(name)

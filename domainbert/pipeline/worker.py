@@ -170,8 +170,8 @@ def worker(result_path: str, args: list[str], test: bool, evaluate: bool = False
     Beside the record, ``marks.json`` holds the timestamps of the stage's parts (:class:`StageClock`): start-up
     ends when the command line is parsed and the model built.
     """
-    from domainbert.callbacks import HFExport
     from domainbert.cli import cli_main
+    from domainbert.core.callbacks import HFExport
     from domainbert.pipeline.timing import MARKS
 
     test = test or evaluate

@@ -61,7 +61,7 @@ def child(args) -> None:
     """One measurement: set up, then validate with a fresh peak; print a key=value line."""
     import lightning.pytorch as L
 
-    from domainbert.callbacks import TrainingGuard
+    from domainbert.core.callbacks import TrainingGuard
 
     common.quiet()
     common.set_threads(args.threads)

@@ -52,7 +52,7 @@ def test_smoke_run_with_early_stopping_finishes(tiny_bert, tmp_path, monkeypatch
     monkeypatch.chdir(ROOT)  # the config's fixture paths are relative to the project
     main(_fit(CLS, tiny_bert, tmp_path, "--trainer.max_steps", "2", *extra))
     assert (tmp_path / "tiny_classification" / "version_0" / "hf" / "model.safetensors").exists()
-    warned = [r for r in caplog.records if r.name == "domainbert.callbacks" and "EarlyStopping" in r.getMessage()]
+    warned = [r for r in caplog.records if r.name == "domainbert.core.callbacks" and "EarlyStopping" in r.getMessage()]
     assert len(warned) == 1
 
 

@@ -6,7 +6,7 @@ import lightning.pytorch as L
 import pytest
 from transformers import AutoTokenizer
 
-from domainbert.callbacks import TrainingGuard
+from domainbert.core.callbacks import TrainingGuard
 from domainbert.data.corpus import CorpusDataModule, CorpusTokenizer, tokenizer_fingerprint
 from domainbert.errors import DomainBertError
 from domainbert.modules.mlm import MaskedLMModule

@@ -4,7 +4,7 @@ import lightning.pytorch as L
 import pytest
 import torch
 
-from domainbert.callbacks import TrainingGuard
+from domainbert.core.callbacks import TrainingGuard
 from domainbert.data.corpus import CorpusDataModule
 from domainbert.errors import DomainBertError
 from domainbert.modules.mlm import MaskedLMModule

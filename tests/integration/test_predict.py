@@ -12,12 +12,12 @@ import pytest
 import torch
 
 from domainbert.cli import main
+from domainbert.core.prediction import FileOrder, PredictionWriter
 from domainbert.data.classification import ClassificationDataModule
 from domainbert.data.registry import expand_short_names
 from domainbert.data.tagging import TaggingDataModule
 from domainbert.errors import DomainBertError
 from domainbert.modules.classification import SequenceClassificationModule, labels_from
-from domainbert.prediction import FileOrder, PredictionWriter
 
 ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "tests" / "fixtures"

@@ -15,7 +15,7 @@ from domainbert.adapt.probe import fit_logreg, select_probe
 from domainbert.adapt.probe_cmd import read_split
 from domainbert.adapt.stats import macro_f1
 from domainbert.adapt.watch import ProbeWatch
-from domainbert.callbacks import HFExport
+from domainbert.core.callbacks import HFExport
 from domainbert.modules.contrastive import ContrastiveModule
 from domainbert.modules.mlm import MaskedLMModule
 from tests.helpers.mlm import small_corpus

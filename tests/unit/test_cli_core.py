@@ -220,7 +220,7 @@ def test_a_config_file_that_is_not_a_mapping_names_the_file(tmp_path, text, mess
 
 
 def test_early_stopping_with_a_misspelt_monitor_names_the_logged_metrics():
-    from domainbert.callbacks import EarlyStopping
+    from domainbert.core.callbacks import EarlyStopping
 
     callback = EarlyStopping(monitor="val/f1_macor", mode="max")
     trainer = SimpleNamespace(sanity_checking=False, callback_metrics={"val/f1_macro": torch.tensor(0.5)})
@@ -229,7 +229,7 @@ def test_early_stopping_with_a_misspelt_monitor_names_the_logged_metrics():
 
 
 def test_early_stopping_waits_for_the_first_validation(caplog):
-    from domainbert.callbacks import EarlyStopping
+    from domainbert.core.callbacks import EarlyStopping
 
     callback = EarlyStopping(monitor="val/f1_macro", mode="max")
     trainer = SimpleNamespace(callback_metrics={})
@@ -238,7 +238,7 @@ def test_early_stopping_waits_for_the_first_validation(caplog):
 
 
 def test_the_guard_refuses_an_unknown_nonfinite_policy():
-    from domainbert.callbacks import TrainingGuard
+    from domainbert.core.callbacks import TrainingGuard
 
     with pytest.raises(DomainBertError, match="--guard.nonfinite='maybe': expected stop, skip or ignore"):
         TrainingGuard(nonfinite="maybe")
@@ -343,7 +343,7 @@ def test_an_unwritable_output_folder_is_one_line(tmp_path):
 
 
 def test_a_run_folder_with_only_its_config_is_removed_and_no_other(tmp_path):
-    from domainbert.callbacks import remove_if_only_configs
+    from domainbert.core.callbacks import remove_if_only_configs
 
     only = tmp_path / "version_0"
     only.mkdir()
@@ -356,7 +356,7 @@ def test_a_run_folder_with_only_its_config_is_removed_and_no_other(tmp_path):
 
 
 def test_final_metrics_are_one_line_in_name_order():
-    from domainbert.callbacks import format_metrics
+    from domainbert.core.callbacks import format_metrics
 
     line = format_metrics({"val/loss": torch.tensor(2.345678), "train/loss": 3.0, "vec": torch.zeros(3)})
     assert line == "train/loss 3, val/loss 2.346"
@@ -366,7 +366,7 @@ def test_final_metrics_are_one_line_in_name_order():
 @pytest.mark.parametrize("max_epochs,text", [(-1, "Epoch 2"), (None, "Epoch 2"), (5, "Epoch 2/4")])
 def test_the_progress_bar_shows_no_negative_epoch_limit(max_epochs, text):
     """Lightning's hook for the text is private: tests/unit/test_compat.py pins it."""
-    from domainbert.callbacks import _RichBar
+    from domainbert.core.callbacks import _RichBar
 
     bar = _RichBar()
     bar.setup(SimpleNamespace(max_epochs=max_epochs, is_global_zero=True), None, "fit")
@@ -393,7 +393,7 @@ def test_lightning_tips_and_absent_hardware_lines_are_dropped_and_nothing_else()
     "value,stops", [(float("nan"), True), (float("inf"), True), (torch.tensor(float("-inf")), True), (2.5, False)]
 )
 def test_the_guard_stops_on_a_nonfinite_validation_metric(value, stops):
-    from domainbert.callbacks import TrainingGuard
+    from domainbert.core.callbacks import TrainingGuard
 
     trainer = SimpleNamespace(
         sanity_checking=False, global_step=7, checkpoint_callbacks=[], callback_metrics={"val/loss": value}
@@ -408,7 +408,7 @@ def test_the_guard_stops_on_a_nonfinite_validation_metric(value, stops):
 
 
 def test_the_guard_and_the_export_refuse_nonfinite_weights(tmp_path):
-    from domainbert.callbacks import HFExport, TrainingGuard
+    from domainbert.core.callbacks import HFExport, TrainingGuard
 
     module = torch.nn.Linear(2, 2)
     with torch.no_grad():

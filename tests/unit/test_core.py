@@ -54,7 +54,7 @@ def test_step_seeds_differ_per_step_and_per_run_seed():
 def test_the_guard_reseeds_dropout_from_the_step_alone(monkeypatch):
     """TrainingGuard seeds the global RNG from (PL_GLOBAL_SEED, batch index): the draws after a resume at batch
     12 equal the uninterrupted run's, whatever the RNG state before."""
-    from domainbert.callbacks import TrainingGuard
+    from domainbert.core.callbacks import TrainingGuard
 
     monkeypatch.setenv("PL_GLOBAL_SEED", "3")
     guard = TrainingGuard(release_memory=False)

@@ -13,10 +13,10 @@ from transformers import AutoModelForSequenceClassification, pipeline
 
 from domainbert.adapt.embed import native_pooling
 from domainbert.core.hf import load_config, load_model, load_tokenizer
+from domainbert.core.pooled import FAMILY_KEY, MODEL_TYPE
 from domainbert.deploy.load import load_variant
 from domainbert.errors import DomainBertError
 from domainbert.modules.classification import SequenceClassificationModule, resolve_pooling
-from domainbert.modules.pooled import FAMILY_KEY, MODEL_TYPE
 
 LABELS = ["api", "graphics", "network"]
 bad_input = pytest.mark.faults(bad_inputs=1)
