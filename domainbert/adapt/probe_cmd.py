@@ -7,7 +7,7 @@ Writes ``<out>/result.json`` (validation and test macro-F1 and accuracy, the cho
 ``<out>/test_predictions.json`` (gold and predicted label ids of the test rows, for paired comparisons) and
 ``<out>/probe.safetensors`` (the probe's weights, from which the pipeline can ship it as a classifier).
 
-The embeddings and the fitted probe are kept in domainbert's cache (:mod:`domainbert.adapt.embed_cache`): a
+The embeddings and the fitted probe are kept in domainbert's cache (:mod:`domainbert.core.embed_cache`): a
 fine-tuning run's head start, ``domainbert select`` and ProbeWatch read them instead of embedding the same texts
 again, and a second probe of the same files loads no model. Each reuse prints one ``[cache]`` line;
 ``DOMAINBERT_EMBEDDING_CACHE=off`` turns the cache off.
@@ -111,10 +111,10 @@ def embed_and_fit(model: str, paths: dict, splits: dict, labels: list[str], max_
     import torch
     from transformers import AutoModel
 
-    from domainbert.adapt.embed_cache import Embedder, cached_probe
-    from domainbert.adapt.probe import select_probe
+    from domainbert.core.embed_cache import Embedder, cached_probe
     from domainbert.core.hf import load_model, load_tokenizer
     from domainbert.core.models_local import resolve_local_alias
+    from domainbert.core.probe import select_probe
 
     name = resolve_local_alias(model)
     tokenizer = load_tokenizer(name)
@@ -135,8 +135,8 @@ def embed_and_fit(model: str, paths: dict, splits: dict, labels: list[str], max_
 
 def score_and_write(folder: Path, fitted, xs: dict, ys: dict, labels: list[str]) -> dict:
     """The result record (C, scores of val and test); writes the probe's weights and the test predictions."""
-    from domainbert.adapt.stats import METRICS
     from domainbert.core.files import atomic_write_text
+    from domainbert.core.stats import METRICS
     from domainbert.modules.probe_init import save_probe
 
     result: dict = {"c": fitted.c, "labels": labels, "val_scores": {str(k): v for k, v in fitted.val_scores.items()}}

@@ -39,7 +39,7 @@ from domainbert.errors import DomainBertError
 @torch.no_grad()
 def class_probabilities(model, tokenizer, texts: Sequence[str], batch_size: int = 64, max_length: int = 128):
     """Softmax outputs ``[len(texts), num_labels]`` of a sequence classifier, batched in order of length."""
-    from domainbert.adapt.embed import sorted_batches
+    from domainbert.core.embed import sorted_batches
     from domainbert.core.hardware import auto_precision
 
     device = next(model.parameters()).device

@@ -8,7 +8,7 @@ documents of the domain corpus. Here the neighbours are found with the starting 
 embeddings (cosine similarity): a sentence-embedding model makes this a matter of minutes. The union of the
 neighbours is written nearest first to ``<out>/corpus.jsonl`` (one ``{"text": ...}`` per line), which the DAPT
 stage reads like any corpus. The embeddings of the task's texts and of the corpus are kept in domainbert's cache
-(:mod:`domainbert.adapt.embed_cache`; ``DOMAINBERT_EMBEDDING_CACHE=off`` turns it off): the probe stage's
+(:mod:`domainbert.core.embed_cache`; ``DOMAINBERT_EMBEDDING_CACHE=off`` turns it off): the probe stage's
 embeddings of the same training file are reused, and a second selection over the same corpus embeds nothing.
 """
 
@@ -95,10 +95,10 @@ def select(
 
 
 def embedder_for(model: str, max_length: int):
-    """The cached :class:`~domainbert.adapt.embed_cache.Embedder` of ``model`` (loaded only if an embedding misses)."""
+    """The cached :class:`~domainbert.core.embed_cache.Embedder` of ``model`` (loaded only if an embedding misses)."""
     from transformers import AutoModel
 
-    from domainbert.adapt.embed_cache import Embedder
+    from domainbert.core.embed_cache import Embedder
     from domainbert.core.hf import load_model, load_tokenizer
     from domainbert.core.models_local import resolve_local_alias
 

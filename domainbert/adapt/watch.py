@@ -7,7 +7,7 @@ score as ``probe/val_<metric>``, at step 0 (the base model, before any update) a
 It keeps the best-probing weights in memory (on the CPU), stops the fit after ``patience`` checks without
 improvement, and at the end restores those weights, so the export is the checkpoint best for the task: the base
 model itself when no adapted step beat it. Step 0's embeddings and probe are those of ``domainbert probe`` on the
-same files, read from the embedding cache when a stage computed them (:mod:`domainbert.adapt.embed_cache`;
+same files, read from the embedding cache when a stage computed them (:mod:`domainbert.core.embed_cache`;
 ``DOMAINBERT_EMBEDDING_CACHE=off`` turns it off).
 
 Wire it into any pretraining config (``configs/pretrain/*.yaml``)::
@@ -41,7 +41,7 @@ class ProbeWatch(L.Callback):
     """Score a probe on the task's frozen embeddings while pretraining; keep the best step (0 included); stop early.
 
     The probe's inverse L2 strength ``C`` is chosen once, at the first check, on the validation split (the grid of
-    :func:`domainbert.adapt.probe.select_probe`) and then held fixed, so later scores differ only by the encoder.
+    :func:`domainbert.core.probe.select_probe`) and then held fixed, so later scores differ only by the encoder.
     While a masked-LM module trains its head alone (``head_warmup_steps``, encoder frozen) the encoder is the base
     model, so no check runs then. The best weights travel in the callback's checkpoint state (a resumed fit keeps
     them), which makes a checkpoint about one model copy larger.
@@ -84,7 +84,7 @@ class ProbeWatch(L.Callback):
                 the export is that step; the export then skips its own best-checkpoint restore.
             check_at_end: check the final weights too when the last step is not a multiple of ``every_n_steps``.
         """
-        from domainbert.adapt.stats import METRICS
+        from domainbert.core.stats import METRICS
 
         super().__init__()
         if not isinstance(every_n_steps, int) or every_n_steps < 1:
@@ -136,10 +136,10 @@ class ProbeWatch(L.Callback):
         """Mean-pooled embeddings of the train and val texts by the module's current encoder (its mode kept).
 
         The first check of a fit from step 0 embeds the base model as loaded: through the embedding cache
-        (:mod:`domainbert.adapt.embed_cache`), which ``domainbert probe`` on the same files fills, with one
+        (:mod:`domainbert.core.embed_cache`), which ``domainbert probe`` on the same files fills, with one
         ``[cache]`` line per split. Later checks embed the adapted encoder, uncached.
         """
-        from domainbert.adapt.embed import embed_texts, modes_kept
+        from domainbert.core.embed import embed_texts, modes_kept
 
         model = pl_module.model
         encoder = getattr(model, "base_model", model)
@@ -160,7 +160,7 @@ class ProbeWatch(L.Callback):
 
     def _embed_base(self, pl_module: L.LightningModule, encoder, texts: dict) -> dict[str, torch.Tensor]:
         """The base model's embeddings through the cache; keeps their keys for the probe's cache (:meth:`score`)."""
-        from domainbert.adapt.embed_cache import Embedder
+        from domainbert.core.embed_cache import Embedder
 
         source = getattr(encoder.config, "_name_or_path", "") or ""  # the folder from_pretrained read
         embedder = Embedder(source, pl_module.tokenizer, encoder, self.max_length, self.batch_size)
@@ -172,9 +172,9 @@ class ProbeWatch(L.Callback):
 
     def score(self, x: dict[str, torch.Tensor]) -> float:
         """Fit the probe on ``x['train']`` (choosing ``C`` on validation the first time) and score ``x['val']``."""
-        from domainbert.adapt.embed_cache import cached_probe
-        from domainbert.adapt.probe import fit_logreg, select_probe
-        from domainbert.adapt.stats import METRICS
+        from domainbert.core.embed_cache import cached_probe
+        from domainbert.core.probe import fit_logreg, select_probe
+        from domainbert.core.stats import METRICS
 
         y_train, y_val = self._data["train"][1], self._data["val"][1]
         n = len(self._data["labels"])

@@ -368,7 +368,7 @@ def _local_folder(name: str | None) -> Path | None:
 def write_sentence_files(source: str | None, dest: Path, pooling: str | None = None, width: int | None = None) -> None:
     """Give ``dest`` the sentence-transformers module files of ``source`` (``modules.json``, ``1_Pooling/``...).
 
-    These say how the model's sentence embedding is pooled (:func:`domainbert.adapt.embed.native_pooling`, which
+    These say how the model's sentence embedding is pooled (:func:`domainbert.core.embed.native_pooling`, which
     ``pooling: auto`` reads). Each module folder other than the transformer itself is copied. With ``pooling``
     the pooling module's flags are set to it, and a source without such files gets a minimal pair (transformer,
     pooling).

@@ -169,7 +169,7 @@ def resolve_pooling(pooling: str, init_from: str) -> str:
         raise DomainBertError(f"model.pooling={pooling!r}: expected auto, cls or mean")
     if pooling != "auto":
         return pooling
-    from domainbert.adapt.embed import native_pooling
+    from domainbert.core.embed import native_pooling
 
     name = resolve_local_alias(init_from)
     if native_pooling(name) == "mean":

@@ -11,7 +11,7 @@ from lightning.pytorch.cli import OptimizerCallable
 from torchmetrics import MeanMetric
 from transformers import AutoModel
 
-from domainbert.adapt.embed import mean_pool
+from domainbert.core.embed import mean_pool
 from domainbert.core.hf import check_tokenizer_fits, load_model, load_tokenizer, training_config
 from domainbert.errors import DomainBertError
 from domainbert.modules.base import HFModule

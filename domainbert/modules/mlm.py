@@ -73,7 +73,7 @@ class MaskedLMModule(HFModule):
             head_warmup_lr: learning rate of the head during its warm-up.
             head_init: how a missing MLM head starts. ``embeddings``: identity transform, decoder tied to the
                 input embeddings, output bias from the training data's log unigram frequencies
-                (:mod:`domainbert.adapt.mlm_head`), so it predicts from step 0; ``random``: as ``transformers``
+                (:mod:`domainbert.core.mlm_head`), so it predicts from step 0; ``random``: as ``transformers``
                 initialises it; ``auto``: ``embeddings`` when the head is missing. A trained head is never touched.
             hidden_dropout: hidden dropout during this training (None keeps the checkpoint's). 0 by default, as in
                 recent MLM recipes: on all-MiniLM-L6-v2 it trained 1.37x faster on CPU and reached a lower
@@ -127,7 +127,7 @@ class MaskedLMModule(HFModule):
         self.head_missing = [k for k in missing if not k.startswith(prefix + ".") and not k.endswith("decoder.weight")]
         self._init_head_from_data = False
         if self.head_missing and head_init in ("auto", "embeddings"):
-            from domainbert.adapt.mlm_head import identity_transform
+            from domainbert.core.mlm_head import identity_transform
 
             self._init_head_from_data = identity_transform(self.model)
         if head_warmup_steps is None:
@@ -151,7 +151,7 @@ class MaskedLMModule(HFModule):
         """
         dm = self.attached_datamodule()
         if stage == "fit" and self._init_head_from_data and dm is not None:
-            from domainbert.adapt.mlm_head import unigram_bias
+            from domainbert.core.mlm_head import unigram_bias
 
             if unigram_bias(self.model, dm.train_dataloader(), exclude=self.tokenizer.all_special_ids):
                 log.info("MLM head: identity transform, output bias from the data's log unigram frequencies")

@@ -5,7 +5,7 @@ learning what a linear probe finds in seconds. Fitting the probe on the training
 strength on validation, and copying it into the head makes step 0 score the probe's validation metric.
 
 The probe is the one ``domainbert probe`` fits on the same files with the same model and settings, and it is kept
-in domainbert's embedding cache (:mod:`domainbert.adapt.embed_cache`): after the pipeline's probe stage, every
+in domainbert's embedding cache (:mod:`domainbert.core.embed_cache`): after the pipeline's probe stage, every
 seed's head start reads it instead of embedding the texts and fitting again, and says so in one ``[cache]`` line.
 ``DOMAINBERT_EMBEDDING_CACHE=off`` turns the cache off (same weights, computed).
 """
@@ -17,9 +17,9 @@ from pathlib import Path
 
 import torch
 
-from domainbert.adapt.embed import encode
-from domainbert.adapt.probe import select_probe
+from domainbert.core.embed import encode
 from domainbert.core.hardware import auto_precision
+from domainbert.core.probe import select_probe
 from domainbert.errors import DomainBertError
 
 log = logging.getLogger(__name__)
@@ -63,7 +63,7 @@ def init_head_from_probe(model, datamodule, num_labels: int) -> float | None:
     """Fit the probe on the training split, pick ``C`` on the validation split, copy it into ``model.classifier``.
 
     The probe is the one ``domainbert probe`` fits on the same files with the same model: read from the
-    embedding cache (:mod:`domainbert.adapt.embed_cache`) when a stage fitted it already, with one ``[cache]`` line.
+    embedding cache (:mod:`domainbert.core.embed_cache`) when a stage fitted it already, with one ``[cache]`` line.
     A datamodule without plain labelled files (soft targets, or no ``raw`` splits) has the probe fitted on its
     batches instead, uncached.
 
@@ -126,8 +126,8 @@ def probe_of_files(base, datamodule, num_labels: int):
     Embedded as ``domainbert probe`` embeds them (same batching, same key), so the cache serves both; None when the
     datamodule has no plain labelled files (:func:`file_splits`).
     """
-    from domainbert.adapt.embed import BATCH_SIZE, modes_kept
-    from domainbert.adapt.embed_cache import Embedder, cached_probe
+    from domainbert.core.embed import BATCH_SIZE, modes_kept
+    from domainbert.core.embed_cache import Embedder, cached_probe
 
     splits = file_splits(datamodule, num_labels)
     if splits is None:

@@ -192,7 +192,7 @@ def check(ctx: Context, distill: Any) -> tuple[str, list[int]]:
     Raises:
         DomainBertError: the first problem found.
     """
-    from domainbert.adapt.stats import METRICS
+    from domainbert.core.stats import METRICS
 
     metric = ctx.metric.split("/")[-1]
     if metric not in METRICS:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from domainbert.adapt.stats import mean_std
+from domainbert.core.stats import mean_std
 from domainbert.errors import DomainBertError
 from domainbert.pipeline.runner import Runner
 from domainbert.pipeline.specs import ExportSpec, ProbeSpec, StageSpec, TaskFiles
@@ -67,7 +67,7 @@ def pooling(ctx: Context) -> str:
     own ``finetune.args`` come later on the command line and can still override it).
     """
     if "pooling" not in ctx.cache:
-        from domainbert.adapt.embed import native_pooling
+        from domainbert.core.embed import native_pooling
         from domainbert.core.models_local import resolve_local_alias
 
         ctx.cache["pooling"] = "mean" if native_pooling(resolve_local_alias(ctx.base_model)) == "mean" else "cls"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from domainbert.adapt.stats import mean_std, paired_bootstrap
 from domainbert.core.files import atomic_write_text
+from domainbert.core.stats import mean_std, paired_bootstrap
 from domainbert.pipeline.recipe import below_probe, stopped_line
 from domainbert.pipeline.strategies.base import BASELINE, PROBE, Candidate
 from domainbert.pipeline.timing import part_lines

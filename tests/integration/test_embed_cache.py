@@ -11,8 +11,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from domainbert.adapt import cache_store
 from domainbert.adapt.probe_cmd import probe
+from domainbert.core import cache_store
 from domainbert.data.classification import ClassificationDataModule
 from domainbert.modules.classification import SequenceClassificationModule
 from domainbert.modules.probe_init import init_head_from_probe

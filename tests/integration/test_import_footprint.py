@@ -28,7 +28,7 @@ NOT_ON_THE_FIT_PATH = (
     "domainbert.pipeline",
     "domainbert.distill",
     "domainbert.adapt.vocab",
-    "domainbert.adapt.probe",
+    "domainbert.core.probe",
     "domainbert.adapt.select",
     "domainbert.adapt.pseudo",
 )

@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import AutoModelForMaskedLM
 
-from domainbert.adapt.mlm_head import head_parts, identity_transform, unigram_bias
+from domainbert.core.mlm_head import head_parts, identity_transform, unigram_bias
 from domainbert.data.corpus import CorpusDataModule
 from domainbert.modules.mlm import MaskedLMModule
 
@@ -78,7 +78,7 @@ def test_a_trained_head_is_never_reinitialised(tiny_bert):
 
 
 def test_a_fit_sets_the_bias_from_the_training_data_without_special_tokens(tiny_models, tmp_path, monkeypatch):
-    import domainbert.adapt.mlm_head as mlm_head
+    import domainbert.core.mlm_head as mlm_head
     from domainbert.cli import cli_main
 
     headless = _headless(tiny_models["bert"], tmp_path)

@@ -56,7 +56,7 @@ def test_stages_in_processes_of_their_own_record_their_results_and_a_failure_nam
     """``isolate="all"``, the one test of the process boundary (the other pipeline tests run every stage in the
     test's process): a fine-tuning worker's record and test predictions come back from its process, and a stage whose
     process fails is recorded as failed, its message naming its log and quoting the error."""
-    from domainbert.adapt.stats import macro_f1
+    from domainbert.core.stats import macro_f1
 
     runner = Runner(tmp_path / "p", isolate="all")
     task = TaskFiles(str(FIX / "cls_train.jsonl"), str(FIX / "cls_val.jsonl"), str(FIX / "cls_test.jsonl"))
@@ -167,7 +167,7 @@ distill: {{enabled: false}}
     assert re.search(r"[+-]\d\.\d{4} \[[+-]\d\.\d{4}, [+-]\d\.\d{4}\]", dapt_row), dapt_row
     assert re.search(r"\*\*dapt\*\*: adaptation (helped|made no significant difference|hurt)", report)
     preds = json.loads(Path(state["finetune-dapt-seed0"]["predictions"]).read_text())
-    from domainbert.adapt.stats import macro_f1
+    from domainbert.core.stats import macro_f1
 
     assert macro_f1(np.array(preds["gold"]), np.array(preds["pred"]), 3) == pytest.approx(
         state["finetune-dapt-seed0"]["metrics"]["test/f1_macro"], abs=1e-4

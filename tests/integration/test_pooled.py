@@ -83,7 +83,7 @@ def test_probe_head_starts_at_the_probes_validation_score(tiny_bert):
     module.model.eval()
     with torch.no_grad():
         pred = module.model.classifier(x).argmax(-1)
-    from domainbert.adapt.stats import macro_f1
+    from domainbert.core.stats import macro_f1
 
     assert macro_f1(y.numpy(), pred.numpy(), 3) == pytest.approx(score)
 

@@ -10,12 +10,12 @@ import pytest
 import torch
 from lightning.pytorch.loggers import CSVLogger
 
-from domainbert.adapt.embed import embed_texts
-from domainbert.adapt.probe import fit_logreg, select_probe
 from domainbert.adapt.probe_cmd import read_split
-from domainbert.adapt.stats import macro_f1
 from domainbert.adapt.watch import ProbeWatch
 from domainbert.core.callbacks import HFExport
+from domainbert.core.embed import embed_texts
+from domainbert.core.probe import fit_logreg, select_probe
+from domainbert.core.stats import macro_f1
 from domainbert.modules.contrastive import ContrastiveModule
 from domainbert.modules.mlm import MaskedLMModule
 from tests.helpers.mlm import small_corpus

@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 import torch
 
-from domainbert.adapt.embed import mean_pool, native_pooling
-from domainbert.adapt.probe import fit_logreg, select_probe
 from domainbert.adapt.select import nearest_documents
-from domainbert.adapt.stats import macro_f1, mean_std, paired_bootstrap
+from domainbert.core.embed import mean_pool, native_pooling
+from domainbert.core.probe import fit_logreg, select_probe
+from domainbert.core.stats import macro_f1, mean_std, paired_bootstrap
 from domainbert.errors import DomainBertError
 from domainbert.pipeline.recipe import choose
 from domainbert.pipeline.specs import TaskFiles

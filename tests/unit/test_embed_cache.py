@@ -10,12 +10,12 @@ import pytest
 import torch
 from transformers import AutoModel
 
-from domainbert.adapt import cache_store
-from domainbert.adapt.embed import embed_texts
-from domainbert.adapt.embed_cache import Embedder, cached_probe
-from domainbert.adapt.probe import select_probe
 from domainbert.adapt.probe_cmd import read_split
+from domainbert.core import cache_store
+from domainbert.core.embed import embed_texts
+from domainbert.core.embed_cache import Embedder, cached_probe
 from domainbert.core.hf import load_model, load_tokenizer
+from domainbert.core.probe import select_probe
 from tests.helpers import FIX
 
 TEXTS = ["The server exports network packets.", "The tool renders graphical images.", "An api for sql tables."]

@@ -11,7 +11,7 @@ import pytest
 import torch
 from transformers import AutoModelForSequenceClassification, pipeline
 
-from domainbert.adapt.embed import native_pooling
+from domainbert.core.embed import native_pooling
 from domainbert.core.hf import load_config, load_model, load_tokenizer
 from domainbert.core.pooled import FAMILY_KEY, MODEL_TYPE
 from domainbert.deploy.load import load_variant

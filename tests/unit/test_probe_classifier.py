@@ -7,9 +7,9 @@ import pytest
 import torch
 from transformers import AutoModel, AutoModelForSequenceClassification
 
-from domainbert.adapt.embed import embed_texts
-from domainbert.adapt.probe import Probe
+from domainbert.core.embed import embed_texts
 from domainbert.core.hf import load_model, load_tokenizer
+from domainbert.core.probe import Probe
 from domainbert.errors import DomainBertError
 from domainbert.modules.probe_init import export_probe_classifier, probe_classifier, save_probe
 

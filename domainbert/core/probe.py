@@ -57,7 +57,7 @@ def fit_logreg(x: torch.Tensor, y: torch.Tensor, num_labels: int, c: float, max_
 
 def macro_f1(logits: torch.Tensor, y: torch.Tensor, num_labels: int) -> float:
     """Macro-F1 of ``argmax(logits)`` against ``y``."""
-    from domainbert.adapt.stats import macro_f1 as f1
+    from domainbert.core.stats import macro_f1 as f1
 
     return f1(y.numpy(), logits.argmax(-1).numpy(), num_labels)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 #: texts per forward pass where a stage embeds texts (the probe, its head start, curation, ProbeWatch); it sets the
-#: padding of each batch, so it is part of the embedding cache's key (:mod:`domainbert.adapt.embed_cache`)
+#: padding of each batch, so it is part of the embedding cache's key (:mod:`domainbert.core.embed_cache`)
 BATCH_SIZE = 64
 
 

@@ -4,7 +4,7 @@ The pipeline embeds the same task texts with the same frozen base model in sever
 the head start of every fine-tuning seed (:mod:`domainbert.modules.probe_init`), ``domainbert select`` and the
 step-0 check of :class:`~domainbert.adapt.watch.ProbeWatch`. Each goes through :class:`Embedder`, which keeps the
 mean-pooled embeddings of a list of texts, and :func:`cached_probe`, which keeps the fitted logistic regression
-(its chosen ``C``, weights and validation scores), in the store of :mod:`domainbert.adapt.cache_store`.
+(its chosen ``C``, weights and validation scores), in the store of :mod:`domainbert.core.cache_store`.
 
 The key of embeddings covers everything that changes the numbers:
 
@@ -36,8 +36,8 @@ from pathlib import Path
 
 import torch
 
-from domainbert.adapt import cache_store
-from domainbert.adapt.embed import BATCH_SIZE
+from domainbert.core import cache_store
+from domainbert.core.embed import BATCH_SIZE
 
 #: bumped when the way embeddings or probes are computed changes, so older entries are never read
 SCHEMA = 1
@@ -145,7 +145,7 @@ class Embedder:
             max_length: truncation length in tokens.
             batch_size: texts per forward pass.
             bf16: bf16 autocast; None: where bf16 is native on the encoder's device.
-            pooling: ``mean`` or ``cls`` (:data:`domainbert.adapt.embed.POOLINGS`).
+            pooling: ``mean`` or ``cls`` (:data:`domainbert.core.embed.POOLINGS`).
         """
         from domainbert.core.hardware import auto_precision
 
@@ -183,7 +183,7 @@ class Embedder:
 
     def embed(self, texts: Sequence[str | tuple[str, str]], source: str) -> tuple[torch.Tensor, str | None]:
         """The embeddings of ``texts`` (``source`` names them in the log line) and their key (None: not cached)."""
-        from domainbert.adapt.embed import embed_texts
+        from domainbert.core.embed import embed_texts
 
         key = self.key(texts)
         what = (
@@ -222,9 +222,9 @@ def cached_probe(
         labels: the label names, in id order.
         fit: fits the probe (called only on a miss).
         source: the training file, for the log line.
-        grid: the ``C`` grid ``fit`` searches (default :data:`domainbert.adapt.probe.C_GRID`).
+        grid: the ``C`` grid ``fit`` searches (default :data:`domainbert.core.probe.C_GRID`).
     """
-    from domainbert.adapt.probe import C_GRID
+    from domainbert.core.probe import C_GRID
 
     if keys.get("train") is None or ("val" in keys and keys["val"] is None):
         return fit()
@@ -248,8 +248,8 @@ def cached_probe(
 
 
 def _probe_from(found: tuple[dict, dict], num_labels: int):
-    """The :class:`~domainbert.adapt.probe.Probe` of a cache entry; None when the entry does not hold one."""
-    from domainbert.adapt.probe import Probe
+    """The :class:`~domainbert.core.probe.Probe` of a cache entry; None when the entry does not hold one."""
+    from domainbert.core.probe import Probe
 
     tensors, meta = found
     weight, bias = tensors.get("weight"), tensors.get("bias")
