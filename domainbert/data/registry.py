@@ -44,7 +44,7 @@ MODELS = {
     "qa": "domainbert.modules.qa.QuestionAnsweringModule",
     "mlm": "domainbert.modules.mlm.MaskedLMModule",
     "contrastive": "domainbert.modules.contrastive.ContrastiveModule",
-    "distill": "domainbert.modules.distill.DistillationModule",
+    "distill": "domainbert.distill.module.DistillationModule",
 }
 
 

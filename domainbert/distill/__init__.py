@@ -1,6 +1,7 @@
-"""Distillation pieces used by :class:`domainbert.modules.distill.DistillationModule`.
+"""Distillation in one package: :class:`~domainbert.distill.module.DistillationModule` and its pieces.
 
-- ``tasks``: what distillation does per task (one table: outputs distilled, gold targets, metrics).
+- ``module``: the LightningModule (``domainbert.modules.distill`` re-exports it for older configs).
+- ``task_table``: what distillation does per task (one table: outputs distilled, gold targets, metrics).
 - ``teacher``: loading the frozen teacher with its trained head; keeping it out of checkpoints.
 - ``student``: building a smaller student from the teacher (layer selection, width) or a checkpoint.
 - ``losses``: the loss terms (``domainbert.losses`` re-exports them); ``objective``: their weighted sum.

@@ -21,7 +21,7 @@ from optuna.trial import TrialState
 from domainbert.core.files import plain_name
 from domainbert.errors import DomainBertError
 from domainbert.sweep.bookkeeping import fail_dead_workers, retried, runs_again, tally
-from domainbert.sweep.checks import check_fit
+from domainbert.sweep.preflight import check_fit
 from domainbert.sweep.space import PerTrialSeedSampler, SweepSpec, load_spec, make_pruner, overrides
 from domainbert.sweep.storage import mask_url, open_storage, storage_url
 

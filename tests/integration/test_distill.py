@@ -11,9 +11,9 @@ import torch
 from torch.utils.data import DataLoader
 from transformers import AutoModelForSequenceClassification
 
+from domainbert.distill.module import DistillationModule
 from domainbert.distill.teacher_cache import TeacherCache
 from domainbert.errors import DomainBertError
-from domainbert.modules.distill import DistillationModule
 from tests.helpers import FIX
 from tests.helpers.distill_tiny import LABELS, batches, make_teacher
 from tests.helpers.tiny import make_tiny

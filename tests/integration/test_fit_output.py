@@ -85,7 +85,7 @@ def test_fit_help_documents_resuming_and_the_modules(capsys, monkeypatch):
         main(["fit", "--help"])
     assert exc.value.code == 0
     text = " ".join(capsys.readouterr().out.split())
-    assert "distill (domainbert.modules.distill.DistillationModule)" in text
+    assert "distill (domainbert.distill.module.DistillationModule)" in text
     ckpt = text[text.index("--ckpt_path CKPT_PATH Resume") :][:400]
     assert "``last`` (the newest checkpoint" in ckpt and "hpc" not in ckpt and "registry" not in ckpt
     assert "The main advantage is:" not in text  # Lightning's cut docstring is no heading

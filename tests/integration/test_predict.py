@@ -38,7 +38,7 @@ def test_short_model_names_expand_to_the_shipped_modules():
     cp = "domainbert.modules.classification.SequenceClassificationModule"
     assert expand_short_names(["predict", "--model", "classification"]) == ["predict", "--model", cp]
     assert expand_short_names(["--model=SequenceClassificationModule"]) == [f"--model={cp}"]
-    assert expand_short_names(["--model.class_path", "distill"])[1] == "domainbert.modules.distill.DistillationModule"
+    assert expand_short_names(["--model.class_path", "distill"])[1] == "domainbert.distill.module.DistillationModule"
     assert expand_short_names(["--model", "mlm", "--model.init_from", "mlm"])[1:] == [
         "domainbert.modules.mlm.MaskedLMModule",
         "--model.init_from",

@@ -13,7 +13,7 @@ from transformers import (
 )
 
 from domainbert.distill.losses import HardLabelLoss, KLDivergenceLoss
-from domainbert.distill.tasks import DISTILL_TASKS, Outputs, distill_task, span_logits, span_targets
+from domainbert.distill.task_table import DISTILL_TASKS, Outputs, distill_task, span_logits, span_targets
 from domainbert.errors import DomainBertError
 from domainbert.modules.lora import LoraSettings, apply_lora
 from domainbert.modules.tasks import SPECS, Task, spec

@@ -1,0 +1,438 @@
+"""Knowledge distillation: a frozen teacher trains a smaller, faster student.
+
+The loss is ``α·KL(student/T ‖ teacher/T)·T² + β·hard-label loss + γ·hidden-state loss + δ·attention loss``
+(:mod:`domainbert.distill.objective`), plus any ``extra_losses``. The teacher is any fine-tuned classifier,
+tagger or QA model, or a masked-LM (:mod:`domainbert.distill.teacher`); it stays in eval mode, runs under
+``no_grad`` (in bf16 autocast when the trainer's precision is bf16) and is left out of the Lightning checkpoints
+(it is reloaded from ``teacher``). Its outputs can be cached on disk for later epochs and sweep trials
+(``teacher_cache``, :mod:`domainbert.distill.teacher_cache`); the cache fills as training runs the teacher, so a
+short run costs only the batches it trains on.
+
+What differs between tasks (which outputs are distilled, the gold targets, the metrics) is one record per task
+in :data:`domainbert.distill.task_table.DISTILL_TASKS`.
+
+The student is built in one of three ways (:mod:`domainbert.distill.student`): ``student`` (a smaller checkpoint
+using the teacher's tokenizer), ``student_layers`` (the teacher's embeddings, head and every k-th layer,
+DistilBERT style) or ``student_config`` (the teacher's config with fewer layers or a smaller width, random
+weights). The ``hf/`` export is the student with the teacher's tokenizer.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+from typing import Literal
+
+import lightning.pytorch as L
+import torch
+from lightning.pytorch.cli import OptimizerCallable
+from torch import nn
+
+from domainbert.core.compat import attached_trainer
+from domainbert.core.hf import load_tokenizer
+from domainbert.core.models_local import resolve_local_alias
+from domainbert.core.seeding import step_generator
+from domainbert.data.contract import check_agreement, model_labels
+from domainbert.data.masking import IGNORE_INDEX, Masker
+from domainbert.distill.losses import HardLabelLoss
+from domainbert.distill.objective import build_objective
+from domainbert.distill.student import build_student
+from domainbert.distill.task_table import Outputs, distill_task
+from domainbert.distill.teacher import (
+    drop_teacher_weights,
+    is_multi_label,
+    load_teacher,
+    teacher_autocast,
+    teacher_labels,
+)
+from domainbert.distill.teacher_cache import (
+    CacheFill,
+    TeacherCache,
+    cached_rows,
+    data_files,
+    training_fingerprint,
+)
+from domainbert.errors import DomainBertError
+from domainbert.modules.base import HFModule
+from domainbert.modules.tasks import Task
+
+log = logging.getLogger(__name__)
+
+
+class DistillationModule(HFModule):
+    """Distil a fine-tuned teacher into a smaller student (classification, tagging, QA or masked-LM).
+
+    Logs ``train/loss`` and each weighted term's raw value (``train/loss_kl``, ``train/loss_hard``,
+    ``train/loss_hidden``, ``train/loss_attention``, ...); ``val/loss`` (the student's hard-label loss),
+    ``val/acc`` and ``val/f1_macro`` (masked-LM: ``val/acc`` is the masked-token accuracy; QA: ``val/em`` and
+    ``val/f1`` instead), and the same under ``test/``.
+    """
+
+    def __init__(
+        self,
+        teacher: str,
+        student: str | None = None,
+        student_layers: int | list[int] | None = None,
+        student_config: dict | None = None,
+        layer_selection: Literal["every_k", "spread"] = "every_k",
+        task: str = "classification",
+        num_labels: int | None = None,
+        label_names: list[str] | None = None,
+        temperature: float = 2.0,
+        alpha: float = 0.5,
+        beta: float = 0.5,
+        gamma: float = 0.0,
+        delta: float = 0.0,
+        hidden_loss: Literal["mse", "cosine"] = "mse",
+        layer_map: dict[int, int] | None = None,
+        extra_losses: list[dict] | None = None,
+        teacher_cache: str | None = None,
+        mlm_probability: float = 0.15,
+        learning_rate: float = 5e-5,
+        weight_decay: float = 0.01,
+        warmup_ratio: float = 0.1,
+        seed: int = 0,
+        optimizer: OptimizerCallable | None = None,
+    ) -> None:
+        """Load the teacher, build the student and the loss terms.
+
+        Args:
+            teacher: the teacher: a Hugging Face folder of a fine-tuned model with the ``task`` head (for example
+                a fine-tuning run's ``hf/`` export), or an installed model package's name.
+            student: a smaller checkpoint (folder) to start the student from; it must use the teacher's
+                tokenizer. Give exactly one of ``student``, ``student_layers`` and ``student_config``.
+            student_layers: build the student from the teacher: its embeddings, its head and this many of its
+                layers (chosen by ``layer_selection``), or the list of 0-based teacher layers to copy.
+            student_config: build a randomly initialised student from the teacher's config with these changes,
+                e.g. ``{num_hidden_layers: 3, hidden_size: 256, num_attention_heads: 4, intermediate_size: 1024}``.
+            layer_selection: which layers ``student_layers`` copies: ``every_k`` (the top of each block of
+                teacher/student layers: 6 -> 3 copies 1, 3, 5) or ``spread`` (first to last, DistilBERT style).
+            task: ``classification``, ``tagging``, ``qa`` or ``mlm`` (the older ``sequence-classification``,
+                ``token-classification`` and ``masked-lm`` are accepted).
+            num_labels: number of labels; linked from the data; must equal the teacher's.
+            label_names: label names in id order; linked from the data; must equal the teacher's (unless the
+                teacher only has generic ``LABEL_i`` names).
+            temperature: softmax temperature ``T`` of the soft-target loss.
+            alpha: weight of the soft-target loss ``KL(student/T ‖ teacher/T)·T²``.
+            beta: weight of the hard-label loss (cross-entropy on the gold labels).
+            gamma: weight of the hidden-state loss (0 turns it off).
+            delta: weight of the attention-map loss (0 turns it off; on, both models use eager attention).
+            hidden_loss: ``mse`` or ``cosine`` for the hidden-state loss.
+            layer_map: ``{student_layer: teacher_layer}`` for the hidden-state and attention losses (1-based
+                layers, 0 = embeddings); default: the layers a copied student came from, else TinyBERT's
+                uniform map.
+            extra_losses: more loss terms, each ``{class_path, init_args, weight}``: any ``nn.Module`` whose
+                ``forward(student_out, teacher_out, batch)`` returns a scalar (see ``domainbert.losses``).
+            teacher_cache: a folder where the teacher's training-set outputs are kept and reused by later epochs
+                and runs (logits, plus the hidden states the hidden-state loss reads). It fills as training runs
+                the teacher (written at each epoch's end): no separate pass over the data. Not for masked-LM
+                (the masks change every step) nor with the attention loss.
+            mlm_probability: masked-LM: share of tokens masked (when the data does not mask).
+            learning_rate: peak learning rate of the student.
+            weight_decay: AdamW weight decay (not on biases and LayerNorm).
+            warmup_ratio: fraction of the steps with linear warm-up; then linear decay to 0.
+            seed: seed of the masked-LM masks.
+            optimizer: an optimizer class path and its arguments; AdamW by default.
+        """
+        super().__init__()
+        task = Task.parse(task).value  # saved under its one name, whatever name it was given by
+        self.save_hyperparameters(ignore=["optimizer"])
+        self.optimizer = optimizer
+        self._set_task(task, teacher_cache)
+        teacher_model = self._load_teacher(teacher, num_labels, label_names)
+        self.model, default_map = build_student(
+            teacher_model, self.tokenizer, self.task, student, student_layers, student_config, layer_selection, teacher
+        )
+        self.export_source = None
+        self.teacher = teacher_model
+        self.register_state_dict_post_hook(drop_teacher_weights)
+        objective = build_objective(
+            self.model.config,
+            teacher_model.config,
+            alpha=alpha,
+            beta=beta,
+            gamma=gamma,
+            delta=delta,
+            temperature=temperature,
+            multi_label=self.multi_label,
+            hidden_loss=hidden_loss,
+            layer_map=layer_map,
+            default_map=default_map,
+            extra_losses=extra_losses,
+        )
+        self._use_objective(objective, teacher_cache)
+        self.masker = Masker(self.tokenizer, probability=mlm_probability) if self.task_spec.masked else None
+        self.val_metrics = self.task_spec.metrics(self.label_names, self.multi_label)
+        self.test_metrics = self.task_spec.metrics(self.label_names, self.multi_label)
+        self._scored = {"val": False, "test": False}
+        self._hard = HardLabelLoss()
+
+    # -- set-up and checks ------------------------------------------------------------------------
+    def _set_task(self, task: str, teacher_cache: str | None) -> None:
+        """Keep the task and its distillation record; a teacher cache only for a task that allows one."""
+        self.task = Task(task)
+        self.task_spec = distill_task(self.task)
+        if teacher_cache and self.task_spec.no_cache:
+            raise DomainBertError(f"teacher_cache does not apply to {self.task_spec.no_cache}")
+
+    def _load_teacher(self, teacher: str, num_labels: int | None, label_names: list[str] | None) -> nn.Module:
+        """Load the frozen teacher and its tokenizer; take its label set, checked against the data's."""
+        self.teacher_path = resolve_local_alias(teacher)
+        model = load_teacher(self.teacher_path, self.task, teacher)
+        self.tokenizer = load_tokenizer(self.teacher_path)
+        self.multi_label = is_multi_label(model.config)
+        self.label_names = None
+        if self.task_spec.labelled:
+            own = teacher_labels(model.config)
+            self.label_names = model_labels(num_labels, label_names, own, source="the teacher", fixed=True)
+        return model
+
+    def _use_objective(self, objective, teacher_cache: str | None) -> None:
+        """Keep the loss terms; ask the models only for the outputs the terms read."""
+        self.losses = nn.ModuleDict(objective.terms)
+        self.loss_weights = objective.weights
+        self.layer_map = objective.layer_map
+        self.need_hidden = objective.needs("needs_hidden_states")
+        self.need_attentions = objective.needs("needs_attentions")
+        self.need_teacher = objective.needs("needs_teacher", True)
+        if teacher_cache and self.need_attentions:
+            raise DomainBertError(
+                "teacher_cache cannot hold attention maps, which a loss term needs: set delta: 0 (and drop "
+                "attention terms from extra_losses) or drop teacher_cache"
+            )
+        if self.need_attentions:
+            for m in (self.model, self.teacher):
+                m.set_attn_implementation("eager")
+        self.cache: TeacherCache | None = None
+        self._cache_seen = (0, 0)
+        self._fill: CacheFill | None = None
+        self._cache_key: str | None = None
+
+    def setup(self, stage: str) -> None:
+        dm = self.attached_datamodule()
+        settings = {"multi_label": self.multi_label} if self.task_spec.labelled else {}
+        check_agreement(dm, self.label_names, settings, owner="model.teacher")
+        if getattr(dm, "soft_label_column", None):
+            raise DomainBertError(
+                "distillation learns the teacher's probabilities already (the KL term); unset data.soft_label_column "
+                "(the hard-label term would read the soft targets as multi-label targets)"
+            )
+
+    def train(self, mode: bool = True):
+        """Switch the student (and loss modules) to ``mode``; the teacher always stays in eval mode."""
+        super().train(mode)
+        self.teacher.eval()
+        return self
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        """Leave the frozen teacher out of checkpoints: it is reloaded from ``teacher``.
+
+        ``state_dict()`` already leaves it out (:func:`~domainbert.distill.teacher.drop_teacher_weights`), so a
+        checkpoint holds exactly the weights the module reports as its own and ``validate/test --ckpt_path`` finds
+        none missing.
+        """
+        state = checkpoint.get("state_dict", {})
+        for key in [k for k in state if k.startswith("teacher.")]:
+            del state[key]
+
+    def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
+        """Load a checkpoint saved without the teacher (its weights are the loaded teacher's)."""
+        state_dict = dict(state_dict)
+        for key, value in self.teacher.state_dict(prefix="teacher.").items():
+            state_dict.setdefault(key, value)
+        return super().load_state_dict(state_dict, strict=strict, assign=assign)
+
+    # -- teacher cache ----------------------------------------------------------------------------
+    def on_train_start(self) -> None:
+        """Open the teacher-output cache of this teacher and training data, if one was written; else start empty.
+
+        Nothing runs the teacher here: the cache fills as training does (:meth:`teacher_outputs` keeps what the
+        teacher computes for a batch the cache lacks), so a short run (``max_steps``, ``limit_train_batches``)
+        costs only the batches it trains on. What was kept is written at the end of each epoch and of the run.
+        """
+        root = self.hparams.teacher_cache
+        loader = self.trainer.train_dataloader
+        self.discard_cache_fill()
+        self._cache_key = None
+        if not root or not self.need_teacher or loader is None:
+            return
+        dm = getattr(self.trainer, "datamodule", None)
+        layers = self.losses["hidden"].teacher_layers_used() if "hidden" in self.losses else []
+        what = {"task": self.task.value, "layers": layers}
+        self._cache_key = training_fingerprint(self.teacher_path, dm, loader, what)
+        self._cache_layers = layers
+        self._cache_described = {"teacher": self.teacher_path, "data": data_files(dm), "task": self.task.value}
+        self.cache = TeacherCache.open(root, self._cache_key)
+        if self.cache is None:
+            log.info(
+                "teacher cache: none yet for this teacher and data (%s): the teacher's outputs are kept as training "
+                "computes them, and written at the end of each epoch",
+                self._cache_key,
+            )
+        else:
+            log.info("teacher cache: %d examples in %s", len(self.cache), self.cache.path)
+
+    def teacher_outputs(self, batch: dict, input_ids: torch.Tensor, selected):
+        """The teacher's outputs of a training batch: from the cache, else computed (and kept for the cache)."""
+        if self.cache is not None and (cached := self.cache.lookup(batch)) is not None:
+            return cached
+        out = self._teacher_forward(batch, input_ids, selected)
+        if self._cache_key is not None and self.trainer.is_global_zero:
+            if self._fill is None:
+                root, key, layers = self.hparams.teacher_cache, self._cache_key, self._cache_layers
+                self._fill = CacheFill(root, key, layers, base=self.cache, description=self._cache_described)
+            self._fill.add(batch, out.logits, out.hidden_states)
+        return out
+
+    def _commit_cache(self) -> None:
+        """Write the teacher outputs kept so far into the cache (rank 0), and let every rank read it."""
+        if self._cache_key is None:
+            return
+        if self._fill is not None:
+            fill, self._fill = self._fill, None
+            if fill.rows:
+                fill.commit()
+            else:
+                fill.discard()
+        self.trainer.strategy.barrier()
+        rows = cached_rows(self.hparams.teacher_cache, self._cache_key)
+        if rows is not None and (self.cache is None or rows != len(self.cache)):  # rows only grow
+            self.cache, self._cache_seen = TeacherCache.open(self.hparams.teacher_cache, self._cache_key), (0, 0)
+
+    def discard_cache_fill(self) -> None:
+        """Drop the teacher outputs not written yet (an interrupted run): the cache on disk stays as it was."""
+        fill, self._fill = getattr(self, "_fill", None), None
+        if fill is not None:
+            fill.discard()
+            log.info("teacher cache: run interrupted; %d unwritten examples dropped", fill.rows)
+
+    def configure_callbacks(self) -> list[L.Callback]:
+        """The callback that drops an unwritten cache fill when ``fit`` stops on an error, SIGTERM or Ctrl-C."""
+        return [_DropCacheFillOnError()]
+
+    def on_train_epoch_end(self) -> None:
+        if self.cache is not None:
+            hits, misses = self.cache.hits - self._cache_seen[0], self.cache.misses - self._cache_seen[1]
+            self._cache_seen = (self.cache.hits, self.cache.misses)
+            if hits + misses:
+                self.log("train/teacher_cache_hits", hits / (hits + misses))
+                if misses:
+                    log.info("teacher cache: %d of %d batches ran the teacher", misses, hits + misses)
+        self._commit_cache()
+
+    def on_train_end(self) -> None:
+        self._commit_cache()
+
+    # -- forward ----------------------------------------------------------------------------------
+    def _inputs(self, model, batch: dict, input_ids: torch.Tensor) -> dict:
+        accepted = _accepted(type(model))
+        names = [k for k in self.tokenizer.model_input_names if k != "input_ids"]
+        return {"input_ids": input_ids, **{k: batch[k] for k in names if k in batch and k in accepted}}
+
+    def _run(self, model, batch: dict, input_ids, selected, hidden: bool, attentions: bool):
+        """One model's outputs (see :class:`~domainbert.distill.task_table.DistillTask`'s ``run``)."""
+        kw = {}
+        if hidden:
+            kw["output_hidden_states"] = True
+        if attentions:
+            kw["output_attentions"] = True
+        return self.task_spec.run(model, self._inputs(model, batch, input_ids), selected, **kw)
+
+    def _teacher_forward(self, batch: dict, input_ids, selected, hidden: bool | None = None):
+        hidden = self.need_hidden if hidden is None else hidden
+        with torch.no_grad(), teacher_autocast(attached_trainer(self), self.device):
+            return self._run(self.teacher, batch, input_ids, selected, hidden, self.need_attentions)
+
+    def prepare(self, batch: dict, salt: int) -> tuple[torch.Tensor, torch.Tensor | None, dict]:
+        """``(input_ids, masked positions or None, the batch the losses see)``; masked-LM inputs get masked."""
+        mask = batch.get("attention_mask")
+        if mask is None:
+            mask = torch.ones_like(batch["input_ids"])
+        if not self.task_spec.masked:
+            view = {"attention_mask": mask}
+            targets = self.task_spec.targets(batch)
+            if targets is not None:
+                view["labels"] = targets
+            return batch["input_ids"], None, view
+        if "labels" in batch:
+            input_ids, labels = batch["input_ids"], batch["labels"]
+        else:
+            generator = step_generator(self.hparams.seed, salt, self.device)
+            input_ids, labels = self.masker(batch["input_ids"], mask, generator=generator)
+        selected = labels != IGNORE_INDEX
+        return input_ids, selected, {"attention_mask": mask, "labels": labels[selected]}
+
+    def _for_losses(self, out, view: dict) -> Outputs:
+        """A model's outputs with the logits laid out as the loss terms read them (QA: per start and end)."""
+        logits = self.task_spec.loss_logits(out.logits, view["attention_mask"])
+        return Outputs(logits, getattr(out, "hidden_states", None), getattr(out, "attentions", None))
+
+    def distill_loss(self, student_out, teacher_out, view: dict) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The weighted sum of the loss terms, and each term's unweighted value."""
+        student_out = self._for_losses(student_out, view)
+        teacher_out = self._for_losses(teacher_out, view) if teacher_out is not None else None
+        parts = {name: term(student_out, teacher_out, view) for name, term in self.losses.items()}
+        total = sum(self.loss_weights[name] * value for name, value in parts.items())
+        return total, parts
+
+    def forward(self, batch: dict) -> torch.Tensor:
+        """The student's logits for a batch (masked-LM: at the masked positions; QA: start and end per token)."""
+        input_ids, selected, _ = self.prepare(batch, salt=0)
+        return self._run(self.model, batch, input_ids, selected, False, False).logits
+
+    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
+        input_ids, selected, view = self.prepare(batch, salt=self.global_step)
+        student_out = self._run(self.model, batch, input_ids, selected, self.need_hidden, self.need_attentions)
+        teacher_out = None
+        if self.need_teacher:
+            teacher_out = self.teacher_outputs(batch, input_ids, selected)
+        loss, parts = self.distill_loss(student_out, teacher_out, view)
+        n = input_ids.shape[0]
+        self.log("train/loss", loss, prog_bar=True, batch_size=n)
+        for name, value in parts.items():
+            self.log(f"train/loss_{name}", value, batch_size=n)
+        return loss
+
+    # -- evaluation -------------------------------------------------------------------------------
+    def _evaluate(self, batch: dict, batch_idx: int, stage: str) -> None:
+        input_ids, selected, view = self.prepare(batch, salt=-(batch_idx + 1))
+        out = self._run(self.model, batch, input_ids, selected, False, False)
+        if "labels" not in view:
+            return
+        n = input_ids.shape[0]
+        self.log(
+            f"{stage}/loss", self._hard(self._for_losses(out, view), None, view), batch_size=n, prog_bar=stage == "val"
+        )
+        metrics = self.val_metrics if stage == "val" else self.test_metrics
+        self.task_spec.update(metrics, out.logits.float(), view["labels"], batch, self.multi_label)
+        self._scored[stage] = True
+
+    def end_evaluation(self, stage: str) -> None:
+        """Log the epoch's metrics as ``<stage>/<name>`` and reset them."""
+        metrics = self.val_metrics if stage == "val" else self.test_metrics
+        if self._scored[stage]:
+            scores = metrics.compute()
+            self.log_dict({f"{stage}/{name}": value for name, value in scores.items()}, prog_bar=stage == "val")
+        metrics.reset()
+        self._scored[stage] = False
+
+    def validation_step(self, batch: dict, batch_idx: int) -> None:
+        self._evaluate(batch, batch_idx, "val")
+
+    def test_step(self, batch: dict, batch_idx: int) -> None:
+        self._evaluate(batch, batch_idx, "test")
+
+
+class _DropCacheFillOnError(L.Callback):
+    """Drops the module's unwritten teacher-cache fill when ``fit`` stops on an exception (SIGTERM, Ctrl-C)."""
+
+    def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
+        if isinstance(pl_module, DistillationModule):
+            pl_module.discard_cache_fill()
+
+
+@functools.cache
+def _accepted(cls) -> frozenset[str]:
+    """The keyword arguments a model class's ``forward`` takes (DistilBERT takes no ``token_type_ids``)."""
+    return frozenset(inspect.signature(cls.forward).parameters)
