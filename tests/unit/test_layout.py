@@ -1,4 +1,15 @@
-"""The package's shape: no import cycle anywhere in ``domainbert``, function-level imports included."""
+"""The package's shape: layers that hold, and no import cycle anywhere in ``domainbert`` (lazy imports included).
+
+Layers, bottom up (:data:`LAYERS`): ``errors``, ``core`` and ``data``; ``modules`` (the LightningModules);
+``distill`` (built on ``modules``); on top the tools (``adapt``, ``deploy``, ``sweep``, ``pipeline``), the command
+line and the public re-export modules that configs name (``callbacks``, ``prediction``, ``losses``). A module may
+import its own layer or a lower one, never a higher one; a new top-level package must be given a layer here.
+
+Files with the same name in different packages are deliberate only where they are parallel structure that users'
+class paths name (:data:`PARALLEL_NAMES`): ``data/X.py`` and ``modules/X.py`` (a task's datamodule and its model),
+each tool's ``command.py``, ``report.py`` and ``worker.py``, the top-level re-exports and their home, and the
+pipeline's strategy files named after the tool stage they run.
+"""
 
 from __future__ import annotations
 
@@ -72,3 +83,115 @@ def test_domainbert_has_no_import_cycle():
     graph = import_graph()
     assert "domainbert.pipeline.recipe" in graph and "domainbert.core.files" in graph["domainbert.pipeline.runner"]
     assert cycles(graph) == []
+
+
+#: each top-level package (or module) of ``domainbert`` and its layer; ``""`` is the package's own ``__init__``.
+LAYERS = {
+    "errors": 0,
+    "core": 0,
+    "data": 0,
+    "modules": 1,
+    "distill": 2,
+    "adapt": 3,
+    "deploy": 3,
+    "sweep": 3,
+    "pipeline": 3,
+    "cli": 3,
+    "__main__": 3,
+    "callbacks": 3,
+    "prediction": 3,
+    "losses": 3,
+    "": 3,
+}
+
+#: imports exempt from the layer rule, each with its reason.
+EXEMPT = {
+    # an alias kept for saved runs: configs and checkpoints of older versions (tests/fixtures/old_main/distill)
+    # name ``domainbert.modules.distill.DistillationModule``; distillation itself lives in ``distill``.
+    ("domainbert.modules.distill", "domainbert.distill.module"),
+}
+
+#: file names that several packages hold on purpose (see the module docstring).
+PARALLEL_NAMES = {
+    "base.py": {"data", "modules", "pipeline/strategies"},
+    "classification.py": {"data", "modules"},
+    "tagging.py": {"data", "modules"},
+    "qa.py": {"data", "modules"},
+    "command.py": {"deploy", "sweep"},
+    "report.py": {"deploy", "sweep", "pipeline"},
+    "worker.py": {"sweep", "pipeline"},
+    "__main__.py": {"", "pipeline"},
+    "callbacks.py": {"", "core"},
+    "prediction.py": {"", "core"},
+    "losses.py": {"", "distill"},
+    "select.py": {"adapt", "pipeline/strategies"},
+    "soup.py": {"adapt", "pipeline/strategies"},
+    "vocab.py": {"adapt", "pipeline/strategies"},
+    "contrastive.py": {"modules", "pipeline/strategies"},
+}
+
+
+def package_of(module: str) -> str:
+    """``domainbert.core.hf`` -> ``core``; ``domainbert`` -> ``""``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def layer_violations(graph: dict[str, set[str]], layers: dict[str, int], exempt=frozenset()) -> list[str]:
+    """One line per import that goes up a layer, or per module whose package has no layer."""
+    found = []
+    for module in sorted(graph):
+        if package_of(module) not in layers:
+            found.append(f"{module}: package {package_of(module)!r} has no layer: add it to LAYERS")
+            continue
+        for dep in sorted(graph[module]):
+            up, down = layers.get(package_of(module)), layers.get(package_of(dep))
+            if down is not None and down > up and (module, dep) not in exempt:
+                found.append(
+                    f"{module} imports {dep}: layer {up} ({package_of(module)}) may not import "
+                    f"layer {down} ({package_of(dep)})"
+                )
+    return found
+
+
+def package_graph(graph: dict[str, set[str]], layers: dict[str, int], exempt=frozenset()) -> dict[str, set[str]]:
+    """The imports between packages; the bottom layer is one node (its packages may import each other)."""
+
+    def node(module: str) -> str:
+        return "<bottom>" if layers.get(package_of(module)) == 0 else package_of(module)
+
+    packages: dict[str, set[str]] = {node(m): set() for m in graph}
+    for module, deps in graph.items():
+        packages[node(module)].update(node(d) for d in deps if node(d) != node(module) and (module, d) not in exempt)
+    return packages
+
+
+def test_the_layer_check_flags_a_planted_upward_import():
+    graph = {"domainbert.core.hf": {"domainbert.modules.mlm"}, "domainbert.modules.mlm": {"domainbert.core.hf"}}
+    assert layer_violations(graph, LAYERS) == [
+        "domainbert.core.hf imports domainbert.modules.mlm: layer 0 (core) may not import layer 1 (modules)"
+    ]
+    assert layer_violations({"domainbert.newpkg.x": set()}, LAYERS) == [
+        "domainbert.newpkg.x: package 'newpkg' has no layer: add it to LAYERS"
+    ]
+    planted = {"domainbert.modules.a": {"domainbert.distill.b"}, "domainbert.distill.b": {"domainbert.modules.a"}}
+    assert cycles(package_graph(planted, {"modules": 1, "distill": 1})) == [["distill", "modules"]]
+
+
+def test_every_import_goes_to_the_same_or_a_lower_layer():
+    graph = import_graph()
+    assert "domainbert.core.embed" in graph["domainbert.modules.probe_init"]  # lazy imports are in the graph
+    assert layer_violations(graph, LAYERS, EXEMPT) == []
+
+
+def test_no_two_packages_import_each_other():
+    assert cycles(package_graph(import_graph(), LAYERS, EXEMPT)) == []
+
+
+def test_a_file_name_is_shared_only_by_deliberate_parallel_files():
+    holders: dict[str, set[str]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        folder = path.parent.relative_to(PACKAGE).as_posix()
+        holders.setdefault(path.name, set()).add("" if folder == "." else folder)
+    shared = {name: folders for name, folders in holders.items() if len(folders) > 1 and name != "__init__.py"}
+    assert shared == PARALLEL_NAMES
