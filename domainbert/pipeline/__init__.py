@@ -305,7 +305,7 @@ def build_parser(argv: list[str]):
     parser.add_argument("--config", action=ActionConfigFile)
     parser.add_function_arguments(pipeline, as_positional=False, skip=set(installed))
     for name, strategy in installed.items():
-        text = textwrap.fill(" ".join(strategy.help.split()), 100)
+        text = textwrap.fill(" ".join(strategy.option_help().split()), 100)
         parser.add_argument(f"--{name}", type=strategy.settings, default=strategy.default(), help=text)
     return parser
 

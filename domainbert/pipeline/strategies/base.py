@@ -105,9 +105,19 @@ class Strategy:
     builds_on: ClassVar[tuple[str, ...]] = ()
     """Strategies whose output it starts from when they ran, nearest first (tapt: ``("dapt", "vocab")``)."""
     help: ClassVar[str] = ""
-    """Its option group's text in ``--help``: what it does and whether it runs by default."""
+    """Its option group's text in ``--help`` (what it does, whether it runs by default); empty: the docstring's
+    paragraphs after the first line."""
     order: ClassVar[int] = 50
     """Where it runs among the strategies of its kind: lower first (a chain's links follow what they build on)."""
+
+    def __init_subclass__(cls, **declared: Any) -> None:
+        """Let a subclass declare its attributes in its class line, ``class Dapt(Strategy, name="dapt", ...)``."""
+        super().__init_subclass__()
+        unknown = sorted(set(declared) - {"name", "kind", "order", "settings", "needs", "builds_on", "help"})
+        if unknown:
+            raise TypeError(f"{cls.__name__}: {unknown} are not Strategy attributes")
+        for key, value in declared.items():
+            setattr(cls, key, value)
 
     def default(self) -> Any:
         """Its settings when the config does not mention it."""
@@ -127,6 +137,11 @@ class Strategy:
     def run(self, ctx: Context, settings: Any) -> list[Candidate]:
         """Run its stages through ``ctx.runner``; its candidates (``start``: to fine-tune; ``after``: with runs)."""
         raise NotImplementedError
+
+    @classmethod
+    def option_help(cls) -> str:
+        """Its option group's text in ``--help``: ``help``, else its docstring after the first line."""
+        return cls.help or " ".join((cls.__doc__ or "").strip().split("\n\n", 1)[1:]).strip()
 
     @classmethod
     def summary(cls) -> str:

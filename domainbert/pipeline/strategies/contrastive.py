@@ -17,18 +17,12 @@ class ContrastiveSpec(PretrainSpec):
     """Run this stage."""
 
 
-class Contrastive(Strategy):
-    """Contrastive: unsupervised SimCSE on the corpus from the base model; it trains the pooled embedding itself."""
+class Contrastive(Strategy, name="contrastive", kind="start", order=50, settings=ContrastiveSpec, needs=("corpus",)):
+    """Contrastive: unsupervised SimCSE on the corpus from the base model; it trains the pooled embedding itself.
 
-    name = "contrastive"
-    kind = "start"
-    order = 50
-    settings = ContrastiveSpec
-    needs = ("corpus",)
-    help = (
-        "contrastive: unsupervised SimCSE continued pretraining on the corpus (built-in stages/contrastive.yaml, "
-        "400 steps), with the pooling fine-tuning uses; it keeps a sentence embedder's geometry. Off by default."
-    )
+    Unsupervised SimCSE continued pretraining on the corpus (built-in stages/contrastive.yaml, 400 steps), with
+    the pooling fine-tuning uses; it keeps a sentence embedder's geometry. Off by default.
+    """
 
     def run(self, ctx: Context, settings: ContrastiveSpec) -> list[Candidate]:
         """One ``ContrastiveModule`` fit from the base model; its export is candidate ``contrastive``."""

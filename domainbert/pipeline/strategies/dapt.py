@@ -7,19 +7,20 @@ from domainbert.pipeline.strategies.base import Candidate, Context, Strategy
 from domainbert.pipeline.strategies.pretrain import pretrain
 
 
-class Dapt(Strategy):
-    """DAPT: masked-LM continued pretraining on the corpus (or select's curated corpus), from vocab's model if any."""
+class Dapt(
+    Strategy,
+    name="dapt",
+    kind="start",
+    order=30,
+    settings=PretrainSpec,
+    needs=("corpus",),
+    builds_on=("select", "vocab"),
+):
+    """DAPT: masked-LM continued pretraining on the corpus (or select's curated corpus), from vocab's model if any.
 
-    name = "dapt"
-    kind = "start"
-    order = 30
-    settings = PretrainSpec
-    needs = ("corpus",)
-    builds_on = ("select", "vocab")
-    help = (
-        "dapt: domain-adaptive pretraining on the corpus (or the curated corpus). Runs by default: 400 masked-LM "
-        "steps with the built-in stages/dapt.yaml; `enabled: false` to skip it."
-    )
+    Domain-adaptive pretraining on the corpus (or the curated corpus). Runs by default: 400 masked-LM steps with
+    the built-in stages/dapt.yaml; `enabled: false` to skip it.
+    """
 
     def run(self, ctx: Context, settings: PretrainSpec) -> list[Candidate]:
         """One masked-LM fit; its candidate is ``dapt``, ``knn-dapt`` after select, ``vocab+...`` after vocab."""

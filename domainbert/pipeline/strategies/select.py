@@ -7,15 +7,11 @@ from domainbert.pipeline.specs import SelectSpec
 from domainbert.pipeline.strategies.base import Candidate, Context, Strategy
 
 
-class Select(Strategy):
-    """Curated DAPT data (kNN): the corpus documents nearest the task's texts; DAPT reads them instead (knn-dapt)."""
+class Select(Strategy, name="select", kind="start", order=10, settings=SelectSpec, needs=("corpus",)):
+    """Curated DAPT data (kNN): the corpus documents nearest the task's texts; DAPT reads them instead (knn-dapt).
 
-    name = "select"
-    kind = "start"
-    order = 10
-    settings = SelectSpec
-    needs = ("corpus",)
-    help = "select: curated DAPT data, the corpus documents nearest the task's texts (knn-dapt). Off by default."
+    Curated DAPT data, the corpus documents nearest the task's texts (knn-dapt). Off by default.
+    """
 
     def check(self, ctx: Context, settings: SelectSpec) -> None:
         if not ctx.built_on(self.name):

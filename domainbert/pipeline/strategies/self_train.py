@@ -10,15 +10,13 @@ from domainbert.pipeline.strategies.base import Candidate, Context, Strategy, fi
 NAME = "self-training"
 
 
-class SelfTrain(Strategy):
-    """Self-training: the baselines label corpus documents; a fresh model learns from the task plus those labels."""
+class SelfTrain(
+    Strategy, name="self_train", kind="after", order=60, settings=SelfTrainSpec, needs=("corpus", "single_text")
+):
+    """Self-training: the baselines label corpus documents; a fresh model learns from the task plus those labels.
 
-    name = "self_train"
-    kind = "after"
-    order = 60
-    settings = SelfTrainSpec
-    needs = ("corpus", "single_text")
-    help = "self_train: self-training on the corpus (the baselines label it, a fresh model learns). Off by default."
+    Self-training on the corpus (the baselines label it, a fresh model learns). Off by default.
+    """
 
     def run(self, ctx: Context, settings: SelfTrainSpec) -> list[Candidate]:
         """One run per seed (see :class:`~domainbert.pipeline.specs.SelfTrainSpec`); candidate ``self-training``.

@@ -16,17 +16,12 @@ def soup_stage(name: str) -> str:
     return f"soup-{name.replace('+', '-')}"
 
 
-class Soup(Strategy):
-    """Seed soups: the weight average of each candidate's seed runs (two or more seeds), validated as it is."""
+class Soup(Strategy, name="soup", kind="after", order=90, settings=SoupSpec):
+    """Seed soups: the weight average of each candidate's seed runs (two or more seeds), validated as it is.
 
-    name = "soup"
-    kind = "after"
-    order = 90
-    settings = SoupSpec
-    help = (
-        "soup: seed soups: each starting model's seed runs averaged into one model (no training), evaluated and "
-        "compared like the others. On by default, but made only with two or more seeds."
-    )
+    Seed soups: each starting model's seed runs averaged into one model (no training), evaluated and compared
+    like the others. On by default, but made only with two or more seeds.
+    """
 
     def run(self, ctx: Context, settings: SoupSpec) -> list[Candidate]:
         """For every candidate with two or more exported runs (and not stopped early), ``<name> soup``.

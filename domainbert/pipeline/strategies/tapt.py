@@ -7,15 +7,11 @@ from domainbert.pipeline.strategies.base import Candidate, Context, Strategy
 from domainbert.pipeline.strategies.pretrain import pretrain
 
 
-class Tapt(Strategy):
-    """TAPT: masked-LM continued pretraining on the task's training text, after DAPT (or vocab) when they run."""
+class Tapt(Strategy, name="tapt", kind="start", order=40, settings=PretrainSpec, builds_on=("dapt", "vocab")):
+    """TAPT: masked-LM continued pretraining on the task's training text, after DAPT (or vocab) when they run.
 
-    name = "tapt"
-    kind = "start"
-    order = 40
-    settings = PretrainSpec
-    builds_on = ("dapt", "vocab")
-    help = "tapt: task-adaptive pretraining on the task's own text (after DAPT when both run). Off by default."
+    Task-adaptive pretraining on the task's own text (after DAPT when both run). Off by default.
+    """
 
     def default(self) -> PretrainSpec:
         return PretrainSpec(enabled=False)

@@ -7,15 +7,11 @@ from domainbert.pipeline.specs import VocabSpec
 from domainbert.pipeline.strategies.base import Candidate, Context, Strategy
 
 
-class Vocab(Strategy):
-    """Vocabulary extension: frequent domain words join the tokenizer; DAPT or TAPT then trains their new rows."""
+class Vocab(Strategy, name="vocab", kind="start", order=20, settings=VocabSpec, needs=("corpus",)):
+    """Vocabulary extension: frequent domain words join the tokenizer; DAPT or TAPT then trains their new rows.
 
-    name = "vocab"
-    kind = "start"
-    order = 20
-    settings = VocabSpec
-    needs = ("corpus",)
-    help = "vocab: vocabulary extension before DAPT/TAPT (their candidates become vocab+dapt...). Off by default."
+    Vocabulary extension before DAPT/TAPT (their candidates become vocab+dapt...). Off by default.
+    """
 
     def check(self, ctx: Context, settings: VocabSpec) -> None:
         if not ctx.built_on(self.name):
