@@ -86,3 +86,21 @@ def blinded(model: str, folder: Path) -> str:
             value.zero_()
     save_file(weights, str(folder / "model.safetensors"), metadata={"format": "pt"})
     return str(folder)
+
+
+def refused_pipeline(tmp_path: Path, **kwargs) -> None:
+    """``pipeline`` on the fixture files with a base model that is never loaded: for checks that refuse first.
+
+    Args:
+        tmp_path: the test's folder (the pipeline's ``out`` is ``<tmp_path>/p``).
+        **kwargs: ``pipeline`` arguments that win over these.
+    """
+    base = dict(
+        base_model="never-loaded",
+        corpus=str(FIX / "corpus.txt"),
+        task_train=str(FIX / "cls_train.jsonl"),
+        task_val=str(FIX / "cls_val.jsonl"),
+        task_test=str(FIX / "cls_test.jsonl"),
+        out=str(tmp_path / "p"),
+    )
+    pipeline(**{**base, **kwargs})

@@ -9,23 +9,11 @@ import pytest
 
 from domainbert.core.files import MARKER
 from domainbert.errors import DomainBertError
-from domainbert.pipeline import FinetuneSpec, ProbeSpec, SelfTrainSpec, StageSpec, main, pipeline
+from domainbert.pipeline import FinetuneSpec, ProbeSpec, SelfTrainSpec, StageSpec, main
 from domainbert.pipeline.runner import Runner
+from tests.helpers.pipeline_tiny import refused_pipeline
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures"
-
-
-def _pipeline(tmp_path, **kwargs) -> None:
-    """The pipeline on the fixture files, with a base model that is never loaded (every check fails first)."""
-    base = dict(
-        base_model="never-loaded",
-        corpus=str(FIX / "corpus.txt"),
-        task_train=str(FIX / "cls_train.jsonl"),
-        task_val=str(FIX / "cls_val.jsonl"),
-        task_test=str(FIX / "cls_test.jsonl"),
-        out=str(tmp_path / "p"),
-    )
-    pipeline(**{**base, **kwargs})
 
 
 @pytest.mark.parametrize(
@@ -44,7 +32,7 @@ def _pipeline(tmp_path, **kwargs) -> None:
 )
 def test_a_pipeline_that_cannot_work_is_refused_in_one_line_before_any_stage(tmp_path, kwargs, message):
     with pytest.raises(DomainBertError, match=message) as err:
-        _pipeline(tmp_path, **kwargs)
+        refused_pipeline(tmp_path, **kwargs)
     assert "\n" not in str(err.value)
     assert not (tmp_path / "p").exists()  # nothing ran, nothing was written
 
@@ -53,7 +41,7 @@ def test_a_corpus_no_stage_reads_is_not_checked(tmp_path, monkeypatch):
     """With DAPT off (and no other stage reading it), a corpus path that names nothing is no error."""
     monkeypatch.setattr("domainbert.pipeline.recipe.run_probe", _stop)
     with pytest.raises(_Stopped):
-        _pipeline(tmp_path, corpus="nowhere/corpus.txt", dapt=StageSpec(enabled=False))
+        refused_pipeline(tmp_path, corpus="nowhere/corpus.txt", dapt=StageSpec(enabled=False))
 
 
 class _Stopped(Exception):
@@ -67,7 +55,7 @@ def _stop(*args, **kwargs):
 @pytest.mark.parametrize("out", ["", " ", "/"])
 def test_out_is_never_empty_nor_the_root(tmp_path, out):
     with pytest.raises(DomainBertError, match=r"^out"):
-        _pipeline(tmp_path, out=out, probe=ProbeSpec(enabled=False))
+        refused_pipeline(tmp_path, out=out, probe=ProbeSpec(enabled=False))
 
 
 def test_out_is_never_a_folder_of_the_users_nor_one_holding_an_input(tmp_path):
@@ -75,10 +63,10 @@ def test_out_is_never_a_folder_of_the_users_nor_one_holding_an_input(tmp_path):
     mine.mkdir()
     (mine / "notes.txt").write_text("mine\n")
     with pytest.raises(DomainBertError, match=r"^out: .*mine exists and was not written by domainbert"):
-        _pipeline(tmp_path, out=str(mine))
+        refused_pipeline(tmp_path, out=str(mine))
     assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
     with pytest.raises(DomainBertError, match=r"^out .*fixtures would overwrite the input .*fixtures/"):
-        _pipeline(tmp_path, out=str(FIX))
+        refused_pipeline(tmp_path, out=str(FIX))
 
 
 def test_a_resumed_pipeline_reuses_its_own_folder_and_an_older_pipelines_folder(tmp_path):

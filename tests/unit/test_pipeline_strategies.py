@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from domainbert.errors import DomainBertError
-from domainbert.pipeline import PretrainSpec, SelfTrainSpec, StageSpec, TaskFiles, VocabSpec, main, pipeline, strategies
+from domainbert.pipeline import PretrainSpec, SelfTrainSpec, StageSpec, TaskFiles, VocabSpec, main, strategies
 from domainbert.pipeline.strategies.base import BASELINE, Candidate, Context, Strategy, chained
 from domainbert.pipeline.strategies.contrastive import ContrastiveSpec
+from tests.helpers.pipeline_tiny import refused_pipeline
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -98,17 +99,6 @@ def test_each_strategy_checks_its_own_rule(settings, message):
         ctx.strategies[name].check(ctx, ctx.settings[name])
 
 
-def _pipeline(tmp_path, **kwargs) -> None:
-    base = dict(
-        base_model="never-loaded",
-        corpus=str(FIX / "corpus.txt"),
-        task_train=str(FIX / "cls_train.jsonl"),
-        task_val=str(FIX / "cls_val.jsonl"),
-        out=str(tmp_path / "p"),
-    )
-    pipeline(**{**base, **kwargs})
-
-
 @pytest.mark.parametrize(
     "kwargs,message",
     [
@@ -127,7 +117,7 @@ def _pipeline(tmp_path, **kwargs) -> None:
 )
 def test_the_rules_are_checked_in_one_loop_before_anything_is_written(tmp_path, kwargs, message):
     with pytest.raises(DomainBertError, match=message) as err:
-        _pipeline(tmp_path, **kwargs)
+        refused_pipeline(tmp_path, **kwargs)
     assert "\n" not in str(err.value) and not (tmp_path / "p").exists()
 
 
