@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
-## The demo: the whole recipe on the bundled Debian data with all-MiniLM-L6-v2 (6-10 minutes on 2 idle cores).
+## The demo: the whole recipe on the bundled Debian data with all-MiniLM-L6-v2 (its minutes, by CPU: FIGURES.md, "The demo").
 demo: $(STAMP)
 	$(BIN)/domainbert pipeline --config configs/pipeline/minilm_debian.yaml
 
