@@ -104,3 +104,34 @@ def refused_pipeline(tmp_path: Path, **kwargs) -> None:
         out=str(tmp_path / "p"),
     )
     pipeline(**{**base, **kwargs})
+
+
+def bare_context(runner=None, task=None, seeds=(0,), metric: str = "f1_macro", **settings):
+    """A pipeline ``Context`` with every installed strategy, the baseline entered, and nothing run.
+
+    Args:
+        runner: its ``Runner`` (None where no stage runs).
+        task: its ``TaskFiles`` (default ``t.jsonl``/``v.jsonl``, columns at their defaults).
+        seeds: the fine-tuning seeds.
+        metric: the choosing metric.
+        **settings: strategy settings by name (``dapt=PretrainSpec(...)``); the rest at their defaults.
+    """
+    from domainbert.pipeline import strategies
+    from domainbert.pipeline.specs import TaskFiles
+    from domainbert.pipeline.strategies.base import BASELINE, Candidate, Context
+
+    loaded = strategies.load()
+    ctx = Context(
+        runner=runner,
+        base_model="base",
+        task=task or TaskFiles("t.jsonl", "v.jsonl"),
+        corpus="c.txt",
+        corpus_text_column="text",
+        seeds=list(seeds),
+        metric=metric,
+        finetune=StageSpec(),
+        strategies=loaded,
+        settings=strategies.settings_of(loaded, settings),
+    )
+    ctx.add(BASELINE, [Candidate(BASELINE, BASELINE, model="base", adapted=False)])
+    return ctx

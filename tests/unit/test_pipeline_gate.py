@@ -7,13 +7,14 @@ import json
 
 import pytest
 
-from domainbert.pipeline import PretrainSpec, StageSpec, TaskFiles, strategies
+from domainbert.pipeline import PretrainSpec, TaskFiles, strategies
 from domainbert.pipeline.recipe import behind_baseline, choose
 from domainbert.pipeline.report import write_report
 from domainbert.pipeline.runner import Runner
 from domainbert.pipeline.specs import WatchSpec
 from domainbert.pipeline.strategies.base import BASELINE, Candidate, Context
 from domainbert.pipeline.strategies.pretrain import every_n_steps, gate, gate_open, max_steps, watch_args
+from tests.helpers.pipeline_tiny import bare_context
 
 
 @pytest.mark.parametrize(
@@ -49,21 +50,8 @@ def test_the_watch_checks_sixteen_times_per_step_budget_and_reads_the_last_max_s
 
 
 def _context(tmp_path, **settings) -> Context:
-    loaded = strategies.load()
-    ctx = Context(
-        runner=Runner(tmp_path / "p"),
-        base_model="base",
-        task=TaskFiles("t.jsonl", "v.jsonl", None, "body", None, "section"),
-        corpus="c.txt",
-        corpus_text_column="text",
-        seeds=[0, 1],
-        metric="acc",
-        finetune=StageSpec(),
-        strategies=loaded,
-        settings=strategies.settings_of(loaded, settings),
-    )
-    ctx.add(BASELINE, [Candidate(BASELINE, BASELINE, model="base", adapted=False)])
-    return ctx
+    task = TaskFiles("t.jsonl", "v.jsonl", None, "body", None, "section")
+    return bare_context(Runner(tmp_path / "p"), task, seeds=(0, 1), metric="acc", **settings)
 
 
 def test_the_watch_is_a_callback_with_the_tasks_files_columns_and_metric(tmp_path):

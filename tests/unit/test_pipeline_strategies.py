@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from domainbert.errors import DomainBertError
-from domainbert.pipeline import PretrainSpec, SelfTrainSpec, StageSpec, TaskFiles, VocabSpec, main, strategies
+from domainbert.pipeline import PretrainSpec, SelfTrainSpec, StageSpec, VocabSpec, main, strategies
 from domainbert.pipeline.strategies.base import BASELINE, Candidate, Context, Strategy, chained
 from domainbert.pipeline.strategies.contrastive import ContrastiveSpec
-from tests.helpers.pipeline_tiny import refused_pipeline
+from tests.helpers.pipeline_tiny import bare_context, refused_pipeline
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -52,21 +52,7 @@ def test_settings_keep_their_old_forms_and_a_wrong_key_or_type_is_one_line():
 
 
 def _context(**settings) -> Context:
-    loaded = strategies.load()
-    ctx = Context(
-        runner=None,
-        base_model="base",
-        task=TaskFiles("t.jsonl", "v.jsonl"),
-        corpus="c.txt",
-        corpus_text_column="text",
-        seeds=[0],
-        metric="f1_macro",
-        finetune=StageSpec(),
-        strategies=loaded,
-        settings=strategies.settings_of(loaded, settings),
-    )
-    ctx.add(BASELINE, [Candidate(BASELINE, BASELINE, model="base", adapted=False)])
-    return ctx
+    return bare_context(**settings)
 
 
 def test_a_chain_starts_from_the_first_upstream_that_ran_and_extends_its_name_and_stages():
