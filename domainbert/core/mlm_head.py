@@ -70,3 +70,56 @@ def unigram_bias(model, batches, max_batches: int = 200, exclude: list[int] | No
     logp = counts.log() - math.log(counts.sum().item())
     bias.copy_(logp.to(bias.dtype))
     return True
+
+
+def trained_head(model: str) -> bool | None:
+    """Whether the checkpoint ``model`` ships trained masked-LM head weights, read from its files' weight names.
+
+    Nothing is loaded but the config and the weight files' headers (safetensors) or index. A checkpoint's head
+    weights are saved under the head's attribute path (``cls.predictions.transform.dense.weight`` for BERT,
+    ``lm_head.dense.weight`` for RoBERTa), so the family's head transform (:mod:`domainbert.core.families`) tells.
+
+    Args:
+        model: a local folder, ``pkg:<module>``, or a hub name.
+
+    Returns:
+        True or False for a local folder of a family whose head is described; None when it cannot tell without a
+        download or a full load (a hub name, an unknown family, ``.bin`` weights only).
+    """
+    import json
+    from pathlib import Path
+
+    from domainbert.core.models_local import resolve_local_alias
+
+    folder = Path(resolve_local_alias(model))
+    config = folder / "config.json"
+    if not config.is_file():
+        return None
+    try:
+        model_type = json.loads(config.read_text(encoding="utf-8")).get("model_type")
+    except (OSError, ValueError):
+        return None
+    head = family(str(model_type), fallback=True).mlm_head
+    names = weight_names(folder)
+    if head is None or names is None:
+        return None
+    return f"{head.dense}.weight" in names
+
+
+def weight_names(folder) -> set[str] | None:
+    """The parameter names a checkpoint folder's safetensors files (or their index) hold; None without them."""
+    import json
+
+    from safetensors import safe_open
+
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        return set(json.loads(index.read_text(encoding="utf-8")).get("weight_map", {}))
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        return None
+    names: set[str] = set()
+    for path in files:
+        with safe_open(str(path), framework="pt") as handle:
+            names.update(handle.keys())
+    return names

@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from domainbert.errors import DomainBertError
 from domainbert.pipeline.specs import (
+    DaptSpec,
     ExportSpec,
     FinetuneSpec,
     PretrainSpec,
@@ -36,6 +37,7 @@ from domainbert.pipeline.specs import (
 from domainbert.pipeline.strategies.base import NEEDS, Context
 
 __all__ = [
+    "DaptSpec",
     "ExportSpec",
     "FinetuneSpec",
     "PretrainSpec",
@@ -54,8 +56,10 @@ __all__ = [
 
 #: What ``domainbert pipeline --help`` says runs when a config names only the paths.
 RUNS_BY_DEFAULT = (
-    "What runs when the config gives only the paths: the probe; DAPT on the corpus (400 masked-LM steps, "
-    "domainbert/pipeline/stages/dapt.yaml), the task's probe checked every 25 steps: DAPT stops after 3 checks "
+    "What runs when the config gives only the paths: the probe; DAPT on the corpus when the base model ships a "
+    "trained masked-LM head (dapt.enabled: auto; a sentence embedder without one, such as all-MiniLM-L6-v2, skips "
+    "it): 400 masked-LM steps (domainbert/pipeline/stages/dapt.yaml), the task's probe checked every 25 steps; "
+    "it stops after 3 checks "
     "without improvement and exports its best-probing step; fine-tuning of the base model (up to 4 epochs, "
     "stages/finetune.yaml) with seed 0 alone, and of the DAPT model only when its best probe beat the base model's "
     "(dapt.watch.margin; dapt.watch.gate: false fine-tunes it anyway); the choice by validation; distillation of "
@@ -95,7 +99,7 @@ def pipeline(
     probe: ProbeSpec = _PROBE,
     select: SelectSpec | None = None,
     vocab: VocabSpec | None = None,
-    dapt: PretrainSpec | None = None,
+    dapt: DaptSpec | None = None,
     tapt: PretrainSpec | None = None,
     finetune: FinetuneSpec = _FINETUNE,
     self_train: SelfTrainSpec | None = None,
@@ -158,7 +162,7 @@ def pipeline(
     recipe.add_probe(ctx)
     registry.run(ctx, "after")
     stopped = tuple(c.name for c in ctx.candidates if c.stopped)  # behind after their first seed: never shipped
-    gated = tuple(c.name for c in ctx.candidates if c.gated)
+    gated = tuple(c.name for c in ctx.candidates if c.gated and not c.gate.get("skipped"))
     chosen, why = recipe.choose(ctx.results(), ctx.metric, exclude=stopped, gated=gated)
     teacher = recipe.best_run(ctx.results()[chosen], ctx.metric)["hf"]
     student, deployed = recipe.distill_and_export(ctx.runner, teacher, task, distill, export)

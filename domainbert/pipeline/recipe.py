@@ -179,7 +179,7 @@ def choose(
         why = f"the only fine-tuned model (the probe gate kept {', '.join(gated)} from fine-tuning); validation {key} "
         why += f"{base:.4f}"
     elif len(scores) == 1:
-        why = f"the only starting model (no adaptation stage enabled); validation {key} {base:.4f}"
+        why = f"the only starting model (no adaptation stage ran); validation {key} {base:.4f}"
     elif best == BASELINE:
         others = ", ".join(f"{n} {s:.4f}" for n, s in scores.items() if n != BASELINE and s is not None)
         why = f"no adapted model beat it on validation {key} (baseline {base:.4f}" + (f"; {others})" if others else ")")

@@ -227,6 +227,8 @@ def not_fine_tuned(gate: dict) -> str:
 
 def _gated_row(runner, candidate: Candidate) -> str:
     """The table row of a candidate the probe gate kept from fine-tuning: no scores, its stages' minutes."""
+    if candidate.gate.get("skipped"):
+        return f"| {candidate.name} | – | – | – | not run (dapt.enabled: auto) | 0.0 |"
     minutes = candidate_minutes(runner, candidate)
     return f"| {candidate.name} | – | – | – | {not_fine_tuned(candidate.gate)} | {minutes:.1f} |"
 
@@ -234,6 +236,8 @@ def _gated_row(runner, candidate: Candidate) -> str:
 def _gate_line(candidate: Candidate, saved: float) -> str:
     """What the probe watch saw of ``candidate``'s pretraining and what the gate decided (``saved``: minutes)."""
     gate = candidate.gate
+    if gate.get("skipped"):
+        return f"- **{candidate.name}**: {gate['skipped']}."
     watched = f" The watch: {gate['summary']} (checked at steps {gate.get('steps')})." if gate.get("summary") else ""
     if candidate.gated:
         return (

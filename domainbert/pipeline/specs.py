@@ -50,6 +50,16 @@ class PretrainSpec(StageSpec):
 
 
 @dataclass
+class DaptSpec(PretrainSpec):
+    """DAPT: a pretraining stage whose default, ``auto``, runs it only where masked-LM adaptation can pay."""
+
+    enabled: bool | Literal["auto"] = "auto"
+    """Run DAPT: true, false, or auto: when the base model ships a trained masked-LM head, or when select or vocab
+    (enabled) feed it. A sentence embedder without that head (all-MiniLM-L6-v2) is skipped under auto: its head
+    would start untrained, and masked-LM adaptation lowered every such model measured (FIGURES.md)."""
+
+
+@dataclass
 class FinetuneSpec:
     """The fine-tuning stage: a fit config and its overrides. It always runs: every starting model is fine-tuned.
 

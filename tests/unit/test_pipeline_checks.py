@@ -119,14 +119,16 @@ def test_help_says_what_runs_by_default(capsys):
         set_parsing_settings(docstring_parse_attribute_docstrings=False)  # as the other tests expect it
     assert done.value.code == 0
     text = " ".join(capsys.readouterr().out.split())  # unwrapped
-    assert "What runs when the config gives only the paths: the probe; DAPT on the corpus (400 masked-LM steps" in text
+    assert "What runs when the config gives only the paths: the probe; DAPT on the corpus when the base model" in text
+    assert "(dapt.enabled: auto; a sentence embedder without one" in text
     assert "distillation of the chosen model into a 3-layer student" in text and "its int8 export" in text
     assert "--seeds" in text and "default: [0]" in text and "Default: seed 0 alone" in text
-    assert "Runs by default: 400 masked-LM steps" in text
+    assert "Runs by default (`enabled: auto`) when the base model ships a trained masked-LM head" in text
     options = text.split("Run the domain-adaptation recipe", 1)[1]  # past the usage lines
-    stages = {"probe": True, "dapt": True, "tapt": False, "select": False, "vocab": False, "self_train": False}
+    stages = {"probe": True, "dapt": "auto", "tapt": False, "select": False, "vocab": False, "self_train": False}
     for stage, default in {**stages, "soup": True, "distill": True, "export": True}.items():
-        shown = options.split(f"--{stage}.enabled {{true,false}}", 1)[1].split("--", 1)[0]
+        choices = "ENABLED" if default == "auto" else "{true,false}"
+        shown = options.split(f"--{stage}.enabled {choices}", 1)[1].split("--", 1)[0]
         assert f"default: {default})" in shown, (stage, shown)
     assert "--finetune.enabled" not in text and "Always runs" in text
     assert "--isolate {training,all,none}" in text and "default: training" in text

@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from domainbert.pipeline import PretrainSpec, TaskFiles, strategies
+from domainbert.pipeline import TaskFiles, strategies
 from domainbert.pipeline.recipe import behind_baseline, choose
 from domainbert.pipeline.report import write_report
 from domainbert.pipeline.runner import Runner
-from domainbert.pipeline.specs import WatchSpec
+from domainbert.pipeline.specs import DaptSpec, WatchSpec
 from domainbert.pipeline.strategies.base import BASELINE, Candidate, Context
 from domainbert.pipeline.strategies.pretrain import every_n_steps, gate, gate_open, max_steps, watch_args
 from tests.helpers.pipeline_tiny import bare_context
@@ -102,7 +102,7 @@ def test_with_no_base_started_stage_the_base_score_is_the_probe_stages_else_the_
 
 def test_a_watch_given_as_a_dict_becomes_its_settings():
     settings = strategies.settings_of(strategies.load(), {"dapt": {"args": [], "watch": {"margin": -1.0}}})
-    assert settings["dapt"] == PretrainSpec(watch=WatchSpec(margin=-1.0))
+    assert settings["dapt"] == DaptSpec(watch=WatchSpec(margin=-1.0))
 
 
 def _run(val: float, test: float, seed, stage: str) -> dict:

