@@ -18,6 +18,7 @@ from torch.utils.data import Dataset, DistributedSampler, Sampler
 from transformers import DataCollatorWithPadding
 
 from domainbert.data.masking import IGNORE_INDEX
+from domainbert.data.windows import WINDOW_MASK
 
 #: Rows are grouped by length within chunks of this many batches.
 CHUNK_BATCHES = 50
@@ -138,6 +139,12 @@ class LengthSortedSampler(Sampler[int]):
         return len(self.lengths)
 
 
+def is_windowed(row: dict) -> bool:
+    """True for a row of windows (``data.long_text: windows``): its ``input_ids`` is a list of token lists."""
+    ids = row.get("input_ids")
+    return bool(ids) and isinstance(ids[0], list)
+
+
 class Collator:
     """Dynamic padding: model inputs through ``DataCollatorWithPadding``, per-token labels with -100.
 
@@ -146,6 +153,8 @@ class Collator:
     - ``token_keys`` (per-token labels) are padded with -100 to the same width;
     - ``tensor_keys`` (labels, start/end positions) become one tensor;
     - anything else is kept as Python values under ``batch["meta"]``, one dict per row.
+
+    A row of windows (a classification text read in windows) keeps its windows together: see :meth:`windows`.
     """
 
     def __init__(
@@ -171,6 +180,8 @@ class Collator:
 
     def __call__(self, rows: list[dict]) -> dict[str, Any]:
         rows = [dict(r) for r in rows]
+        if rows and is_windowed(rows[0]):
+            return self.windows(rows)
         model_rows = [{k: r.pop(k) for k in self.inputs if k in r} for r in rows]
         batch = dict(self.pad(model_rows))
         width = batch["input_ids"].shape[1]
@@ -179,6 +190,32 @@ class Collator:
                 seqs = [list(r.pop(key))[:width] for r in rows]
                 pad = [[IGNORE_INDEX] * (width - len(s)) for s in seqs]
                 batch[key] = torch.tensor([p + s if self.left else s + p for s, p in zip(seqs, pad)], dtype=torch.long)
+        return self.rest(batch, rows)
+
+    def windows(self, rows: list[dict]) -> dict[str, Any]:
+        """Rows of windows (``data.long_text: windows``): inputs of shape (texts, windows, tokens) and the mask.
+
+        A text's windows stay in its row; all windows are padded to the longest of the batch, and rows with fewer
+        windows are filled with padding windows (``pad_token_id``, attention 0), which ``window_mask`` (texts,
+        windows) marks False.
+        """
+        counts = [len(r["input_ids"]) for r in rows]
+        flat = [{k: r[k][j] for k in self.inputs if k in r} for r, n in zip(rows, counts) for j in range(n)]
+        for r in rows:
+            for k in self.inputs:
+                r.pop(k, None)
+        padded = self.pad(flat)
+        mask = torch.arange(max(counts)).unsqueeze(0) < torch.tensor(counts).unsqueeze(1)
+        batch: dict[str, Any] = {}
+        for key, value in padded.items():
+            fill = (self.pad.tokenizer.pad_token_id or 0) if key == "input_ids" else 0
+            batch[key] = value.new_full((*mask.shape, value.shape[-1]), fill)
+            batch[key][mask] = value
+        batch[WINDOW_MASK] = mask
+        return self.rest(batch, rows)
+
+    def rest(self, batch: dict[str, Any], rows: list[dict]) -> dict[str, Any]:
+        """Add the rows' ``tensor_keys`` as tensors and what is left of them as ``meta``."""
         for key in self.tensor_keys:
             if key in rows[0]:
                 batch[key] = torch.tensor([r.pop(key) for r in rows])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -12,7 +13,10 @@ import datasets
 from domainbert.data.augment import Augmenter, AugmentSettings, as_settings
 from domainbert.data.batching import EncodedRows
 from domainbert.data.labelled import LabelledDataModule
+from domainbert.data.windows import Windows, tokenize_windows, window_settings
 from domainbert.errors import DomainBertError
+
+log = logging.getLogger(__name__)
 
 
 def label_text(value) -> str:
@@ -89,6 +93,8 @@ class ClassificationEncoder:
         separator: for multi-label string cells, the separator between labels.
         soft_label_column: the column of soft targets (label name -> probability; None on gold rows); its rows
             train towards those probabilities, the others towards one-hot vectors of their label.
+        windows: cut long texts into windows (:mod:`domainbert.data.windows`): each row then holds a list of windows
+            per model input; None truncates at ``max_length``.
     """
 
     tokenizer: Any
@@ -100,11 +106,15 @@ class ClassificationEncoder:
     max_length: int
     separator: str | None
     soft_label_column: str | None = None
+    windows: Windows | None = None
 
     def __call__(self, batch: dict[str, list]) -> dict[str, list]:
         texts = batch[self.text_column]
-        pairs = batch[self.text_pair_column] if self.text_pair_column else None
-        enc = dict(self.tokenizer(texts, pairs, truncation=True, max_length=self.max_length))
+        if self.windows is not None:
+            enc = tokenize_windows(self.tokenizer, texts, self.windows)
+        else:
+            pairs = batch[self.text_pair_column] if self.text_pair_column else None
+            enc = dict(self.tokenizer(texts, pairs, truncation=True, max_length=self.max_length))
         if self.label2id is not None and self.label_column in batch:
             values = batch[self.label_column]
             if self.multi_label:
@@ -131,6 +141,8 @@ class ClassificationDataModule(LabelledDataModule):
     ``num_labels`` and ``label_names`` into the model. A validation or test label outside the set is
     an error naming the file, the row and the value. Under ``domainbert predict`` a batch holds rows of similar
     length (see ``TaskDataModule.sorts_predict``); the predictions are written in the file's order all the same.
+    With ``long_text: windows`` a text longer than ``max_length`` is read in overlapping windows, averaged by the
+    model (:mod:`domainbert.data.windows`); ``batch_size`` still counts texts.
     """
 
     predict_by_length = True
@@ -144,6 +156,9 @@ class ClassificationDataModule(LabelledDataModule):
         multi_label: bool = False,
         label_separator: str | None = None,
         augment: AugmentSettings | None = None,
+        long_text: str | None = None,
+        stride: int | None = None,
+        max_windows: int | None = None,
         **kwargs,
     ) -> None:
         """Configure the columns and the augmentation.
@@ -161,6 +176,17 @@ class ClassificationDataModule(LabelledDataModule):
             label_separator: for multi-label string cells, the separator between labels (e.g. ``|``).
             augment: augmentation of training text, applied on the fly with its own ``augment.seed`` (see
                 ``domainbert.data.augment``).
+            long_text: ``truncate``: a text is cut at ``max_length`` tokens; ``windows``: a longer text is cut into
+                windows of ``max_length`` tokens overlapping by ``stride``, each encoded, and the windows' pooled
+                vectors averaged before the head (in training, evaluation and prediction; memory and time grow with
+                the windows per batch, up to ``max_windows`` times). Not for text pairs. None (the default):
+                ``windows`` when the model was fine-tuned with windows (its ``config.json`` records them, and
+                their stride and cap, which are then the defaults here), else ``truncate``.
+            stride: with windows, tokens of overlap between consecutive windows (default ``max_length // 4``, 32 of
+                128: a text cut at a window's edge is seen whole in the next window up to about a sentence, for
+                about a third more windows than without overlap).
+            max_windows: with windows, the most windows read per text, the first ones (default 8: 784 tokens
+                at ``max_length`` 128 and the default stride), which bounds the cost of a very long text.
             **kwargs: the label set and the options every task takes (split files, batching...), documented in
                 :class:`~domainbert.data.labelled.LabelledDataModule` and :class:`~domainbert.data.base.TaskDataModule`.
         """
@@ -172,11 +198,41 @@ class ClassificationDataModule(LabelledDataModule):
         self.multi_label = multi_label
         self.label_separator = label_separator
         self.augment = as_settings(augment)
+        self.long_text, self.stride, self.max_windows = long_text, stride, max_windows
+        self.windows = window_settings(long_text, self.max_length, stride, max_windows, text_pair_column)
         labels = self._label_names
         if labels is not None and len(labels) < 2 and not multi_label:
             raise DomainBertError(f"data.labels={labels}: classification needs at least two labels")
         if soft_label_column and multi_label:
             raise DomainBertError("data.soft_label_column is for single-label data; unset it or data.multi_label")
+
+    def use_windows(self, windows: Windows) -> None:
+        """Read long texts in the model's ``windows`` (see ``long_text``); a stride or cap given here is kept.
+
+        The model's stride holds for windows of its length; windows of another ``max_length`` take the default.
+
+        Splits already encoded are dropped and encoded again when next loaded.
+        """
+        same = windows.max_length == self.max_length
+        stride = self.stride if self.stride is not None else windows.stride if same else None  # None: the default
+        cap = windows.max_windows if self.max_windows is None else self.max_windows
+        ours = window_settings("windows", self.max_length, stride, cap, self.text_pair_column)
+        if not same:
+            log.warning(
+                "the model was fine-tuned on windows of %d tokens; these are of data.max_length=%d",
+                windows.max_length,
+                self.max_length,
+            )
+        if ours != self.windows:
+            log.info("long texts read in windows, as the model was fine-tuned: %s", ours)
+            self.long_text, self.windows = "windows", ours
+            self.datasets.clear()
+
+    def lengths(self, ds) -> list[int]:
+        """Row lengths for length grouping; with windows, a text's tokens over all its windows."""
+        if self.windows is None or isinstance(ds, EncodedRows):
+            return super().lengths(ds)
+        return [sum(len(w) for w in row) for row in ds["input_ids"]]
 
     def columns(self, split: str) -> list[str]:
         cols = [self.text_column] + ([self.text_pair_column] if self.text_pair_column else [])
@@ -233,6 +289,7 @@ class ClassificationDataModule(LabelledDataModule):
             self.max_length,
             self.label_separator,
             self.soft_label_column if self._soft(split) else None,
+            self.windows,
         )
 
     def encode(self, split: str, ds: datasets.Dataset):

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from domainbert.core.hf import check_source, load_config
 from domainbert.core.models_local import resolve_local_alias
 from domainbert.core.pooled import POOLING_KEY, is_mean_pooled
+from domainbert.data.windows import CONFIG_KEY, WINDOW_MASK, Windows, align_windows, recorded, window_mean
 from domainbert.errors import DomainBertError
 from domainbert.modules.base import enable_gradient_checkpointing as enable_gradient_checkpointing  # re-exported
 from domainbert.modules.finetune import FineTuneModule, label_config, labels_from
@@ -37,6 +38,8 @@ class SequenceClassificationModule(FineTuneModule):
     """
 
     task = Task.CLASSIFICATION
+    #: the windows the data reads long texts in (``data.long_text: windows``), set at ``setup``; None: truncated
+    windows: Windows | None = None
 
     def __init__(
         self,
@@ -98,6 +101,7 @@ class SequenceClassificationModule(FineTuneModule):
 
     def setup(self, stage: str) -> None:
         self.check_datamodule(("multi_label",))
+        self.windows = align_windows(self.attached_datamodule(), self.base_config(), fit=stage == "fit")
         if stage == "fit" and self.head_init == "probe":  # a resumed fit restores its checkpoint over it
             from domainbert.modules.probe_init import init_head_from_probe
 
@@ -110,10 +114,28 @@ class SequenceClassificationModule(FineTuneModule):
             self.class_weight = self.class_weight.to(self.device)
             log.info("balanced class weights: %s", [round(w, 3) for w in self.class_weight.tolist()])
 
+    def base_config(self):
+        """The config of the model (under LoRA, of the wrapped model), which the export writes."""
+        return getattr(self.model, "get_base_model", lambda: self.model)().config
+
+    def model_card(self) -> str | None:
+        """The export's model card; for a model fine-tuned with windows, a section on long texts."""
+        from domainbert.core.card import model_card
+
+        windows = recorded(self.base_config())
+        return model_card(self, {"Long texts": windows_card_note(windows)} if windows else None)
+
     # -- steps ------------------------------------------------------------------------------------
     def forward(self, batch: dict) -> torch.Tensor:
-        """The logits of a batch."""
-        return self.model(**self.model_inputs(batch)).logits
+        """The logits of a batch; a batch of windows gives each text the mean of its windows' logits.
+
+        That mean is the head applied to the mean of the windows' pooled vectors (:mod:`domainbert.data.windows`).
+        """
+        mask = batch.get(WINDOW_MASK)
+        if mask is None:
+            return self.model(**self.model_inputs(batch)).logits
+        inputs = {k: v[mask] for k, v in self.model_inputs(batch).items()}
+        return window_mean(self.model(**inputs).logits, mask)
 
     def compute_loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """Cross-entropy (multi-label: binary cross-entropy), weighted by the class weights if any.
@@ -161,6 +183,18 @@ class SequenceClassificationModule(FineTuneModule):
             row["probabilities"] = {names[j]: round(v, 6) for j, v in enumerate(p)}
             out.append(row)
         return out
+
+
+def windows_card_note(windows: Windows) -> str:
+    """The model card's paragraph on a model fine-tuned with windows: domainbert windows again, transformers not."""
+    return (
+        f"Fine-tuned with `data.long_text: windows`: a text longer than {windows.max_length} tokens was read in "
+        f"windows of {windows.max_length} tokens overlapping by {windows.stride} (at most {windows.max_windows} per "
+        "text), and the head classified the mean of the windows' pooled vectors. `domainbert predict` reads this "
+        f"from `config.json` (`{CONFIG_KEY}`) and windows again. Plain transformers (`pipeline()`, "
+        f"`AutoModelForSequenceClassification`) does not: it truncates, so pass `truncation=True, max_length="
+        f"{windows.max_length}` and expect it to see only the first window of a long text."
+    )
 
 
 def resolve_pooling(pooling: str, init_from: str) -> str:

@@ -20,6 +20,7 @@ import torch
 from domainbert.core.embed import encode
 from domainbert.core.hardware import auto_precision
 from domainbert.core.probe import select_probe
+from domainbert.data.windows import WINDOW_MASK, window_mean
 from domainbert.errors import DomainBertError
 
 log = logging.getLogger(__name__)
@@ -33,7 +34,8 @@ _INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 def embed_batches(model, loader) -> tuple[torch.Tensor, torch.Tensor]:
     """Mean-pooled embeddings and labels of every batch of ``loader`` through ``model``'s encoder, frozen.
 
-    Soft targets (rows of class probabilities) count as their most probable class.
+    Soft targets (rows of class probabilities) count as their most probable class. A batch of windows
+    (``data.long_text: windows``) gives each text the mean of its windows' embeddings, as the head will read it.
     """
     encoder = getattr(model, model.base_model_prefix)
     device = next(encoder.parameters()).device
@@ -43,12 +45,21 @@ def embed_batches(model, loader) -> tuple[torch.Tensor, torch.Tensor]:
     bf16 = auto_precision(device.type) == "bf16-mixed"
     try:
         for batch in loader:
-            xs.append(encode(encoder, {k: v for k, v in batch.items() if k in _INPUTS}, bf16))
+            xs.append(embed_batch(encoder, batch, bf16))
             labels = batch["labels"]
             ys.append((labels.argmax(-1) if labels.dim() == 2 else labels).long().cpu())  # soft targets: arg-max
     finally:
         encoder.train(was_training)
     return torch.cat(xs), torch.cat(ys)
+
+
+def embed_batch(encoder, batch: dict, bf16: bool) -> torch.Tensor:
+    """The mean-pooled embeddings of one batch; of a batch of windows, each text's mean over its windows."""
+    mask = batch.get(WINDOW_MASK)
+    if mask is None:
+        return encode(encoder, {k: v for k, v in batch.items() if k in _INPUTS}, bf16)
+    windows = encode(encoder, {k: v[mask] for k, v in batch.items() if k in _INPUTS}, bf16)
+    return window_mean(windows, mask)
 
 
 def _linear_heads(head) -> list[torch.nn.Linear]:
@@ -64,8 +75,9 @@ def init_head_from_probe(model, datamodule, num_labels: int) -> float | None:
 
     The probe is the one ``domainbert probe`` fits on the same files with the same model: read from the
     embedding cache (:mod:`domainbert.core.embed_cache`) when a stage fitted it already, with one ``[cache]`` line.
-    A datamodule without plain labelled files (soft targets, or no ``raw`` splits) has the probe fitted on its
-    batches instead, uncached.
+    A datamodule without plain labelled files (soft targets, or no ``raw`` splits) or that reads long texts in
+    windows has the probe fitted on its batches instead, uncached: with windows, on each text's mean of its windows'
+    embeddings, the vector the head reads in fine-tuning (the cache holds truncated texts' embeddings).
 
     Returns:
         The probe's validation macro-F1 (None without a validation split).
@@ -94,7 +106,8 @@ def init_head_from_probe(model, datamodule, num_labels: int) -> float | None:
 def file_splits(datamodule, num_labels: int) -> dict[str, tuple[list, torch.Tensor, str]] | None:
     """``{"train"/"val": (texts or (text, pair) tuples, label ids, path)}`` of a single-label datamodule's files.
 
-    None for a datamodule that is not one (no ``raw`` splits, multi-label, soft targets, another label count).
+    None for a datamodule that is not one (no ``raw`` splits, multi-label, soft targets, another label count), or
+    that reads long texts in windows (``data.long_text: windows``): the files' texts embed truncated.
     """
     from domainbert.data.classification import label_text
 
@@ -102,6 +115,8 @@ def file_splits(datamodule, num_labels: int) -> dict[str, tuple[list, torch.Tens
     if not all(hasattr(datamodule, a) for a in needed) or getattr(datamodule, "multi_label", False):
         return None
     if getattr(datamodule, "soft_label_column", None) or len(datamodule.label2id) != num_labels:
+        return None
+    if getattr(datamodule, "windows", None) is not None:
         return None
     ids, pair = datamodule.label2id, getattr(datamodule, "text_pair_column", None)
     out = {}
