@@ -211,14 +211,9 @@ def _lightning_command(argv: list[str]) -> None:
     """Run a LightningCLI subcommand; a bare ``<command> --help`` comes from :mod:`domainbert.core.help_cache`."""
     from domainbert.core import help_cache
 
-    def build(args: list[str]) -> None:
-        from domainbert.core.lightning_cli import cli_main
-
-        cli_main(args)
-
     if help_cache.is_bare_help(argv):
-        help_cache.serve(argv, build)
-    build(argv)
+        help_cache.serve(argv, help_cache.build_lightning)
+    help_cache.build_lightning(argv)
 
 
 def _quick_exit() -> None:

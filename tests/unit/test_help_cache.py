@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -39,20 +41,74 @@ def test_a_failed_build_is_not_kept(capsys):
     assert help_cache.cached("fit") is None
 
 
-def test_a_changed_source_file_or_terminal_width_changes_the_key(monkeypatch, tmp_path):
-    before = help_cache.key("fit")
-    assert help_cache.key("fit") == before
-    assert help_cache.key("validate") != before
-    monkeypatch.setenv("COLUMNS", "57")
-    assert help_cache.key("fit") != before
-    monkeypatch.delenv("COLUMNS")
-    source = Path(help_cache.__file__)
-    stat = source.stat()
-    try:
-        os.utime(source, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
-        assert help_cache.key("fit") != before
-    finally:
-        os.utime(source, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+def _width_printing(calls: list):
+    """A build that prints the width argparse would format at (``$COLUMNS``), as a help text does."""
+
+    def build(argv):
+        calls.append(list(argv))
+        print(f"usage: domainbert {argv[0]} ({shutil.get_terminal_size().columns} columns)")
+        raise SystemExit(0)
+
+    return build
+
+
+def test_the_text_is_built_at_a_fixed_width_and_served_on_any_terminal(capsys, monkeypatch):
+    calls: list = []
+    for columns in ("57", "211"):
+        monkeypatch.setenv("COLUMNS", columns)
+        with pytest.raises(SystemExit):
+            help_cache.serve(["fit", "--help"], _width_printing(calls))
+        assert capsys.readouterr().out == f"usage: domainbert fit ({help_cache.WIDTH} columns)\n"
+        assert os.environ["COLUMNS"] == columns, "the terminal's width was not restored"
+    assert len(calls) == 1, "another terminal width built the text again"
+
+
+def _keep(command: str, text: str, sources: list[list]) -> None:
+    help_cache.store(command, text, sources)
+    assert help_cache.cached(command) == text
+
+
+def test_a_changed_imported_source_file_rebuilds_and_another_file_does_not(monkeypatch, tmp_path):
+    package = tmp_path / "pkg"
+    (package / "core").mkdir(parents=True)
+    used, other = package / "core" / "used.py", package / "core" / "other.py"
+    used.write_text("x = 1\n")
+    other.write_text("y = 1\n")
+    monkeypatch.setattr(help_cache, "PACKAGE", package)
+    _keep("fit", "usage: domainbert fit\n", [help_cache._stamp("core/used.py")])
+    other.write_text("y = 22\n")  # not imported by the build
+    assert help_cache.cached("fit") == "usage: domainbert fit\n"
+    stat = used.stat()
+    os.utime(used, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
+    assert help_cache.cached("fit") is None, "an edited input served the old text"
+    _keep("fit", "usage: domainbert fit\n", [help_cache._stamp("core/used.py")])
+    used.unlink()
+    assert help_cache.cached("fit") is None, "a removed input served the old text"
+
+
+def test_a_changed_library_version_rebuilds(monkeypatch):
+    _keep("fit", "usage: domainbert fit\n", [])
+    assert help_cache.key("fit") == help_cache.key("fit") != help_cache.key("validate")
+    real = help_cache.metadata.version
+    monkeypatch.setattr(help_cache.metadata, "version", lambda n: "0.0.1" if n == "lightning" else real(n))
+    assert help_cache.cached("fit") is None
+
+
+def test_the_sources_are_the_imported_files_of_the_package():
+    stamps = {s[0]: s for s in help_cache.sources()}
+    assert "core/help_cache.py" in stamps
+    assert "pipeline/__init__.py" not in stamps or "domainbert.pipeline" in sys.modules
+    here = Path(help_cache.__file__).stat()
+    assert stamps["core/help_cache.py"] == ["core/help_cache.py", here.st_size, here.st_mtime_ns]
+
+
+def test_warm_keeps_every_command_not_kept_yet(monkeypatch):
+    calls: list = []
+    monkeypatch.setattr(help_cache, "build_lightning", _width_printing(calls))
+    _keep("test", "kept\n", [])
+    assert help_cache.warm() == ["fit", "validate", "predict"]
+    assert help_cache.cached("predict") == f"usage: domainbert predict ({help_cache.WIDTH} columns)\n"
+    assert help_cache.warm() == [] and len(calls) == 3
 
 
 @pytest.mark.parametrize(
