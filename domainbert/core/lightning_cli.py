@@ -44,6 +44,9 @@ TRAINER_DEFAULTS: dict[str, Any] = {
     "gradient_clip_val": 1.0,
     "log_every_n_steps": 10,
     "enable_model_summary": False,  # RunReport prints the model's size in one line; true: Lightning's table
+    # one validation batch before training (Lightning's default is 2): it catches a crash in validation_step as well,
+    # for half the start-up cost; its output is discarded and the masks are seeded per step, so results are the same
+    "num_sanity_val_steps": 1,
 }
 
 #: ``--help`` of ``--ckpt_path`` (Lightning's describes ``hpc`` and ``registry``, which domainbert does not use).
