@@ -44,6 +44,7 @@ MODELS = {
     "qa": "domainbert.modules.qa.QuestionAnsweringModule",
     "mlm": "domainbert.modules.mlm.MaskedLMModule",
     "contrastive": "domainbert.modules.contrastive.ContrastiveModule",
+    "tsdae": "domainbert.modules.tsdae.TsdaeModule",
     "distill": "domainbert.distill.module.DistillationModule",
 }
 
@@ -60,7 +61,7 @@ def expand_short_names(args: Sequence[str]) -> list[str]:
 
     ``--data NAME`` / ``--data=NAME`` / ``--data.class_path NAME``: a registered datamodule plugin.
     ``--model NAME`` (and the same forms): ``classification``, ``tagging``, ``qa``, ``mlm``, ``contrastive``,
-    ``distill``, or the bare class name (``SequenceClassificationModule``).
+    ``tsdae``, ``distill``, or the bare class name (``SequenceClassificationModule``).
     """
     out = list(args)
     lookups = (("--data", class_path), ("--data.class_path", class_path))
