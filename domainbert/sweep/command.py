@@ -37,6 +37,7 @@ import optuna
 from domainbert.errors import DomainBertError
 from domainbert.sweep.bookkeeping import requeue_interrupted, tally
 from domainbert.sweep.storage import STORAGE_ENV, mask_url
+from domainbert.sweep.trial_errors import quiet_sweep
 from domainbert.sweep.worker import Sweep
 
 if TYPE_CHECKING:
@@ -165,6 +166,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if extra and not extra[0].startswith("--"):
         raise DomainBertError(f"unexpected argument {extra[0]!r}; fit overrides look like --trainer.max_steps 100")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    quiet_sweep()
     sweep = Sweep(ns, extra)
     lead = ns.worker_index == 0  # the worker that spawns the others and writes the report
     if lead:

@@ -1,4 +1,4 @@
-"""What is checked before any trial runs: the fit config parses, takes every value of the space, on one device.
+"""Checked before any trial runs: the fit parses with every value of the space, on one device, on data that exists.
 
 A mistake found here costs a second; found by the trials, it would cost one failed fit each.
 """
@@ -6,6 +6,7 @@ A mistake found here costs a second; found by the trials, it would cost one fail
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from domainbert.errors import DomainBertError
@@ -25,8 +26,8 @@ def check_fit(fit_args: Sequence[str], spec: SweepSpec) -> None:
         spec: the sweep file.
 
     Raises:
-        DomainBertError: for a config that does not parse, a path it does not have, a value it rejects, or a
-            config that asks for several devices.
+        DomainBertError: for a config that does not parse, a path it does not have, a value it rejects, a config
+            that asks for several devices, or a training or validation file that does not exist.
     """
     from domainbert.sweep.trial import parse_fit  # imports Lightning: not needed for --help
 
@@ -37,6 +38,33 @@ def check_fit(fit_args: Sequence[str], spec: SweepSpec) -> None:
         values = {k: v[min(i, len(v) - 1)] for k, v in examples.items()}
         parse_fit([*fit_args, *overrides(values, spec.params)])
     check_one_device(cfg)
+    check_data_paths(cfg, {p.target for p in spec.params})
+
+
+#: the data splits a fit reads (``test`` and ``predict`` are read by commands a sweep never runs)
+FIT_SPLITS = ("train", "val")
+
+
+def check_data_paths(cfg: Namespace, swept: set[str]) -> None:
+    """Refuse a training or validation path that matches no file, before the first trial fails on it.
+
+    A relative path is read from the working folder, as the trials will read it; a swept data path is left to
+    the trials.
+
+    Raises:
+        DomainBertError: ``--data.<split> <path>: no such file or folder`` (the readers' own message).
+    """
+    from domainbert.data.readers import expand
+
+    for split in FIT_SPLITS:
+        key = f"data.init_args.{split}"
+        value = cfg.get(key) if key in cfg else None
+        if value in (None, "") or key in swept or not isinstance(value, (str, list, tuple)):
+            continue
+        try:
+            expand(value)
+        except DomainBertError as err:
+            raise DomainBertError(f"--data.{split}: {err} (read from {Path.cwd()}); every trial would fail") from None
 
 
 def check_one_device(cfg: Namespace) -> None:
