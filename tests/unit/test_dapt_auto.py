@@ -70,3 +70,12 @@ def test_the_pipeline_parser_reads_auto_true_and_false():
         cfg = build_parser([]).parse_args([*paths, f"--dapt.enabled={given}"])
         assert cfg.dapt.enabled == expected
     assert build_parser([]).parse_args(paths).dapt.enabled == "auto"
+
+
+def test_auto_without_a_corpus_is_off_but_true_without_one_is_refused():
+    ctx = bare_context()
+    ctx.corpus = None
+    assert not ctx.enabled("dapt")  # auto: nothing to adapt on, no error
+    asked = bare_context(dapt=DaptSpec(enabled=True))
+    asked.corpus = None
+    assert asked.enabled("dapt")  # asked for: the checks refuse it for want of a corpus

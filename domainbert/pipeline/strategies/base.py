@@ -173,9 +173,14 @@ class Context:
     """Values computed once per run and shared by strategies (the fine-tuning pooling)."""
 
     def enabled(self, name: str) -> bool:
-        """Whether strategy ``name`` is registered and enabled."""
+        """Whether strategy ``name`` is registered and enabled (``enabled: auto`` without a corpus it needs: not)."""
         strategy = self.strategies.get(name)
-        return strategy is not None and strategy.enabled(self.settings[name])
+        if strategy is None:
+            return False
+        settings = self.settings[name]
+        if getattr(settings, "enabled", None) == "auto" and "corpus" in strategy.needs and not self.corpus:
+            return False
+        return strategy.enabled(settings)
 
     def built_on(self, name: str) -> bool:
         """Whether an enabled strategy builds on ``name``'s output."""
