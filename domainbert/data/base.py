@@ -25,6 +25,7 @@ import datasets
 import lightning.pytorch as L
 from torch.utils.data import DataLoader
 
+from domainbert.data import token_cache
 from domainbert.data.batching import Collator, EncodedRows, EpochSampler, LengthSortedSampler
 from domainbert.data.readers import is_plain_text, read
 from domainbert.errors import DomainBertError
@@ -219,15 +220,18 @@ class TaskDataModule(L.LightningDataModule):
         return self.encode(split, ds)
 
     def encode(self, split: str, ds: datasets.Dataset):
-        """Tokenize with ``Dataset.map`` (cached on disk); predict rows keep their raw columns as ``meta``.
+        """Tokenize with ``Dataset.map``; predict rows keep their raw columns as ``meta``.
 
-        A label column in the predict split is kept as ``gold``, beside the prediction.
+        The result is cached on disk and shared by every stage and seed (:mod:`domainbert.data.token_cache`). A label
+        column in the predict split is kept as ``gold``, beside the prediction.
         """
         if split == "predict" and self.label_column in ds.column_names and "gold" not in ds.column_names:
             ds = ds.rename_column(self.label_column, "gold")
         remove = [] if split == "predict" else ds.column_names
-        return ds.map(
+        return token_cache.tokenize(
+            ds,
             self.encoder(split),
+            self.path(split),
             batched=True,
             num_proc=self.num_proc,
             remove_columns=remove,

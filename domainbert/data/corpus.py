@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import bisect
-import hashlib
 import itertools
-import json
 import logging
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 import lightning.pytorch as L
 import numpy as np
@@ -15,8 +14,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from domainbert.core.compat import dataset_fingerprint
-from domainbert.data import readers
+from domainbert.data import readers, token_cache
 from domainbert.data.base import MIN_LENGTH
 from domainbert.data.batching import EpochSampler
 from domainbert.errors import DomainBertError
@@ -104,34 +102,12 @@ class PadCollator:
         return out
 
 
-def tokenizer_fingerprint(tokenizer) -> str:
-    """A hash of everything that decides a tokenizer's output: its class, vocabulary, rules and special tokens.
-
-    Equal across processes for the same tokenizer files, unlike ``datasets``' pickle hash of a closure.
-    """
-    h = hashlib.sha256(type(tokenizer).__name__.encode())
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is not None:  # fast tokenizers: the whole tokenizer.json (vocabulary, normalizer, post-processor)
-        h.update(backend.to_str().encode())
-    else:
-        h.update(json.dumps(sorted(tokenizer.get_vocab().items())).encode())
-    extra = {
-        "special": getattr(tokenizer, "special_tokens_map", {}),
-        "added": sorted(str(t) for t in getattr(tokenizer, "get_added_vocab", dict)()),
-    }
-    h.update(json.dumps(extra, sort_keys=True, default=str).encode())
-    return h.hexdigest()
-
-
 class CorpusTokenizer:
-    """The batched tokenization of corpus documents for ``Dataset.map`` (picklable, with a stable fingerprint).
+    """The batched tokenization of corpus documents for ``Dataset.map`` (picklable; keyed by its fields).
 
     ``max_length`` set: each document truncated to it, special tokens added (one document per example).
     ``max_length`` None: no special tokens, each document followed by ``sep_id`` (to be packed into blocks).
     """
-
-    #: bump when the output of :meth:`__call__` changes for the same inputs, so old caches are not reused.
-    VERSION = 1
 
     def __init__(self, tokenizer, max_length: int | None, sep_id: int) -> None:
         """Tokenize with ``tokenizer``; see the class docstring for ``max_length`` and ``sep_id``."""
@@ -144,16 +120,6 @@ class CorpusTokenizer:
             return {"input_ids": enc["input_ids"]}
         enc = self.tokenizer(batch["text"], add_special_tokens=False, **opts)
         return {"input_ids": [ids + [self.sep_id] for ids in enc["input_ids"]]}
-
-    def fingerprint(self, ds) -> str:
-        """The fingerprint of ``ds`` tokenized by this function: from the input's, the tokenizer's and the settings.
-
-        ``datasets`` names its cache files by it, so a later process with the same corpus, tokenizer and settings
-        reuses the tokenized arrow files instead of tokenizing again.
-        """
-        settings = {"v": self.VERSION, "max_length": self.max_length, "sep": self.sep_id}
-        parts = [dataset_fingerprint(ds), tokenizer_fingerprint(self.tokenizer), json.dumps(settings, sort_keys=True)]
-        return hashlib.sha256("|".join(parts).encode()).hexdigest()[:32]
 
 
 class ResumableEpochSampler(EpochSampler):
@@ -306,15 +272,10 @@ class CorpusDataModule(L.LightningDataModule):
             raise DomainBertError(f"{spec}: the corpus has no non-empty text in column {hp.text_column!r}")
         return ds
 
-    def _tokenize(self, ds, truncate: bool):
+    def _tokenize(self, ds, truncate: bool, source: str):
         fn = CorpusTokenizer(self.tokenizer, self.max_length if truncate else None, self._sep_id())
-        return ds.map(
-            fn,
-            batched=True,
-            remove_columns=["text"],
-            num_proc=self.hparams.num_proc,
-            desc="Tokenizing",
-            new_fingerprint=fn.fingerprint(ds),
+        return token_cache.tokenize(
+            ds, fn, source, batched=True, remove_columns=["text"], num_proc=self.hparams.num_proc, desc="Tokenizing"
         )
 
     def _cls_id(self) -> int:
@@ -359,8 +320,9 @@ class CorpusDataModule(L.LightningDataModule):
             )
             return
         truncate = not hp.packing
-        self.train_ds = self._wrap(self._tokenize(train_docs, truncate))
-        self.val_ds = self._wrap(self._tokenize(val_docs, truncate)) if val_docs is not None else None
+        val_source = self.val_spec or f"{Path(str(self.train_spec)).name} (validation part)"
+        self.train_ds = self._wrap(self._tokenize(train_docs, truncate, str(self.train_spec)))
+        self.val_ds = self._wrap(self._tokenize(val_docs, truncate, str(val_source))) if val_docs is not None else None
         log.info(
             "corpus: %d train / %s validation examples of up to %d tokens",
             len(self.train_ds),

@@ -15,6 +15,7 @@ from typing import Any
 
 import datasets
 
+from domainbert.data import token_cache
 from domainbert.data.base import TaskDataModule
 from domainbert.errors import DomainBertError
 
@@ -176,8 +177,10 @@ class QADataModule(TaskDataModule):
         )
 
     def encode(self, split: str, ds: datasets.Dataset):
-        return ds.map(
+        return token_cache.tokenize(
+            ds,
             self.encoder(split),
+            self.path(split),
             batched=True,
             with_indices=True,
             num_proc=self.num_proc,

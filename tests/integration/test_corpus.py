@@ -7,7 +7,8 @@ import pytest
 from transformers import AutoTokenizer
 
 from domainbert.core.callbacks import TrainingGuard
-from domainbert.data.corpus import CorpusDataModule, CorpusTokenizer, tokenizer_fingerprint
+from domainbert.data.corpus import CorpusDataModule, CorpusTokenizer
+from domainbert.data.token_cache import fingerprint, tokenizer_fingerprint
 from domainbert.errors import DomainBertError
 from domainbert.modules.mlm import MaskedLMModule
 
@@ -129,5 +130,5 @@ def test_tokenization_is_cached_across_runs_under_the_trainer(tiny_bert, corpus_
     extended.add_tokens(["kernelspace"])  # as `domainbert vocab extend` does
     assert tokenizer_fingerprint(extended) != tokenizer_fingerprint(tok)
     ds = datasets.Dataset.from_dict({"text": ["a b"]})
-    assert CorpusTokenizer(tok, 32, 3).fingerprint(ds) != CorpusTokenizer(tok, 64, 3).fingerprint(ds)
-    assert CorpusTokenizer(tok, 32, 3).fingerprint(ds) == CorpusTokenizer(tok, 32, 3).fingerprint(ds)
+    assert fingerprint(ds, CorpusTokenizer(tok, 32, 3)) != fingerprint(ds, CorpusTokenizer(tok, 64, 3))
+    assert fingerprint(ds, CorpusTokenizer(tok, 32, 3)) == fingerprint(ds, CorpusTokenizer(tok, 32, 3))

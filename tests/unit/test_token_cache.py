@@ -1,0 +1,106 @@
+"""Tokenized splits shared across stages (domainbert.data.token_cache): what the fingerprint follows and ignores, and
+that a second data module reads the first one's file, says so in one line and calls no tokenizer."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import datasets
+import pytest
+from transformers import AutoTokenizer
+
+from domainbert.data import token_cache
+from domainbert.data.classification import ClassificationDataModule
+from tests.helpers import FIX
+
+TRAIN, VAL = FIX / "cls_train.jsonl", FIX / "cls_val.jsonl"
+
+
+def _module(tok, cache, train=TRAIN, **kw) -> ClassificationDataModule:
+    dm = ClassificationDataModule(train=str(train), val=str(VAL), cache_dir=str(cache), **{"max_length": 64, **kw})
+    dm.connect(tok)
+    return dm
+
+
+def _fingerprint(dm: ClassificationDataModule, split: str = "train") -> str:
+    ds = dm.raw(split)
+    return token_cache.fingerprint(ds, dm.encoder(split), batched=True, remove_columns=ds.column_names)
+
+
+def _lines(capsys) -> list[str]:
+    return [line for line in capsys.readouterr().out.splitlines() if line.startswith("[cache]")]
+
+
+def test_two_loads_of_one_tokenizer_from_two_folders_give_one_fingerprint(tiny_bert, tmp_path):
+    copy = shutil.copytree(tiny_bert, tmp_path / "exported")  # a later stage's copy of the same tokenizer files
+    first, second = AutoTokenizer.from_pretrained(tiny_bert), AutoTokenizer.from_pretrained(copy)
+    assert first is not second and first.name_or_path != second.name_or_path
+    assert token_cache.tokenizer_fingerprint(first) == token_cache.tokenizer_fingerprint(second)
+    assert _fingerprint(_module(first, tmp_path / "ds")) == _fingerprint(_module(second, tmp_path / "ds"))
+
+
+def test_a_call_with_truncation_leaves_the_tokenizer_fingerprint_as_it_was(tiny_bert):
+    tok = AutoTokenizer.from_pretrained(tiny_bert)
+    before = token_cache.tokenizer_fingerprint(tok)
+    tok(["the server exports network packets"] * 2, truncation=True, max_length=8, padding="max_length")
+    assert token_cache.tokenizer_fingerprint(tok) == before
+
+
+def test_the_fingerprint_follows_max_length_the_file_content_the_vocabulary_and_the_split(tiny_bert, tmp_path):
+    tok = AutoTokenizer.from_pretrained(tiny_bert)
+    train = tmp_path / "cls_train.jsonl"
+    train.write_bytes(TRAIN.read_bytes())
+    base = _fingerprint(_module(tok, tmp_path / "ds", train=train))
+    assert _fingerprint(_module(tok, tmp_path / "ds", train=train)) == base
+    assert _fingerprint(_module(tok, tmp_path / "ds", train=train, max_length=32)) != base
+    train.write_text(TRAIN.read_text(encoding="utf-8").replace("graphical", "vector", 1), encoding="utf-8")
+    later = train.stat().st_mtime + 10
+    os.utime(train, (later, later))
+    assert _fingerprint(_module(tok, tmp_path / "ds", train=train)) != base, "the same file, edited"
+    extended = AutoTokenizer.from_pretrained(tiny_bert)
+    extended.add_tokens(["kubernetes"])
+    assert token_cache.tokenizer_fingerprint(extended) != token_cache.tokenizer_fingerprint(tok)
+    dm = _module(tok, tmp_path / "ds")
+    first = _fingerprint(dm)
+    assert _fingerprint(_module(extended, tmp_path / "ds")) != first
+    ds = dm.raw("train")
+    keep = token_cache.fingerprint(ds, dm.encoder("train"), batched=True, remove_columns=[])
+    assert keep != first, "map options that change the rows count"
+
+
+def test_a_second_module_reuses_the_first_ones_files_in_one_line_each_and_calls_no_tokenizer(
+    tiny_bert, tmp_path, capsys, monkeypatch
+):
+    first = _module(AutoTokenizer.from_pretrained(tiny_bert), tmp_path / "ds")
+    first.setup("fit")
+    assert _lines(capsys) == [], "a split tokenized now says nothing more than the progress bar"
+    tok = AutoTokenizer.from_pretrained(tiny_bert)
+    monkeypatch.setattr(type(tok), "__call__", lambda *a, **k: pytest.fail("a reused split calls no tokenizer"))
+    second = _module(tok, tmp_path / "ds", seed=7)
+    second.setup("fit")
+    train_file, val_file = (second.datasets[s].cache_files[0]["filename"] for s in ("train", "validation"))
+    assert _lines(capsys) == [
+        f"[cache] tokenized cls_train.jsonl (60 rows, max_length 64) reused from {token_cache.shown([train_file])}",
+        f"[cache] tokenized cls_val.jsonl (15 rows, max_length 64) reused from {token_cache.shown([val_file])}",
+    ]
+    assert train_file == first.datasets["train"].cache_files[0]["filename"]
+    assert second.datasets["train"]["input_ids"] == first.datasets["train"]["input_ids"]
+
+
+def test_a_split_kept_in_memory_says_nothing(tiny_bert, capsys):
+    tok = AutoTokenizer.from_pretrained(tiny_bert)
+    dm = ClassificationDataModule(max_length=64, labels=["api", "graphics", "network"])
+    dm.connect(tok)
+    ds = datasets.Dataset.from_dict({"text": ["an api for sql tables"], "label": ["api"]})
+    out = token_cache.tokenize(ds, dm.encoder("train"), "rows.jsonl", batched=True, remove_columns=["text", "label"])
+    out2 = token_cache.tokenize(ds, dm.encoder("train"), "rows.jsonl", batched=True, remove_columns=["text", "label"])
+    assert out["input_ids"] == out2["input_ids"] and _lines(capsys) == []
+
+
+def test_shown_names_the_home_folder_and_the_shards_pattern(monkeypatch, tmp_path):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    one = tmp_path / "ds" / "cache-ab12.arrow"
+    assert token_cache.shown([one]) == "~/ds/cache-ab12.arrow"
+    shards = [tmp_path / "ds" / f"cache-ab12_0000{i}_of_00002.arrow" for i in range(2)]
+    assert token_cache.shown(shards) == "~/ds/cache-ab12_*.arrow"
