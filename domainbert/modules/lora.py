@@ -1,9 +1,11 @@
 """LoRA through ``peft``: per-family target modules, a trained task head, and merged exports.
 
-Fine-tuning modules take ``lora: LoraSettings | None``; ``None`` means full fine-tuning, and a value
-(even ``{}``, all defaults) switches to LoRA. The encoder is frozen, low-rank adapters are added to the
-attention projections its family's record names (:mod:`domainbert.core.families`), and the task head
-(``classifier``, ``qa_outputs``...) is trained in full and saved with the adapter (peft's ``modules_to_save``).
+Fine-tuning modules and the masked-LM module take ``lora: LoraSettings | None``; ``None`` means the whole model
+trains, and a value (even ``{}``, all defaults) switches to LoRA. The encoder is frozen, low-rank adapters are added
+to the attention projections its family's record names (:mod:`domainbert.core.families`), and the task head is
+trained in full. A fine-tuning head (``classifier``, ``qa_outputs``...) is saved with the adapter (peft's
+``modules_to_save``, :func:`apply_lora`); the masked-LM head is left outside peft, trainable as it is
+(:func:`apply_encoder_lora`), since its decoder is tied to the encoder's input embeddings, which stay frozen.
 :func:`merged` folds the adapters into a plain ``transformers`` model for export.
 """
 
@@ -75,15 +77,18 @@ def apply_lora(
         model: a ``transformers`` model with a task head.
         settings: the LoRA hyperparameters.
         task: ``classification``, ``tagging`` or ``qa`` (:class:`~domainbert.modules.tasks.Task`; the older
-            ``seq_cls`` and ``token_cls`` are accepted).
+            ``seq_cls`` and ``token_cls`` are accepted). The masked-LM head takes :func:`apply_encoder_lora`.
         new_keys: weights the checkpoint lacked (initialised at random, such as BERT's pooler on an MLM
             checkpoint); their modules are trained in full too, since a frozen random layer would stay random.
     """
-    from peft import LoraConfig, get_peft_model
+    from peft import LoraConfig
 
     peft_type = spec(task).peft_type
     if peft_type is None:
-        raise DomainBertError(f"lora: LoRA applies to classification, tagging and qa heads, not to {Task.parse(task)}")
+        raise DomainBertError(
+            f"lora: apply_lora applies to classification, tagging and qa heads, not to {Task.parse(task)} "
+            "(a masked-LM model takes apply_encoder_lora)"
+        )
     heads = head_modules(model)
     extra = sorted({k.rsplit(".", 1)[0] for k in new_keys if "." in k})
     extra = [m for m in extra if m.split(".", 1)[0] not in heads]
@@ -97,8 +102,75 @@ def apply_lora(
         bias=settings.bias,
         modules_to_save=heads + extra,
     )
+    return _wrap(model, config)
+
+
+def apply_encoder_lora(model: nn.Module, settings: LoraSettings, new_keys: list[str] | tuple = ()) -> nn.Module:
+    """Adapters on the base encoder's targets only; every weight outside the encoder stays trainable, in place.
+
+    For heads that peft's ``modules_to_save`` cannot copy cleanly: the masked-LM head's decoder is tied to the input
+    embeddings, and a saved copy would untie it. The head is left outside peft instead: the encoder's weights are
+    frozen (the tied decoder with them), the adapters and the head's own weights (transform, LayerNorm, output bias;
+    a next-sentence head) train. ``model`` itself is changed in place (adapters inserted, ``requires_grad`` set);
+    the returned peft model wraps it, for :func:`merged`.
+
+    Args:
+        model: a ``transformers`` model with a head on its base encoder (``AutoModelForMaskedLM``).
+        settings: the LoRA hyperparameters; ``target_modules`` are matched inside the encoder only.
+        new_keys: weights the checkpoint lacked; those inside the encoder (a pooler) train in full.
+
+    Raises:
+        DomainBertError: no encoder module matches the targets, or peft refuses one.
+    """
+    from peft import LoraConfig
+
+    config = LoraConfig(
+        r=settings.r,
+        lora_alpha=settings.alpha,
+        lora_dropout=settings.dropout,
+        target_modules=encoder_targets(model, settings),
+        bias=settings.bias,
+    )
+    wrapped = _wrap(model, config)
+    encoder = {id(p) for p in model.base_model.parameters()}
+    new = set(new_keys)
+    for name, p in model.named_parameters():
+        if id(p) not in encoder or name in new:
+            p.requires_grad_(True)
+    return wrapped
+
+
+def encoder_targets(model: nn.Module, settings: LoraSettings) -> list[str]:
+    """Full names of the base encoder's modules to adapt: those whose name ends with ``.<target>``.
+
+    Raises:
+        DomainBertError: none matches.
+    """
+    names = settings.target_modules or target_modules(model.config.model_type)
+    prefix = model.base_model_prefix + "."
+    found = [
+        n
+        for n, _ in model.named_modules()
+        if n.startswith(prefix) and any(n == prefix + t or n.endswith("." + t) for t in names)
+    ]
+    if not found:
+        raise DomainBertError(
+            f"lora.target_modules={list(names)}: no module of the {model.config.model_type} encoder "
+            f"({model.base_model_prefix}) is named so; name its attention or feed-forward layers (query, value, dense)"
+        )
+    return found
+
+
+def _wrap(model: nn.Module, config) -> nn.Module:
+    """``get_peft_model``, its refusals as :class:`DomainBertError` (and without peft's own deprecation noise)."""
+    import warnings
+
+    from peft import get_peft_model
+
     try:
-        return get_peft_model(model, config)
+        with warnings.catch_warnings():  # peft 0.21 reads transformers 5's deprecated ``is_gradient_checkpointing``
+            warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing", category=FutureWarning)
+            return get_peft_model(model, config)
     except ValueError as err:
         raise DomainBertError(f"lora: {err}") from err
 
