@@ -128,6 +128,7 @@ PARALLEL_NAMES = {
     "soup.py": {"adapt", "pipeline/strategies"},
     "vocab.py": {"adapt", "pipeline/strategies"},
     "contrastive.py": {"modules", "pipeline/strategies"},
+    "tsdae.py": {"modules", "pipeline/strategies"},
 }
 
 

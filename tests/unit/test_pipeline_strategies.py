@@ -20,14 +20,14 @@ FIX = Path(__file__).resolve().parents[1] / "fixtures"
 
 def test_the_built_in_strategies_run_in_declared_order_start_before_after():
     loaded = strategies.load(refresh=True)
-    assert list(loaded)[:7] == ["select", "vocab", "dapt", "tapt", "contrastive", "self_train", "soup"]
+    assert list(loaded)[:8] == ["select", "vocab", "dapt", "tapt", "contrastive", "tsdae", "self_train", "soup"]
     kinds = [s.kind for s in loaded.values()]
     assert kinds == sorted(kinds, key=lambda k: k != "start")  # every start strategy before every after one
     assert loaded["tapt"].builds_on == ("dapt", "vocab") and loaded["dapt"].builds_on == ("select", "vocab")
     defaults = {n: s.enabled(s.default()) for n, s in loaded.items()}
     assert defaults == {
-        "select": False, "vocab": False, "dapt": True, "tapt": False, "contrastive": False, "self_train": False,
-        "soup": True,
+        "select": False, "vocab": False, "dapt": True, "tapt": False, "contrastive": False, "tsdae": False,
+        "self_train": False, "soup": True,
     }  # fmt: skip
 
 
@@ -90,7 +90,7 @@ def test_each_strategy_checks_its_own_rule(settings, message):
     [
         (
             {"corpus": None, "contrastive": ContrastiveSpec(enabled=True), "self_train": SelfTrainSpec(enabled=True)},
-            r"^pipeline: `corpus` is not set, and the enabled strategies dapt, contrastive, self_train read the "
+            r"^pipeline: `corpus` is not set, and the enabled strategies contrastive, self_train read the "
             r"domain corpus: set `corpus`$",
         ),
         (
@@ -151,7 +151,7 @@ def test_plugins_load_through_their_entry_points_and_a_bad_one_is_named_and_skip
     messages = " ".join(str(w.message) for w in caught)
     assert "'broken' (no_such_module_xyz:Thing) failed to import" in messages
     assert "'taken' is skipped: its name 'dapt' is taken" in messages and "'notone' is skipped" in messages
-    assert list(loaded)[-1] == "soup" and list(loaded)[5] == "echo"  # a start plugin runs after the built-in ones
+    assert list(loaded)[-1] == "soup" and list(loaded)[6] == "echo"  # a start plugin runs after the built-in ones
     assert isinstance(loaded["echo"], _Echo) and "echo (start [" in strategies.listing(loaded)
     monkeypatch.undo()
     assert "echo" not in strategies.load(refresh=True)
