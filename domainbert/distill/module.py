@@ -213,6 +213,11 @@ class DistillationModule(HFModule):
         dm = self.attached_datamodule()
         settings = {"multi_label": self.multi_label} if self.task_spec.labelled else {}
         check_agreement(dm, self.label_names, settings, owner="model.teacher")
+        if getattr(dm, "windows", None) is not None:
+            raise DomainBertError(
+                "data.long_text=windows: distillation reads each text once, truncated at data.max_length; set "
+                "data.long_text: truncate (the student still learns from a windowed teacher's truncated inputs)"
+            )
         if getattr(dm, "soft_label_column", None):
             raise DomainBertError(
                 "distillation learns the teacher's probabilities already (the KL term); unset data.soft_label_column "

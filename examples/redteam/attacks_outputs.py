@@ -124,7 +124,7 @@ def item12() -> list[Attack]:
         Attack("pipeline-out-user-folder", "12", [*PIPE, "--out", "mine"], "refused; probe/* untouched",
                names=["mine", "not written by domainbert"], setup=_user_folder, protect=["{work}/mine"]),
         Attack("pipeline-out-empty", "12", ["pipeline", "--config", "p.yaml", *PIPE[1:]],
-               "refused; nothing written in the working folder", names=["out is empty"],
+               "refused; nothing written in the working folder", names=["out"],
                setup=_write("p.yaml", "out: ''\n"), absent=[f"{{work}}/{p}" for p in PIPE_OUTPUTS]),
         Attack("pipeline-out-root", "12", ["pipeline", "--config", "p.yaml", *PIPE[1:]],
                "refused; nothing written in /", names=["/"], setup=_write("p.yaml", "out: /\n"),

@@ -24,7 +24,8 @@ for load in (lambda p: AutoModelForSequenceClassification.from_pretrained(p),
     try:
         load(sys.argv[1])
     except Exception as err:
-        said.append(type(err).__name__ + ": " + " ".join(str(err).split())[:160])
+        named = " (names trust_remote_code)" if "trust_remote_code" in str(err) else ""
+        said.append(type(err).__name__ + named + ": " + " ".join(str(err).split())[:120])
     else:
         print("loaded without trust_remote_code: it would answer wrong"); sys.exit(0)
 print(" | ".join(said)); sys.exit(3)
@@ -37,12 +38,12 @@ from domainbert.core.hf import load_model, load_tokenizer
 out = sys.argv[1]
 tok = load_tokenizer(out)
 enc = tok(["graphical images here", "secure sockets using threads"], padding=True, return_tensors="pt")
-batch = {k: v for k, v in enc.items() if k in tok.model_input_names}
+batch = {{k: v for k, v in enc.items() if k in tok.model_input_names}}
 with torch.no_grad():
     remote = A.from_pretrained(out, trust_remote_code=True).eval()(**batch).logits
     own = load_model(A, out)[0].eval()(**batch).logits
 diff = float((remote - own).abs().max())
-print(f"max |logit difference| {diff:.2e}"); sys.exit(0 if diff < 1e-5 else 4)
+print(f"max |logit difference| {{diff:.2e}}"); sys.exit(0 if diff < 1e-5 else 4)
 """
 
 

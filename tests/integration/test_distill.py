@@ -332,3 +332,18 @@ def test_distillation_refuses_soft_targets_in_the_data(teacher, tmp_path):
         module.setup("fit")
     dm.soft_label_column = None
     module.setup("fit")  # the same data without soft targets is accepted
+
+
+def test_distillation_refuses_windowed_data(teacher, tmp_path):
+    """Distillation reads each text once; windows in its data are refused in one line naming the option."""
+    from types import SimpleNamespace
+
+    from domainbert.data.classification import ClassificationDataModule
+
+    module = DistillationModule(teacher=str(teacher), student_layers=1)
+    dm = ClassificationDataModule(labels=LABELS, long_text="windows")
+    module._trainer = SimpleNamespace(datamodule=dm)
+    with pytest.raises(DomainBertError, match="data.long_text=windows: distillation reads each text once"):
+        module.setup("fit")
+    module._trainer = SimpleNamespace(datamodule=ClassificationDataModule(labels=LABELS, long_text="truncate"))
+    module.setup("fit")  # the same data truncated is accepted
