@@ -286,6 +286,8 @@ def check_json_lines(path: Path) -> None:
 
 
 def _check_columns(ds: datasets.Dataset, columns: Sequence[str], where) -> None:
-    for col in columns:
-        if col and col not in ds.column_names:
-            raise DomainBertError(f"{where}: no column {col!r}; the columns are {ds.column_names}")
+    """Refuse a file that lacks any of ``columns``, naming every missing one at once and the columns it has."""
+    missing = [col for col in columns if col and col not in ds.column_names]
+    if missing:
+        named = ", ".join(repr(col) for col in missing)
+        raise DomainBertError(f"{where}: no column {named}; the columns are {ds.column_names}")

@@ -329,8 +329,8 @@ def main(argv: list[str] | None = None) -> None:
         message = str(err)
         if "finetune" in message and "enabled" in message:
             raise DomainBertError(FINETUNE_ENABLED) from None
-        parser.exit_on_error = True
-        parser.error(message)
+        first = " ".join(message.split())
+        raise DomainBertError(f"pipeline: {first} (`domainbert pipeline --help` lists every option)") from None
     kwargs = parser.instantiate_classes(cfg).as_dict()
     kwargs.pop("config", None)
     pipeline(**kwargs)
