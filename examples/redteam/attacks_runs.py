@@ -123,8 +123,9 @@ def item14() -> list[Attack]:
                setup=lambda w, v: None if (w / "half").exists() else fixtures.half_config(Path(v["bert"]), w / "half")),
         Attack("sweep-storage-at-password", "14",
                ["sweep", "--config", "{cfg_cls}", "--sweep", "{sweep_lr}", "--n_trials", "1", "--out", "sw",
-                "--storage", "postgresql://bob:s3cr@tpw@localhost:5432/db"],
-               "one line; the password never printed", secrets=["s3cr", "tpw"]),
+                "--storage", "postgresql://bob:s3cr@tpw@localhost:5432/db", *CLS[2:]],
+               "one line naming the storage URL's unencoded @; the password never printed", names=["@"],
+               secrets=["s3cr", "tpw"]),
     ]  # fmt: skip
 
 
