@@ -10,6 +10,7 @@ import pytest
 
 from domainbert.errors import DomainBertError
 from domainbert.pipeline import (
+    DaptSpec,
     ExportSpec,
     FinetuneSpec,
     PretrainSpec,
@@ -102,7 +103,7 @@ def test_a_rerun_reruns_a_stage_whose_config_file_changed_and_what_follows_an_up
         ({"metric": "accuracy"}, "expected one of"),
         ({"select": SelectSpec(enabled=True), "dapt": StageSpec(enabled=False)}, "select curates the DAPT data"),
         ({"vocab": VocabSpec(enabled=True), "dapt": StageSpec(enabled=False)}, "new vocabulary rows need"),
-        ({"corpus": None}, "read the domain corpus"),
+        ({"corpus": None, "dapt": DaptSpec(enabled=True)}, "read the domain corpus"),  # auto: off, no error
     ],
 )
 def test_a_pipeline_that_cannot_work_is_refused_before_any_training(tiny_bert, tmp_path, kwargs, message):
