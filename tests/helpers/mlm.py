@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import lightning.pytorch as L
+
 from domainbert.data.corpus import CorpusDataModule
 
 
@@ -20,3 +22,28 @@ def fixed_batch(dm):
     """The first training batch of ``dm``."""
     dm.setup("fit")
     return next(iter(dm.train_dataloader()))
+
+
+def quiet_trainer(max_steps: int, callbacks=()) -> L.Trainer:
+    """A CPU trainer with no logger, checkpoint, progress bar, summary or validation: a pretraining test's fit."""
+    return L.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_steps=max_steps,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        callbacks=list(callbacks),
+    )
+
+
+class LossRecorder(L.Callback):
+    """Records every training step's loss, to show that it falls."""
+
+    def __init__(self) -> None:
+        self.losses: list[float] = []
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self.losses.append(float(outputs["loss"]))

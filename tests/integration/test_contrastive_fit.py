@@ -11,37 +11,15 @@ import torch
 
 from domainbert.errors import DomainBertError
 from domainbert.modules.contrastive import ContrastiveModule
-from tests.helpers.mlm import small_corpus
-
-
-def _trainer(max_steps: int, callbacks=()) -> L.Trainer:
-    return L.Trainer(
-        accelerator="cpu",
-        devices=1,
-        max_steps=max_steps,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        limit_val_batches=0,
-        callbacks=list(callbacks),
-    )
-
-
-class _Losses(L.Callback):
-    def __init__(self) -> None:
-        self.losses: list[float] = []
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        self.losses.append(float(outputs["loss"]))
+from tests.helpers.mlm import LossRecorder, quiet_trainer, small_corpus
 
 
 def test_a_short_fit_lowers_the_loss(tiny_bert, corpus_file, tmp_path):
     L.seed_everything(0, verbose=False)
     module = ContrastiveModule(str(tiny_bert), learning_rate=1e-3, warmup_ratio=0.0, temperature=0.05)
     dm = small_corpus(module, corpus_file, tmp_path, packing=False)  # 64 texts, 8 batches of 8
-    losses = _Losses()
-    _trainer(40, [losses]).fit(module, datamodule=dm)
+    losses = LossRecorder()
+    quiet_trainer(40, [losses]).fit(module, datamodule=dm)
     assert len(losses.losses) == 40 and all(math.isfinite(x) for x in losses.losses)
     first, last = sum(losses.losses[:8]) / 8, sum(losses.losses[-8:]) / 8  # the same 8 batches, epochs 1 and 5
     assert last < 0.8 * first, f"the loss did not fall: {first:.3f} -> {last:.3f}"
@@ -55,7 +33,7 @@ def test_the_export_loads_into_a_classifier(tiny_bert, corpus_file, tmp_path):
     before = module.model.embeddings.word_embeddings.weight.detach().clone()
     pooler = module.model.pooler.dense.weight.detach().clone()
     assert not any(p.requires_grad for p in module.model.pooler.parameters()), "the unused pooler is frozen (DDP)"
-    _trainer(3).fit(module, datamodule=small_corpus(module, corpus_file, tmp_path, packing=False))
+    quiet_trainer(3).fit(module, datamodule=small_corpus(module, corpus_file, tmp_path, packing=False))
     trained = module.model.embeddings.word_embeddings.weight.detach()
     assert not torch.equal(before, trained), "training changed the encoder"
     assert torch.equal(module.model.pooler.dense.weight, pooler), "and left the pooler as it was"
@@ -72,4 +50,4 @@ def test_a_batch_size_of_one_is_refused(tiny_bert, corpus_file, tmp_path):
     dm = small_corpus(module, corpus_file, tmp_path, packing=False)
     dm.batch_size = 1
     with pytest.raises(DomainBertError, match="batch_size to 2 or more"):
-        _trainer(1).fit(module, datamodule=dm)
+        quiet_trainer(1).fit(module, datamodule=dm)

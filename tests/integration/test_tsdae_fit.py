@@ -18,30 +18,8 @@ from domainbert.core.embed import native_pooling
 from domainbert.modules.tsdae import TsdaeModule
 from domainbert.pipeline import WatchSpec
 from domainbert.pipeline.strategies.tsdae import TsdaeSpec
-from tests.helpers.mlm import small_corpus
+from tests.helpers.mlm import LossRecorder, quiet_trainer, small_corpus
 from tests.helpers.pipeline_tiny import OPEN_GATE, tiny_pipeline
-
-
-def _trainer(max_steps: int, callbacks=()) -> L.Trainer:
-    return L.Trainer(
-        accelerator="cpu",
-        devices=1,
-        max_steps=max_steps,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        limit_val_batches=0,
-        callbacks=list(callbacks),
-    )
-
-
-class _Losses(L.Callback):
-    def __init__(self) -> None:
-        self.losses: list[float] = []
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        self.losses.append(float(outputs["loss"]))
 
 
 @pytest.mark.parametrize("fam", ["bert", "roberta"])
@@ -49,8 +27,8 @@ def test_a_short_fit_lowers_the_reconstruction_loss(tiny_models, corpus_file, tm
     L.seed_everything(0, verbose=False)
     module = TsdaeModule(str(tiny_models[fam]), learning_rate=3e-3, pooling="mean")
     dm = small_corpus(module, corpus_file, tmp_path, packing=False)  # 64 texts, 8 batches of 8
-    losses = _Losses()
-    _trainer(40, [losses]).fit(module, datamodule=dm)
+    losses = LossRecorder()
+    quiet_trainer(40, [losses]).fit(module, datamodule=dm)
     assert len(losses.losses) == 40 and all(math.isfinite(x) for x in losses.losses)
     first, last = sum(losses.losses[:8]) / 8, sum(losses.losses[-8:]) / 8  # the same 8 texts, epochs 1 and 5
     assert last < 0.8 * first, f"the loss did not fall: {first:.3f} -> {last:.3f}"
@@ -63,7 +41,7 @@ def test_the_export_is_the_trained_encoder_with_its_pooling(tiny_bert, corpus_fi
     L.seed_everything(0, verbose=False)
     module = TsdaeModule(str(tiny_bert), learning_rate=1e-3, pooling="mean")
     before = module.model.embeddings.word_embeddings.weight.detach().clone()
-    _trainer(3).fit(module, datamodule=small_corpus(module, corpus_file, tmp_path, packing=False))
+    quiet_trainer(3).fit(module, datamodule=small_corpus(module, corpus_file, tmp_path, packing=False))
     trained = module.model.state_dict()
     assert not torch.equal(before, trained["embeddings.word_embeddings.weight"]), "training changed the encoder"
     out = module.export_hf(tmp_path / "hf")
