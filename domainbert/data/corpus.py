@@ -249,6 +249,7 @@ class CorpusDataModule(L.LightningDataModule):
         self.tokenizer = None
         self.train_ds: Dataset | None = None
         self.val_ds: Dataset | None = None
+        self._train_ids = None  # the tokenized training split's ``input_ids`` (an arrow column), for counting
 
     def connect(self, tokenizer) -> None:
         """Hand over the model's tokenizer (called by the CLI after instantiation)."""
@@ -321,7 +322,9 @@ class CorpusDataModule(L.LightningDataModule):
             return
         truncate = not hp.packing
         val_source = self.val_spec or f"{Path(str(self.train_spec)).name} (validation part)"
-        self.train_ds = self._wrap(self._tokenize(train_docs, truncate, str(self.train_spec)))
+        tokenized = self._tokenize(train_docs, truncate, str(self.train_spec))
+        self._train_ids = tokenized.data.column("input_ids")
+        self.train_ds = self._wrap(tokenized)
         self.val_ds = self._wrap(self._tokenize(val_docs, truncate, str(val_source))) if val_docs is not None else None
         log.info(
             "corpus: %d train / %s validation examples of up to %d tokens",
@@ -329,6 +332,22 @@ class CorpusDataModule(L.LightningDataModule):
             len(self.val_ds) if self.val_ds is not None else 0,
             self.max_length,
         )
+
+    def train_token_ids(self, max_tokens: int) -> Iterator[np.ndarray] | None:
+        """The first ``max_tokens`` token ids of the tokenized training split, read from its arrow column.
+
+        In the split's order (shuffled by the validation split or ``max_documents``, else the files' order): the
+        tokens the training examples hold before masking, without the ``[CLS]``/``[SEP]`` packing adds (with
+        ``packing``, the first ``max_tokens`` ids are those of the first ``max_tokens / (max_length - 2)`` blocks).
+        Used to count the unigram frequencies of the data (:func:`domainbert.core.mlm_head.unigram_bias_from_data`).
+
+        Returns:
+            The ids in arrays (views of the memory-mapped file where it can), or None before ``setup`` and for
+            sentence pairs (``nsp``), which are built while loading.
+        """
+        if self._train_ids is None:
+            return None
+        return _prefix(self._train_ids, max_tokens)
 
     # -- loaders ----------------------------------------------------------------------------------------------
     def _loading(self) -> dict:
@@ -361,6 +380,18 @@ class CorpusDataModule(L.LightningDataModule):
 
     def test_dataloader(self) -> DataLoader | list:
         return self.val_dataloader()
+
+
+def _prefix(column, max_tokens: int) -> Iterator[np.ndarray]:
+    """The first ``max_tokens`` values of an arrow ``list<int>`` column (a ChunkedArray), chunk by chunk."""
+    left = max_tokens
+    for chunk in column.chunks:
+        if left <= 0:
+            return
+        values = chunk.flatten()
+        values = values.slice(0, min(left, len(values)))
+        left -= len(values)
+        yield values.to_numpy(zero_copy_only=False)
 
 
 def documents(spec: str | Sequence[str], text_column: str = "text"):

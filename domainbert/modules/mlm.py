@@ -199,9 +199,9 @@ class MaskedLMModule(HFModule):
         """
         dm = self.attached_datamodule()
         if stage == "fit" and self._init_head_from_data and dm is not None:
-            from domainbert.core.mlm_head import unigram_bias
+            from domainbert.core.mlm_head import unigram_bias_from_data
 
-            if unigram_bias(self.model, dm.train_dataloader(), exclude=self.tokenizer.all_special_ids):
+            if unigram_bias_from_data(self.model, dm, exclude=self.tokenizer.all_special_ids):
                 log.info("MLM head: identity transform, output bias from the data's log unigram frequencies")
             self._init_head_from_data = False
         nsp = (getattr(dm, "hparams", None) or {}).get("nsp") if dm is not None else None

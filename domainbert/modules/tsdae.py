@@ -218,9 +218,9 @@ class TsdaeModule(HFModule):
         if hp.get("packing"):
             log.warning("data.packing is true: each example is a block of concatenated texts; set packing: false")
         if stage == "fit" and self._init_head_from_data:
-            from domainbert.core.mlm_head import unigram_bias
+            from domainbert.core.mlm_head import unigram_bias_from_data
 
-            if unigram_bias(self.decoder, dm.train_dataloader(), exclude=self.tokenizer.all_special_ids):
+            if unigram_bias_from_data(self.decoder, dm, exclude=self.tokenizer.all_special_ids):
                 log.info("decoder LM head: identity transform, output bias from the data's log unigram frequencies")
             self._init_head_from_data = False
 

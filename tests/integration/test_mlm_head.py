@@ -83,7 +83,7 @@ def test_a_fit_sets_the_bias_from_the_training_data_without_special_tokens(tiny_
 
     headless = _headless(tiny_models["bert"], tmp_path)
     calls = []
-    monkeypatch.setattr(mlm_head, "unigram_bias", lambda *a, **k: calls.append(k) or True)
+    monkeypatch.setattr(mlm_head, "unigram_bias_from_data", lambda *a, **k: calls.append(k) or True)
     args = ["fit", "--config", "configs/pretrain/tiny_debug.yaml", "--model.init_from", str(headless)]
     args += ["--trainer.val_check_interval", "2", "--trainer.limit_val_batches", "1"]
     args += ["--trainer.max_steps", "2", "--trainer.default_root_dir", str(tmp_path / "runs")]

@@ -47,6 +47,16 @@ def test_a_call_with_truncation_leaves_the_tokenizer_fingerprint_as_it_was(tiny_
     assert token_cache.tokenizer_fingerprint(tok) == before
 
 
+def test_the_remembered_tokenizer_state_gives_the_fingerprint_of_a_fresh_computation(tiny_bert, monkeypatch):
+    tok = AutoTokenizer.from_pretrained(tiny_bert)
+    first = token_cache.tokenizer_fingerprint(tok)
+    assert token_cache.tokenizer_fingerprint(tok) == first  # the remembered state
+    monkeypatch.setattr(token_cache, "_LAST_STATE", ("", b""))
+    assert token_cache.tokenizer_fingerprint(tok) == first  # computed afresh
+    tok.backend_tokenizer.normalizer = None  # a change outside the vocabulary and the special tokens
+    assert token_cache.tokenizer_fingerprint(tok) != first
+
+
 def test_the_fingerprint_follows_max_length_the_file_content_the_vocabulary_and_the_split(tiny_bert, tmp_path):
     tok = AutoTokenizer.from_pretrained(tiny_bert)
     train = tmp_path / "cls_train.jsonl"
