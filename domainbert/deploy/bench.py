@@ -77,6 +77,41 @@ def task_metrics(runner, batches: list[dict], num_labels: int) -> dict[str, floa
     return {names.get(k, k): round(float(v), 5) for k, v in metrics.compute().items()}
 
 
+def known_metrics(path: str | Path, labels: list[int] | None, label_names: list[str] | None, num_labels: int | None):
+    """Accuracy and macro-F1 of the test predictions a training stage already made over the same rows.
+
+    ``path`` is a JSON file of ``{"gold", "pred", "labels"}`` (the pipeline's ``test_predictions.json``): the gold
+    and predicted label ids of every row of ``--data`` in file order, and the label names in id order. Its metrics
+    are those of the stage's own test pass, so the rows are not run through the model again.
+
+    Returns:
+        ``{"accuracy", "f1_macro"}`` as :func:`task_metrics` rounds them, or None (with the reason logged) when the
+        file does not describe these rows and labels: then the rows are run through the model after all.
+    """
+    import json
+    import logging
+
+    from domainbert.modules.metrics import classification_metrics
+
+    log = logging.getLogger(__name__)
+    try:
+        known = json.loads(Path(path).read_text(encoding="utf-8"))
+        gold, pred, names = list(known["gold"]), list(known["pred"]), list(known["labels"])
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as err:
+        log.warning("%s: not test predictions (%s); the rows are run through the model instead", path, err)
+        return None
+    if labels is None or not num_labels or gold != list(labels) or len(pred) != len(gold):
+        log.warning("%s: its gold labels are not those of --data's rows; the rows are run through the model", path)
+        return None
+    if label_names is not None and names != list(label_names):
+        log.warning("%s: its labels are not the model's, in its order; the rows are run through the model", path)
+        return None
+    metrics = classification_metrics(num_labels)
+    metrics.update(torch.tensor(pred), torch.tensor(gold))
+    names_out = {"acc": "accuracy"}
+    return {names_out.get(k, k): round(float(v), 5) for k, v in metrics.compute().items()}
+
+
 def weights_size(folder: Path) -> int:
     """Bytes of the weight files (safetensors, pt, onnx) in ``folder``."""
     return sum(f.stat().st_size for f in folder.iterdir() if f.is_file() and f.name.endswith(WEIGHT_SUFFIXES))
@@ -96,6 +131,7 @@ class EvalSet:
     b32: list[dict]
     num_labels: int | None
     repeats: int
+    labels: list[int] | None = None
 
     @classmethod
     def build(
@@ -128,15 +164,22 @@ class EvalSet:
             b32=encode(tokenizer, timed[: max(32, latency_examples // 32 * 32)], 32, max_length),
             num_labels=num_labels,
             repeats=repeats,
+            labels=labels,
         )
 
 
-def measure(runner, evalset: EvalSet) -> dict[str, Any]:
-    """Latency per example at batch 1 and 32 (ms), and the task metric when there are labels."""
+def measure(runner, evalset: EvalSet, known: dict | None = None) -> dict[str, Any]:
+    """Latency per example at batch 1 and 32 (ms), and the task metric when there are labels.
+
+    ``known``: the task metric already computed from a training stage's own test pass over the same rows
+    (:func:`known_metrics`); the rows are then not run again, and the row says where its metric came from.
+    """
     out: dict[str, Any] = {
         "latency_ms_b1": latency_ms(runner, evalset.b1, evalset.repeats),
         "latency_ms_b32": latency_ms(runner, evalset.b32, evalset.repeats),
     }
-    if evalset.metric_batches and evalset.num_labels:
+    if known is not None:
+        out.update(known)
+    elif evalset.metric_batches and evalset.num_labels:
         out.update(task_metrics(runner, evalset.metric_batches, evalset.num_labels))
     return out

@@ -46,7 +46,7 @@ from typing import Literal
 import torch
 from torch import nn
 
-from domainbert.deploy.bench import EvalSet, encode
+from domainbert.deploy.bench import EvalSet, encode, known_metrics
 from domainbert.deploy.load import load_variant
 from domainbert.deploy.prune import prune_and_refit
 from domainbert.deploy.quantize import to_bf16
@@ -94,6 +94,8 @@ def export(
     threads: int | None = None,
     seed: int = 0,
     trust_pickle: bool = False,
+    predictions: str | None = None,
+    teacher_predictions: str | None = None,
 ) -> dict:
     """Write the deployment variants of ``model`` under ``out``, each with its report.
 
@@ -131,6 +133,12 @@ def export(
         seed: random seed (re-fit order and dropout).
         trust_pickle: let ``--model`` and ``--teacher`` be torchao int8 folders, whose weights load only by a full
             unpickling (which can run code): only for folders you trust.
+        predictions: the model's test predictions over ``data`` from a pass already made (a JSON file of
+            ``{"gold", "pred", "labels"}``, as the pipeline's training stages write ``test_predictions.json``): the
+            ``student`` row takes its task metric from them instead of a pass of its own over the rows (which runs
+            after all, with a warning, when the file's gold labels or label names are not those of ``data`` and the
+            model). Latency is still measured.
+        teacher_predictions: the same for the teacher's row.
 
     Returns:
         The summary report (also written to ``out/report.json``).
@@ -148,11 +156,12 @@ def export(
         common = {"examples": len(texts), "data": data, "limit": limit, "threads": torch.get_num_threads()}
         common["max_length"] = max_length
         outs = Outputs(Path(out), tokenizer, evalset, common, threads, onnx_opset, onnx_fuse)
+        known = partial(_known, labels=None if limit else labels, num_labels=num_labels)
         teacher_model = None
         if teacher is not None:
             teacher_model = _load_teacher(teacher, tokenizer, model, trust_pickle)
-            teacher_variant(outs, teacher, teacher_model)
-        hf_variant(outs, "student", base, extra={"source": str(model)})
+            teacher_variant(outs, teacher, teacher_model, known(teacher_predictions, teacher_model.config))
+        hf_variant(outs, "student", base, extra={"source": str(model)}, known=known(predictions, base.config))
         deployed = base
         if prune_heads > 0:
             batches = _train_batches(read(train, limit=None), tokenizer, batch_size, max_length, seed)
@@ -166,6 +175,16 @@ def export(
         write_summary(outs.out, result)
         print(summary_markdown(result))
         return result
+
+
+def _known(path: str | None, config, labels: list[int] | None, num_labels: int | None) -> dict | None:
+    """The task metric of a model's earlier test pass over the rows (``--predictions``), with ``from``: the file."""
+    if path is None or labels is None:
+        return None
+    id2label = getattr(config, "id2label", None) or {}
+    names = [str(id2label[i]) for i in range(len(id2label))] if id2label else None
+    metrics = known_metrics(path, labels, names, num_labels)
+    return {**metrics, "from": str(path)} if metrics is not None else None
 
 
 def _check_pruning(prune_heads: float, train: str | None, label2id: dict | None) -> None:

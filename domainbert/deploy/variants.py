@@ -74,23 +74,42 @@ class Outputs:
         return row
 
 
-def teacher_variant(outs: Outputs, path: str, model: nn.Module) -> dict:
-    """``teacher/``: only the report of the teacher at ``path``, measured like the variants."""
-    measured = measure(TorchRunner(model), outs.evalset)
-    row = variant_row("teacher", path, Path(path), num_params(model), measured, outs.common)
+def _metric_from(known: dict | None) -> dict:
+    """The row's note on where its task metric came from, when a training stage's test pass gave it."""
+    return {"metric_from": known["from"]} if known else {}
+
+
+def _known(known: dict | None) -> dict | None:
+    """The metrics of ``known`` (``{"from": file, metric: value...}``) without its note."""
+    return {k: v for k, v in known.items() if k != "from"} if known else None
+
+
+def teacher_variant(outs: Outputs, path: str, model: nn.Module, known: dict | None = None) -> dict:
+    """``teacher/``: only the report of the teacher at ``path``, measured like the variants.
+
+    ``known``: its task metric from its own test pass (:func:`~domainbert.deploy.bench.known_metrics` and ``from``,
+    the file), which spares a pass over the rows.
+    """
+    measured = measure(TorchRunner(model), outs.evalset, _known(known))
+    row = variant_row("teacher", path, Path(path), num_params(model), measured, outs.common, _metric_from(known))
     with atomic_dir(outs.out / "teacher") as tmp:
         write_report(tmp, row)
     return outs.add(row)
 
 
-def hf_variant(outs: Outputs, name: str, model: nn.Module, bf16: bool = False, extra: dict | None = None) -> dict:
-    """A Hugging Face folder (``student/``, ``pruned/``, ``bf16/``); ``bf16`` runs it under CPU bf16 autocast."""
+def hf_variant(
+    outs: Outputs, name: str, model: nn.Module, bf16: bool = False, extra: dict | None = None, known: dict | None = None
+) -> dict:
+    """A Hugging Face folder (``student/``, ``pruned/``, ``bf16/``); ``bf16`` runs it under CPU bf16 autocast.
+
+    ``known``: the model's task metric from its own test pass, as in :func:`teacher_variant`.
+    """
     with atomic_dir(outs.out / name) as tmp:
         model.save_pretrained(tmp)
         write_modeling_file(model, tmp)
         outs.save_files(tmp, info={"variant": "bf16"} if bf16 else None)
-        measured = measure(TorchRunner(model, bf16=bf16), outs.evalset)
-        row = outs.report(name, tmp, num_params(model), measured, extra)
+        measured = measure(TorchRunner(model, bf16=bf16), outs.evalset, _known(known))
+        row = outs.report(name, tmp, num_params(model), measured, {**(extra or {}), **_metric_from(known)})
     return outs.add(row)
 
 

@@ -164,8 +164,11 @@ def pipeline(
     stopped = tuple(c.name for c in ctx.candidates if c.stopped)  # behind after their first seed: never shipped
     gated = tuple(c.name for c in ctx.candidates if c.gated and not c.gate.get("skipped"))
     chosen, why = recipe.choose(ctx.results(), ctx.metric, exclude=stopped, gated=gated)
-    teacher = recipe.best_run(ctx.results()[chosen], ctx.metric)["hf"]
-    student, deployed = recipe.distill_and_export(ctx.runner, teacher, task, distill, export)
+    best = recipe.best_run(ctx.results()[chosen], ctx.metric)
+    teacher = best["hf"]
+    student, deployed = recipe.distill_and_export(
+        ctx.runner, teacher, task, distill, export, teacher_predictions=best.get("predictions")
+    )
     choice = (chosen, why, teacher)
     report = write_report(ctx.runner, ctx.candidates, probed, choice, student, deployed, ctx.metric, ctx.seeds)
     print(f"\nPipeline done. Shipped: {teacher} ({chosen}: {why}). Report: {report}")

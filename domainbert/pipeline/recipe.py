@@ -229,11 +229,20 @@ def best_run(runs: list[dict], metric: str) -> dict:
     return max(runs, key=lambda r: r["metrics"].get(f"val/{metric}") or float("-inf"))
 
 
-def distill_and_export(runner: Runner, teacher: str, task: TaskFiles, distill: StageSpec, export: ExportSpec):
+def distill_and_export(
+    runner: Runner,
+    teacher: str,
+    task: TaskFiles,
+    distill: StageSpec,
+    export: ExportSpec,
+    teacher_predictions: str | None = None,
+):
     """Distil ``teacher`` into a student and export its deployment variants; ``(student record, export folder)``.
 
     When the export does not run, the pipeline's output says why, and so does the student record's
-    ``export_skipped`` (for the report).
+    ``export_skipped`` (for the report). The export's teacher and student rows take their test metrics from the
+    test passes their stages made (``teacher_predictions``, the student record's ``predictions``): each model reads
+    the test split once.
     """
     if not distill.enabled:
         return None, None
@@ -245,6 +254,9 @@ def distill_and_export(runner: Runner, teacher: str, task: TaskFiles, distill: S
         return {**student, "export_skipped": skipped}, None
     folder = runner.out / "export"
     args = ["export", "--model", student["hf"], "--teacher", teacher, "--data", task.test, "--out", str(folder)]
+    for flag, path in (("--predictions", student.get("predictions")), ("--teacher_predictions", teacher_predictions)):
+        if path:
+            args += [flag, str(path)]
     runner.tool(
         "export",
         [*args, "--text_column", task.text_column, "--label_column", task.label_column, *export.args],

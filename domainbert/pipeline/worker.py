@@ -89,6 +89,40 @@ class TestPredictions(Callback):
         return {"gold": self.gold, "pred": self.pred, "labels": list(getattr(model, "label_names", []) or [])}
 
 
+class Validations(Callback):
+    """The validation metrics (``val/...``) of every validation pass of a ``fit`` (not the sanity check's).
+
+    Kept so that the record can give the validation metrics of the weights the model holds after ``fit`` without a
+    pass of its own over the validation rows: the best checkpoint's (restored by ``HFExport``) were seen when
+    ``ModelCheckpoint`` chose it, the final weights' at the last validation, when it came after the last step.
+    """
+
+    def __init__(self) -> None:
+        self.passes: list[tuple[int, dict[str, float]]] = []
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        if not trainer.sanity_checking:
+            metrics = {k: v for k, v in _floats(trainer.callback_metrics).items() if k.startswith("val/")}
+            self.passes.append((trainer.global_step, metrics))
+
+    def of_model(self, trainer, export) -> dict[str, float] | None:
+        """The ``val/`` metrics of the weights the model holds after ``fit``; None when no pass saw them.
+
+        Args:
+            trainer: the trainer that ran ``fit``.
+            export: the run's ``HFExport`` (it restores the best monitored checkpoint), or None.
+        """
+        best = export.best_path(trainer) if export is not None and export.enabled and export.restore_best else None
+        if best and Path(best).exists():
+            saver = next(cb for cb in trainer.checkpoint_callbacks if getattr(cb, "best_model_path", "") == best)
+            score = float(saver.best_model_score)
+            # ModelCheckpoint keeps a checkpoint only when it beats the best so far: the first pass with its score
+            return next((m for _, m in self.passes if m.get(saver.monitor) == score), None)
+        if self.passes and self.passes[-1][0] == trainer.global_step:
+            return self.passes[-1][1]
+        return None
+
+
 class StageClock(Callback):
     """The timestamps of a stage's training, evaluation and export (see :mod:`domainbert.pipeline.timing`).
 
@@ -162,7 +196,9 @@ def worker(result_path: str, args: list[str], test: bool, evaluate: bool = False
     """Fit (and test the best weights of) one config, or only evaluate a model; write the record to ``result_path``.
 
     The record's metrics are those of the best checkpoint, which ``HFExport`` restored at the end of ``fit``:
-    validation metrics from a fresh ``validate`` pass, so the choice between runs never reads the last epoch's.
+    its validation metrics are the ones of the validation pass that made ``ModelCheckpoint`` keep it
+    (:class:`Validations`), so the choice between runs never reads the last epoch's and the validation rows are
+    not read again; a fresh ``validate`` pass only where no pass of the fit saw the weights the model holds.
 
     With ``evaluate`` nothing is trained: the model ``--model.init_from`` names is validated and tested as it is,
     and the record's ``hf`` is that folder.
@@ -181,12 +217,18 @@ def worker(result_path: str, args: list[str], test: bool, evaluate: bool = False
     trainer, model, dm = cli.trainer, cli.model, cli.datamodule
     clock = StageClock()
     trainer.callbacks.insert(0, clock)
-    metrics = {}
+    validations = Validations()
+    trainer.callbacks.append(validations)
+    export = next((cb for cb in trainer.callbacks if isinstance(cb, HFExport)), None)
+    metrics, seen = {}, None
     if not evaluate:
         trainer.fit(model, datamodule=dm)
         clock.fit_returned()
         metrics = _floats(trainer.callback_metrics)
-    if evaluate or (trainer.num_val_batches and sum(trainer.num_val_batches)):
+        seen = validations.of_model(trainer, export)
+    if seen is not None:
+        metrics.update(seen)
+    elif evaluate or (trainer.num_val_batches and sum(trainer.num_val_batches)):
         trainer.validate(model, datamodule=dm, ckpt_path=None, verbose=False)
         metrics.update(_floats(trainer.callback_metrics))
     record = {"run": str(trainer.log_dir), "metrics": metrics}
@@ -194,7 +236,6 @@ def worker(result_path: str, args: list[str], test: bool, evaluate: bool = False
         _test(trainer, model, dm, metrics, record, Path(result_path).with_name("test_predictions.json"), clock)
     if not trainer.is_global_zero:
         return
-    export = next((cb for cb in trainer.callbacks if isinstance(cb, HFExport)), None)
     if evaluate:
         record["hf"] = str(model.hparams.init_from)
     else:

@@ -30,6 +30,24 @@ ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "tests" / "fixtures"
 
 
+def test_a_fit_records_the_best_checkpoints_validation_metrics_without_validating_it_again(tiny_bert, tmp_path):
+    """The worker's validation metrics are those of the pass that chose the best checkpoint: a fresh validation of
+    the exported model gives the same, and the fit's evaluation passes are its sanity check, one validation per epoch
+    and the one test pass."""
+    runner = Runner(tmp_path / "p", isolate="none")
+    task = TaskFiles(str(FIX / "cls_train.jsonl"), str(FIX / "cls_val.jsonl"), str(FIX / "cls_test.jsonl"))
+    config = str(ROOT / "configs/finetune/tiny_classification.yaml")
+    args = [*task.data_args(), "--trainer.max_epochs=3", "--model.learning_rate=3e-3"]
+    record = runner.fit("ft", config, ["--model.init_from", str(tiny_bert), *args], test=True)
+    marks = json.loads((tmp_path / "p" / "ft" / "marks.json").read_text())
+    assert len(marks["eval"]) == 1 + 3 + 1
+    again = runner.evaluate("ev", config, ["--model.init_from", record["hf"], *args])
+    val = {k: v for k, v in record["metrics"].items() if k.startswith("val/")}
+    assert set(val) == {"val/loss", "val/acc", "val/f1_macro"}
+    assert val == pytest.approx({k: again["metrics"][k] for k in val}, abs=1e-6)
+    assert record["metrics"]["test/f1_macro"] == pytest.approx(again["metrics"]["test/f1_macro"], abs=1e-6)
+
+
 def test_runner_skips_done_stages_reruns_changed_ones_and_names_the_log_of_a_failure(tmp_path, capsys):
     runner = Runner(tmp_path)
     assert runner.tool("list", ["datamodules"], result="listed")["result"] == "listed"
