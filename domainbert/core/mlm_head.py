@@ -52,8 +52,9 @@ def identity_transform(model) -> bool:
     return True
 
 
-#: The most token ids :func:`unigram_bias_from_data` counts: the first ones of the training split (about 32 MB of
-#: ``int32`` read from the memory-mapped arrow file, counted in a few tens of milliseconds).
+#: The most token ids :func:`unigram_bias_from_data` counts: evenly spaced slices of the training split's ids where
+#: it holds more (about 32 MB of ``int32`` read from the memory-mapped arrow file, counted in a few tens of
+#: milliseconds).
 MAX_COUNTED_TOKENS = 2**23
 
 
@@ -105,10 +106,11 @@ def unigram_bias_from_data(
     """Set the output bias to the log unigram frequency of ``datamodule``'s training data (add-one smoothed).
 
     A data module with ``train_token_ids(max_tokens)`` (``CorpusDataModule``) hands over the ids of its tokenized
-    training split, read straight from the arrow column: its first ``max_tokens`` ids in the split's order (all of
-    them for a corpus up to ``MAX_COUNTED_TOKENS``), the text tokens a batch holds before masking; no loader, no
-    collating. Any other data module (or one that returns None) has the first ``max_batches`` batches of its
-    training loader counted, as :func:`unigram_bias` does.
+    training split, read straight from the arrow column: all of them for a split of up to ``max_tokens`` ids, else
+    ``max_tokens`` ids in evenly spaced slices across the split (so a split in the files' order is sampled from
+    every part of the corpus), the tokens a batch holds before masking; no loader, no collating. Any other data
+    module (or one that returns None) has the first ``max_batches`` batches of its training loader counted, as
+    :func:`unigram_bias` does.
 
     Args:
         model: the masked-LM model whose head's output bias is set.

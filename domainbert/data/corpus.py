@@ -334,12 +334,15 @@ class CorpusDataModule(L.LightningDataModule):
         )
 
     def train_token_ids(self, max_tokens: int) -> Iterator[np.ndarray] | None:
-        """The first ``max_tokens`` token ids of the tokenized training split, read from its arrow column.
+        """About ``max_tokens`` token ids of the tokenized training split, read from its arrow column.
 
-        In the split's order (shuffled by the validation split or ``max_documents``, else the files' order): the
-        tokens the training examples hold before masking, without the ``[CLS]``/``[SEP]`` packing adds (with
-        ``packing``, the first ``max_tokens`` ids are those of the first ``max_tokens / (max_length - 2)`` blocks).
-        Used to count the unigram frequencies of the data (:func:`domainbert.core.mlm_head.unigram_bias_from_data`).
+        The ids as tokenized, before masking: with ``packing``, each document's ids followed by the ``[SEP]`` the
+        tokenization appends to it (the ``[CLS]``/``[SEP]`` of each block are added later, while loading); line by
+        line, each document's ``[CLS] ... [SEP]``. Special ids are left for the caller to exclude. A split of up to
+        ``max_tokens`` ids is read whole; a larger one in :data:`COUNT_SLICES` evenly spaced slices of the column
+        (:func:`spaced_slices`, ``max_tokens`` ids in all), so a split in the files' order is sampled across the
+        whole corpus, not only its first files. Used to count the unigram frequencies of the data
+        (:func:`domainbert.core.mlm_head.unigram_bias_from_data`).
 
         Returns:
             The ids in arrays (views of the memory-mapped file where it can), or None before ``setup`` and for
@@ -347,7 +350,7 @@ class CorpusDataModule(L.LightningDataModule):
         """
         if self._train_ids is None:
             return None
-        return _prefix(self._train_ids, max_tokens)
+        return _spaced(self._train_ids, max_tokens)
 
     # -- loaders ----------------------------------------------------------------------------------------------
     def _loading(self) -> dict:
@@ -382,16 +385,35 @@ class CorpusDataModule(L.LightningDataModule):
         return self.val_dataloader()
 
 
-def _prefix(column, max_tokens: int) -> Iterator[np.ndarray]:
-    """The first ``max_tokens`` values of an arrow ``list<int>`` column (a ChunkedArray), chunk by chunk."""
-    left = max_tokens
-    for chunk in column.chunks:
-        if left <= 0:
-            return
-        values = chunk.flatten()
-        values = values.slice(0, min(left, len(values)))
-        left -= len(values)
-        yield values.to_numpy(zero_copy_only=False)
+#: The slices :meth:`CorpusDataModule.train_token_ids` reads of a split larger than the ids it may count.
+COUNT_SLICES = 256
+
+
+def spaced_slices(total: int, max_tokens: int, slices: int = COUNT_SLICES) -> list[tuple[int, int]]:
+    """``(start, length)`` of at most ``slices`` evenly spaced, disjoint slices of ``total``, ``max_tokens`` in all.
+
+    The first starts at 0 and the gaps after them are as equal as whole numbers allow; all of ``total`` (one
+    slice) when it is at most ``max_tokens``, none when ``max_tokens`` is 0.
+    """
+    if max_tokens <= 0 or total <= 0:
+        return []
+    if total <= max_tokens:
+        return [(0, total)]
+    n = min(slices, max_tokens)
+    gap = total - max_tokens
+    # slice i: the ids from i * max_tokens // n of those counted, shifted by its share i * gap // n of those not
+    bounds = [i * max_tokens // n for i in range(n + 1)]
+    return [(bounds[i] + i * gap // n, bounds[i + 1] - bounds[i]) for i in range(n)]
+
+
+def _spaced(column, max_tokens: int, slices: int = COUNT_SLICES) -> Iterator[np.ndarray]:
+    """The values of an arrow ``list<int>`` column (a ChunkedArray) in :func:`spaced_slices` of its flattened ids."""
+    import pyarrow as pa
+
+    flat = pa.chunked_array([chunk.flatten() for chunk in column.chunks], type=column.type.value_type)
+    for start, length in spaced_slices(len(flat), max_tokens, slices):
+        for chunk in flat.slice(start, length).chunks:
+            yield chunk.to_numpy(zero_copy_only=False)
 
 
 def documents(spec: str | Sequence[str], text_column: str = "text"):

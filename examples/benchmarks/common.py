@@ -14,6 +14,7 @@ import math
 import os
 import platform
 import resource
+import subprocess
 import sys
 import tempfile
 import time
@@ -532,6 +533,38 @@ def hf_training_args(args, out: str, kind: str, **extra):
         dataloader_num_workers=0,
         **extra,
     )
+
+
+# -- child processes ----------------------------------------------------------------------------------------
+def child_env(args, caches: Path, path: Iterable[str | Path] = ()) -> dict:
+    """A child run's environment: its caches under ``caches``, ``args.repo`` then ``path`` first on the Python path.
+
+    ``HF_DATASETS_CACHE`` is ``<caches>/datasets`` and ``DOMAINBERT_CACHE`` ``<caches>/domainbert``; the output is
+    unbuffered, and ``OMP_NUM_THREADS`` is ``args.threads`` when given.
+    """
+    env = {**os.environ, "HF_DATASETS_CACHE": str(caches / "datasets"), "DOMAINBERT_CACHE": str(caches / "domainbert")}
+    entries = (str(args.repo), *(str(p) for p in path), env.get("PYTHONPATH"))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in entries if p)
+    env["PYTHONUNBUFFERED"] = "1"
+    if args.threads:
+        env["OMP_NUM_THREADS"] = str(args.threads)
+    return env
+
+
+def run_logged(cmd: list[str], log: Path, env: dict, cwd: str | Path | None = None, what: str = "run") -> float:
+    """Run ``cmd`` (in ``cwd``) with its output in ``log``; its wall-clock minutes.
+
+    Raises:
+        SystemExit: ``cmd`` failed: its exit code, ``log`` and its last 40 lines, after ``what``.
+    """
+    start = time.time()
+    with open(log, "w", encoding="utf-8") as fh:
+        code = subprocess.run(cmd, cwd=cwd, env=env, stdout=fh, stderr=subprocess.STDOUT).returncode
+    minutes = (time.time() - start) / 60
+    if code != 0:
+        tail = "".join(log.read_text(encoding="utf-8", errors="replace").splitlines(keepends=True)[-40:])
+        raise SystemExit(f"{what} failed (exit {code}); its output is {log}. Last lines:\n{tail}")
+    return minutes
 
 
 # -- models and data ----------------------------------------------------------------------------------------

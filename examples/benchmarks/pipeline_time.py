@@ -27,7 +27,6 @@ import argparse
 import json
 import os
 import shlex
-import subprocess
 import sys
 import tempfile
 import time
@@ -66,16 +65,6 @@ def quick_args(model: str) -> list[str]:
     ]
 
 
-def child_env(args, caches: Path) -> dict:
-    """The pipeline's environment: fresh caches under ``caches``, ``--repo`` first on the path, the threads."""
-    env = {**os.environ, "HF_DATASETS_CACHE": str(caches / "datasets"), "DOMAINBERT_CACHE": str(caches / "domainbert")}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(args.repo), env.get("PYTHONPATH")) if p)
-    env["PYTHONUNBUFFERED"] = "1"
-    if args.threads:
-        env["OMP_NUM_THREADS"] = str(args.threads)
-    return env
-
-
 def run_config(args, name: str, out: Path) -> dict:
     """Run config ``name`` into ``out/<name>``; ``{"minutes": wall clock, "state": state.json, "folder": ...}``."""
     folder = out / name
@@ -84,15 +73,8 @@ def run_config(args, name: str, out: Path) -> dict:
     config = CONFIGS[name][1]
     cmd = [sys.executable, "-m", "domainbert", "pipeline", "--config", config, "--out", str(folder), *args.extra]
     print(f"# {name}: {shlex.join(['python', *cmd[1:]])} (in {args.repo})", flush=True)
-    log = out / f"{name}.log"
-    start = time.time()
-    with open(log, "w", encoding="utf-8") as fh:
-        env = child_env(args, out / "caches" / name)
-        code = subprocess.run(cmd, cwd=args.repo, env=env, stdout=fh, stderr=subprocess.STDOUT).returncode
-    minutes = (time.time() - start) / 60
-    if code != 0:
-        tail = "".join(log.read_text(encoding="utf-8", errors="replace").splitlines(keepends=True)[-40:])
-        raise SystemExit(f"pipeline_time: {name} failed (exit {code}); its output is {log}. Last lines:\n{tail}")
+    env = common.child_env(args, out / "caches" / name)
+    minutes = common.run_logged(cmd, out / f"{name}.log", env, cwd=args.repo, what=f"pipeline_time: {name}")
     state = json.loads((folder / "state.json").read_text(encoding="utf-8"))
     return {"minutes": minutes, "state": state, "folder": folder}
 

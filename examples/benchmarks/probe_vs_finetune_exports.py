@@ -2,7 +2,9 @@
 
 Each export is written by the module's own ``export_hf`` (the code behind every run's ``<run>/hf``: the tokenizer,
 the sentence-transformers pooling files, LoRA adapters merged into a copy), after the same finiteness check as
-:class:`domainbert.core.callbacks.HFExport`, so one pretraining run gives several adapted models::
+:class:`domainbert.core.callbacks.HFExport`, so one pretraining run gives several adapted models. After the last
+export step the callback stops the fit (``trainer.should_stop``), so the run keeps its config's ``max_steps`` (and
+with it the learning-rate schedule) while training no further than it needs::
 
     trainer:
       callbacks:
@@ -15,17 +17,27 @@ from __future__ import annotations
 from pathlib import Path
 
 import lightning.pytorch as L
-from probe_vs_finetune import export_done, export_folder
+
+
+def export_folder(folder: str | Path, step: int) -> Path:
+    """Where the export of ``step`` goes: ``<folder>/step<step>``."""
+    return Path(folder) / f"step{step}"
+
+
+def export_done(path: Path) -> bool:
+    """Whether ``path`` holds a finished export (the export is written atomically: a config means complete)."""
+    return (path / "config.json").is_file()
 
 
 class StepExports(L.Callback):
-    """Export the module's model after each of ``steps`` optimizer steps to ``<folder>/step<N>``."""
+    """Export the module's model after each of ``steps`` optimizer steps to ``<folder>/step<N>``; stop at the last."""
 
     def __init__(self, steps: list[int], folder: str) -> None:
         """Configure the exports.
 
         Args:
-            steps: the optimizer steps (``trainer.global_step``) after which to export; each at most once.
+            steps: the optimizer steps (``trainer.global_step``) after which to export; each at most once. The fit
+                stops after the last of them.
             folder: the parent folder of the exports; an export already there (an earlier run's) is kept.
         """
         super().__init__()
@@ -35,12 +47,13 @@ class StepExports(L.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         step = trainer.global_step
-        if step not in self.steps:
-            return
-        path = export_folder(self.folder, step)
-        if str(path) in self.written or export_done(path):
-            return  # a later micro-batch of the same step (accumulation), or an earlier run's export
-        self.export(trainer, pl_module, path)
+        if step in self.steps:
+            path = export_folder(self.folder, step)
+            # not again on a later micro-batch of the same step (accumulation), nor over an earlier run's export
+            if str(path) not in self.written and not export_done(path):
+                self.export(trainer, pl_module, path)
+        if self.steps and step >= self.steps[-1]:
+            trainer.should_stop = True  # the last export is written: no further steps
 
     def export(self, trainer: L.Trainer, pl_module: L.LightningModule, path: Path) -> None:
         """Write ``pl_module``'s export to ``path`` as :class:`HFExport` does (rank 0; non-finite weights refused)."""

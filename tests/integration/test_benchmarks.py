@@ -62,6 +62,11 @@ CASES = {
         [f"{config}_{key}" for config in ("demo", "paths_only") for key in ("minutes", "stage_minutes")],
         [f"{config}_{part}_minutes" for config in ("demo", "paths_only") for part in PARTS],
     ),
+    "probe_vs_finetune.py": (
+        ["n", "minutes", "mlm_pretrain_minutes", "lora_pretrain_minutes"],
+        ["rho", "rho_p", "rho_test", "rho_test_p", "sign_agree", "base_probe", "base_val", "base_test"]
+        + [f"{m}_{key}" for m in ("mlm2", "mlm4", "lora2") for key in ("probe", "probe_delta", "val_delta")],
+    ),
     "startup.py": (
         ["python_s", "import_torch_s", "help_s", "fit_help_s", "pipeline_help_s", "first_step_s"],
         ["first_step_beyond_torch_s", "libraries_beyond_torch_s", "first_step_beyond_libraries_s", "repeats"],
@@ -207,7 +212,8 @@ def check_figures(script: str, lines: list[str], returned: dict | None = None) -
     """What every quick run of ``script`` must print: the machine line with the CPU flags first, a side-by-side
     table, and a last key=value line with every key of :data:`CASES` (the measurements finite and positive),
     holding the figures ``main`` returned. Returns that line's figures."""
-    assert any(re.fullmatch(r"-{3,}( +-{3,})+", line) for line in lines), "no side-by-side table printed"
+    table = r"-{3,}( +-{3,})+|\|(-{3,}:?\|)+"  # common.table's rule, or a Markdown table's
+    assert any(re.fullmatch(table, line) for line in lines), "no side-by-side table printed"
     figures = dict(item.split("=", 1) for item in lines[-1].split())
     if returned is not None:
         assert set(returned) == set(figures)

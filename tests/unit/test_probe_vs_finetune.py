@@ -1,13 +1,17 @@
-"""The pure parts of examples/benchmarks/probe_vs_finetune.py: ranks, Spearman's rho, the table, the commands."""
+"""examples/benchmarks/probe_vs_finetune.py without training: ranks, Spearman's rho, the table, the commands, the
+resumption of arms and pipelines (the child runs faked), and the StepExports callback on a fake trainer."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+import torch
 
 BENCH = Path(__file__).resolve().parents[2] / "examples" / "benchmarks"
 
@@ -35,11 +39,16 @@ def test_ranks_average_ties(pvf):
 
 def test_spearman_by_hand(pvf):
     # ranks x: 1 2 3 4 5, ranks y: 2 1 4 3 5; d^2 = 1+1+1+1+0 = 4; rho = 1 - 6*4 / (5*24) = 0.8
-    rho, p = pvf.spearman([0.1, 0.2, 0.3, 0.4, 0.5], [0.02, 0.01, 0.04, 0.03, 0.05])
+    rho, _ = pvf.spearman([0.1, 0.2, 0.3, 0.4, 0.5], [0.02, 0.01, 0.04, 0.03, 0.05])
     assert rho == pytest.approx(0.8)
-    assert 0 < p < 1
     assert pvf.spearman([1.0, 2.0, 3.0], [3.0, 2.0, 1.0])[0] == pytest.approx(-1.0)
     assert math.isnan(pvf.spearman([1.0, 2.0], [1.0, 2.0])[0])
+
+
+def test_spearman_p_value_from_scipy(pvf):
+    pytest.importorskip("scipy")
+    _, p = pvf.spearman([0.1, 0.2, 0.3, 0.4, 0.5], [0.02, 0.01, 0.04, 0.03, 0.05])
+    assert 0 < p < 1
 
 
 def test_spearman_without_scipy_matches(pvf, monkeypatch):
@@ -62,6 +71,8 @@ def test_table_rows_and_summary(pvf):
     stats = pvf.summary(rows)
     # probe Δ 0.02, -0.02, 0.01 -> ranks 3 1 2; val Δ 0.01, -0.01, -0.02 -> ranks 3 2 1; d^2 = 0+1+1; rho = 0.5
     assert stats["rho"] == pytest.approx(0.5) and stats["n"] == 3
+    # test Δ -0.01, 0.01, 0 -> ranks 1 3 2; against probe ranks 3 1 2: d^2 = 4+4+0; rho = 1 - 6*8/24 = -1
+    assert stats["rho_test"] == pytest.approx(-1.0)
     assert stats["sign_agree"] == 2  # mlm both up, tsdae both down, lora up against down
     text = pvf.markdown(rows)
     lines = text.splitlines()
@@ -71,6 +82,15 @@ def test_table_rows_and_summary(pvf):
     figures = pvf.figures(rows, stats, {"mlm": 10.0, "tsdae": float("nan")})
     assert figures["mlm150_val_delta"] == pytest.approx(0.01) and figures["base_val"] == 0.85
     assert figures["minutes"] == pytest.approx(5.5 + 10.0)  # a nan (reused) pretraining is left out
+    assert figures["rho_test"] == pytest.approx(-1.0) and "rho_test_p" in figures
+
+
+def test_a_difference_of_zero_agrees_with_no_sign(pvf):
+    base = scores(0.80, 0.85, 0.84)
+    adapted = [("mlm", 1, scores(0.80, 0.86, 0.83)), ("mlm", 2, scores(0.80, 0.85, 0.84))]
+    adapted += [("mlm", 3, scores(0.79, 0.85, 0.85)), ("mlm", 4, scores(0.81, 0.86, 0.86))]
+    # probe Δ 0, 0, -0.01, +0.01 against val Δ +0.01, 0, 0, +0.01: only the last pair is up and up
+    assert pvf.summary(pvf.table_rows(base, adapted))["sign_agree"] == 1
 
 
 def test_read_scores(pvf):
@@ -106,7 +126,9 @@ def test_arm_config(pvf, tmp_path):
         "model": {"class_path": "M", "init_args": {"init_from": "pkg:x", "head_warmup_steps": 100}},
     }
     cfg = pvf.arm_config(config, [150, 250], tmp_path)
-    assert cfg["trainer"]["max_steps"] == 250 and cfg["trainer"]["val_check_interval"] == 100
+    # the config's max_steps (and so its schedule) is kept: StepExports stops the fit after step 250
+    assert cfg["trainer"]["max_steps"] == 300 and cfg["trainer"]["val_check_interval"] == 100
+    assert pvf.arm_config(config, [150, 400], tmp_path)["trainer"]["max_steps"] == 400  # an export beyond it
     watch = cfg["trainer"]["callbacks"][0]["init_args"]
     assert watch == {"patience": None, "every_n_steps": 50, "restore_best": False}
     exports = cfg["trainer"]["callbacks"][-1]
@@ -115,9 +137,13 @@ def test_arm_config(pvf, tmp_path):
         "init_args": {"steps": [150, 250], "folder": str(tmp_path)},
     }
     assert config["trainer"]["max_steps"] == 300 and len(config["trainer"]["callbacks"]) == 2  # not changed
-    small = pvf.arm_config(config, [1, 2], tmp_path, scale=0.01, model="/tiny")
+    data = {"corpus": "c.txt", "train": "t.jsonl", "val": "v.jsonl"}
+    small = pvf.arm_config(config, [1, 2], tmp_path, scale=0.01, model="/tiny", data=data)
     assert small["model"]["init_args"] == {"init_from": "/tiny", "head_warmup_steps": 1}
-    assert small["trainer"]["val_check_interval"] == 2
+    assert small["trainer"]["val_check_interval"] == 2 and small["trainer"]["max_steps"] == 3  # 300 x 0.01
+    assert small["data"]["init_args"]["train"] == "c.txt"
+    watch = small["trainer"]["callbacks"][0]["init_args"]
+    assert (watch["train"], watch["val"]) == ("t.jsonl", "v.jsonl")
 
 
 def test_commands(pvf, tmp_path):
@@ -129,6 +155,8 @@ def test_commands(pvf, tmp_path):
     for stage in ("dapt", "tapt", "soup", "distill", "export"):
         assert f"--{stage}.enabled=false" in cmd
     assert cmd[cmd.index("--out") + 1] == str(tmp_path / "p") and cmd[-2:] == ["--isolate", "none"]
+    quick = pvf.pipeline_command("/m", tmp_path / "p", [], pvf.task_files(pvf.FIXTURES))
+    assert "--task_test=tests/fixtures/cls_test.jsonl" in quick
     fit = pvf.fit_command(tmp_path / "config.yaml", tmp_path)
     assert fit[3:6] == ["fit", "--config", str(tmp_path / "config.yaml")]
     assert fit[fit.index("--trainer.default_root_dir") + 1] == str(tmp_path / "fit")
@@ -139,3 +167,129 @@ def test_parse_rejects_unknown_arm(pvf):
         pvf.parse(["--arms", "mlm,bogus"])
     args = pvf.parse(["--arms", "tsdae", "--out", "x", "--", "--isolate", "none"])
     assert args.arms == ["tsdae"] and args.extra == ["--isolate", "none"] and args.out.is_absolute()
+    assert args.steps_scale == 1.0 and args.data is None and args.task_root == pvf.DATA
+    quick = pvf.parse(["--quick", "--", "--probe.enabled", "true"])
+    assert quick.arms == ["mlm", "lora"] and quick.steps_scale == pvf.QUICK_SCALE and quick.out is None
+    assert quick.extra[:2] == ["--isolate", "none"] and quick.extra[-2:] == ["--probe.enabled", "true"]
+    assert quick.data["corpus"] == "tests/fixtures/corpus.txt"
+
+
+# -- resumption: the child runs faked ----------------------------------------------------------------------------
+class FakeRuns:
+    """Stands in for ``common.run_logged``: a fit writes the exports its config asks for, a pipeline a finished
+    state.json; ``commands`` holds each run's subcommand (``fit`` / ``pipeline``)."""
+
+    def __init__(self) -> None:
+        self.commands: list[str] = []
+
+    def __call__(self, cmd, log, env, cwd=None, what="run") -> float:
+        import yaml
+
+        self.commands.append(cmd[3])
+        if cmd[3] == "fit":
+            config = yaml.safe_load(Path(cmd[cmd.index("--config") + 1]).read_text())
+            exports = config["trainer"]["callbacks"][-1]["init_args"]
+            for step in exports["steps"]:
+                (Path(exports["folder"]) / f"step{step}").mkdir(parents=True, exist_ok=True)
+                (Path(exports["folder"]) / f"step{step}" / "config.json").write_text("{}")
+        else:
+            out = Path(cmd[cmd.index("--out") + 1])
+            out.mkdir(parents=True, exist_ok=True)
+            state = {
+                "probe": {"status": "done", "seconds": 6, "val": {"f1_macro": 0.5}},
+                "finetune-baseline-seed0": {"status": "done", "seconds": 6, "metrics": {"val/f1_macro": 0.6}},
+            }
+            (out / "state.json").write_text(json.dumps(state))
+        return 1.0
+
+
+@pytest.fixture
+def fake_runs(pvf, monkeypatch) -> FakeRuns:
+    fake = FakeRuns()
+    monkeypatch.setattr(pvf.common, "run_logged", fake)
+    return fake
+
+
+def test_an_arm_pretrains_again_only_under_another_command_or_config(pvf, fake_runs, tmp_path):
+    args = pvf.parse(["--arms", "lora", "--out", str(tmp_path), "--model", "/tiny"])
+    first = pvf.pretrain(args, "lora", tmp_path)
+    assert fake_runs.commands == ["fit"] and first["minutes"] == 1.0
+    assert pvf.export_done(first["exports"][250])
+    record = json.loads((tmp_path / "lora" / "pretrain.json").read_text())
+    assert record["config"]["model"]["init_args"]["init_from"] == "/tiny" and record["minutes"] == 1.0
+    assert pvf.pretrain(args, "lora", tmp_path)["minutes"] == 1.0  # the same setting, every export there: kept
+    assert fake_runs.commands == ["fit"]
+
+    stale = tmp_path / "pipeline" / "lora-step250"
+    stale.mkdir(parents=True)
+    (first["exports"][250] / "marker").write_text("old")
+    args.model = "/other"  # another config: the exports and their pipelines go, the arm runs again
+    pvf.pretrain(args, "lora", tmp_path)
+    assert fake_runs.commands == ["fit", "fit"]
+    assert not (first["exports"][250] / "marker").exists() and not stale.exists()
+    assert (
+        json.loads((tmp_path / "lora" / "pretrain.json").read_text())["config"]["model"]["init_args"]["init_from"]
+        == "/other"
+    )
+
+
+def test_every_pipeline_is_invoked_even_when_done_earlier(pvf, fake_runs, tmp_path):
+    args = pvf.parse(["--out", str(tmp_path)])
+    first = pvf.run_pipeline(args, "base", "/m", tmp_path)
+    assert (first["probe"], first["val"], first["minutes"]) == (0.5, 0.6, pytest.approx(0.2))
+    assert pvf.run_pipeline(args, "base", "/m", tmp_path)["val"] == 0.6
+    assert fake_runs.commands == ["pipeline", "pipeline"]  # the pipeline skips its finished stages itself
+
+
+# -- StepExports --------------------------------------------------------------------------------------------------
+class FakeModule(torch.nn.Linear):
+    """A module whose ``export_hf`` writes a config and records the step folders it was asked for."""
+
+    def __init__(self) -> None:
+        super().__init__(2, 2)
+        self.exported: list[str] = []
+
+    def export_hf(self, path) -> None:
+        Path(path).mkdir(parents=True)
+        (Path(path) / "config.json").write_text("{}")
+        self.exported.append(Path(path).name)
+
+
+def drive(callback, steps: list[int], rank: int = 0) -> tuple[FakeModule, list[bool]]:
+    """Call ``on_train_batch_end`` once per global step of ``steps``; the module and ``should_stop`` after each."""
+    trainer, module, stops = (
+        SimpleNamespace(global_step=0, is_global_zero=rank == 0, should_stop=False),
+        FakeModule(),
+        [],
+    )
+    for i, step in enumerate(steps):
+        trainer.global_step = step
+        callback.on_train_batch_end(trainer, module, None, None, i)
+        stops.append(trainer.should_stop)
+    return module, stops
+
+
+@pytest.fixture
+def exports_module(pvf):
+    return sys.modules["probe_vs_finetune_exports"]
+
+
+def test_step_exports_once_per_step_and_stops_after_the_last(exports_module, tmp_path):
+    module, stops = drive(exports_module.StepExports([3, 2], str(tmp_path)), [1, 2, 2, 2, 3])
+    assert module.exported == ["step2", "step3"]  # the repeated step 2 (accumulation) exported once
+    assert stops == [False, False, False, False, True]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step2", "step3"]
+
+
+def test_step_exports_writes_nothing_on_another_rank(exports_module, tmp_path):
+    module, stops = drive(exports_module.StepExports([2, 3], str(tmp_path / "exports")), [1, 2, 2, 2, 3], rank=1)
+    assert module.exported == [] and not (tmp_path / "exports").exists()
+    assert stops[-1] is True
+
+
+def test_step_exports_keeps_an_existing_export(exports_module, tmp_path):
+    (tmp_path / "step2").mkdir()
+    (tmp_path / "step2" / "config.json").write_text('{"earlier": true}')
+    module, _ = drive(exports_module.StepExports([2, 3], str(tmp_path)), [1, 2, 2, 2, 3])
+    assert module.exported == ["step3"]
+    assert (tmp_path / "step2" / "config.json").read_text() == '{"earlier": true}'

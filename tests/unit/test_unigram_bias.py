@@ -13,7 +13,7 @@ import torch
 from transformers import AutoModelForMaskedLM, AutoTokenizer
 
 from domainbert.core.mlm_head import count_ids, head_parts, unigram_bias_from_data
-from domainbert.data.corpus import CorpusDataModule
+from domainbert.data.corpus import CorpusDataModule, _spaced, spaced_slices
 
 TEXTS = ["apt installs packages", "dpkg unpacks the packages", "the kernel boots", "apt updates the lists"]
 
@@ -51,11 +51,52 @@ def test_the_split_ids_count_as_the_texts_and_as_the_unmasked_ids_of_every_batch
     assert np.array_equal(from_split, from_batches)
 
 
-def test_the_cap_counts_the_first_ids_of_the_split(tiny_bert, tmp_path):
+def test_spaced_slices_by_hand():
+    assert spaced_slices(10, 4, slices=2) == [(0, 2), (5, 2)]  # gaps of 3 after each slice
+    assert spaced_slices(10, 4) == [(0, 1), (2, 1), (5, 1), (7, 1)]  # no more slices than ids: gaps 1, 2, 1, 2
+    assert spaced_slices(10, 10) == spaced_slices(10, 99) == [(0, 10)]  # everything: one slice
+    assert spaced_slices(10, 0) == spaced_slices(0, 5) == []
+
+
+@pytest.mark.parametrize(("total", "cap", "slices"), [(10**6, 2**13, 256), (1000, 999, 256), (257, 3, 2)])
+def test_spaced_slices_are_disjoint_in_order_and_reach_across_the_split(total, cap, slices):
+    found = spaced_slices(total, cap, slices)
+    assert len(found) == min(slices, cap) and sum(length for _, length in found) == cap
+    ends = [start + length for start, length in found]
+    assert found[0][0] == 0 and all(end <= start for end, (start, _) in zip(ends, found[1:]))
+    assert ends[-1] <= total and total - ends[-1] <= (total - cap) // len(found) + 1  # the last gap, one share
+
+
+def test_the_spaced_ids_are_read_across_the_column_chunks():
+    import pyarrow as pa
+
+    column = pa.chunked_array([pa.array([[0, 1], [2]]), pa.array([[3, 4, 5], [6, 7, 8, 9]])])
+    assert np.concatenate(list(_spaced(column, 8, slices=2))).tolist() == [0, 1, 2, 3, 5, 6, 7, 8]
+    assert np.concatenate(list(_spaced(column, 4))).tolist() == [0, 2, 5, 7]
+    assert np.concatenate(list(_spaced(column, 100))).tolist() == list(range(10))
+
+
+def test_the_cap_counts_evenly_spaced_ids_of_the_split(tiny_bert, tmp_path):
     dm = _module(AutoTokenizer.from_pretrained(tiny_bert), tmp_path / "corpus.txt", packing=True)
     everything = np.concatenate(list(dm.train_token_ids(10**9)))
-    assert np.array_equal(np.concatenate(list(dm.train_token_ids(7))), everything[:7])
+    positions = [s for s, _ in spaced_slices(len(everything), 7)]  # 7 slices of one id each
+    assert np.array_equal(np.concatenate(list(dm.train_token_ids(7))), everything[positions])
+    assert positions[-1] >= len(everything) * 6 // 7 - 1  # the last one from the end of the split, not its start
     assert list(dm.train_token_ids(0)) == []
+
+
+def test_sentence_pairs_have_no_split_ids_and_their_loader_is_counted(tiny_bert, tmp_path, monkeypatch):
+    tokenizer = AutoTokenizer.from_pretrained(tiny_bert)
+    (tmp_path / "corpus.txt").write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
+    dm = CorpusDataModule(train=str(tmp_path / "corpus.txt"), val_ratio=0.0, max_length=32, batch_size=2, nsp=True)
+    dm.connect(tokenizer)
+    dm.setup("fit")
+    assert dm.train_token_ids(10**9) is None
+    batches = [{"input_ids": torch.tensor([[5, 5, 6, 0]])}]
+    monkeypatch.setattr(dm, "train_dataloader", lambda: batches)  # the fallback reads the loader: these batches
+    bias = _bias_after(tiny_bert, dm, exclude=[0])
+    total = bias.shape[0] + 3
+    assert bias[5].item() == pytest.approx(math.log(3 / total), rel=1e-5)
 
 
 class _LoaderOnly:
