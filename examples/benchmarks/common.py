@@ -453,6 +453,17 @@ def start(args) -> tuple[int, str]:
     return threads, args.precision if args.precision != "auto" else ("bf16" if native_bf16() else "fp32")
 
 
+def start_driver(args) -> None:
+    """For a benchmark that drives subprocesses: print the machine line and quiet the libraries.
+
+    Under ``--quick`` without ``--model``, ``args.model`` becomes the tiny model (:func:`tiny_model`).
+    """
+    print_machine(args.threads or os.cpu_count() or 1)
+    quiet()
+    if args.quick and not args.model:
+        args.model = tiny_model()
+
+
 def hf_classification(model_path: str, train: Path, max_length: int, cache_dir: str | None = None):
     """The HF tutorial's set-up: ``(tokenizer, model, label names, tokenized training rows)``.
 

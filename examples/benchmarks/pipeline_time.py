@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
 import sys
 import tempfile
@@ -137,10 +136,9 @@ def out_folder(args, tmp: str) -> Path:
 def main(argv: list[str] | None = None) -> dict:
     """Run the configs; print their tables and the key=value line; return the figures."""
     args = parse(argv)
-    common.print_machine(args.threads or os.cpu_count() or 1)
-    common.quiet()
+    common.start_driver(args)
     if args.quick:
-        args.extra = [*quick_args(args.model or common.tiny_model()), *args.extra]
+        args.extra = [*quick_args(args.model), *args.extra]
     elif args.model:
         args.extra = ["--base_model", args.model, *args.extra]
     names = [args.only] if args.only else list(CONFIGS)

@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import shlex
 import shutil
 import sys
@@ -379,10 +378,7 @@ def quick_data() -> dict[str, str]:
 def main(argv: list[str] | None = None) -> dict:
     """Pretrain the arms, probe and fine-tune every model, print the table, rho and the key=value line."""
     args = parse(argv)
-    common.print_machine(args.threads or os.cpu_count() or 1)
-    common.quiet()
-    if args.quick and not args.model:
-        args.model = common.tiny_model()
+    common.start_driver(args)
     with tempfile.TemporaryDirectory(prefix="domainbert-bench-probe-") as tmp:
         args.out = args.out or Path(tmp)
         args.out.mkdir(parents=True, exist_ok=True)

@@ -126,10 +126,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> dict:
     """Time every command; print the table and the key=value line; return the figures."""
     args = parse(argv)
-    common.print_machine(args.threads or os.cpu_count() or 1)
-    common.quiet()
-    if args.quick and not args.model:
-        args.model = common.tiny_model()
+    common.start_driver(args)
     with tempfile.TemporaryDirectory(prefix="domainbert-bench-startup-") as tmp:
         env = child_env(args, tmp)
         cmds = commands(args, Path(tmp) / "runs")
