@@ -35,7 +35,7 @@ def _check(record: dict, out: Path, stage: str) -> dict:
 def test_a_fine_tuning_stage_records_each_part_summing_to_its_seconds(isolate, tiny_bert, tmp_path):
     runner = Runner(tmp_path / "p", isolate=isolate)
     parts = _check(_fit(runner, "ft", tiny_bert), tmp_path / "p", "ft")
-    for part in ("startup", "data", "train", "eval"):
+    for part in ("startup", "data", "train"):  # evaluation can round to 0.0 s on the tiny task: see its marks below
         assert parts[part] > 0, (part, parts)
     if isolate == "all":  # a process of its own: the interpreter and its imports, and its exit
         assert parts["startup"] >= 1.0 and parts["other"] > 0, parts
@@ -44,7 +44,8 @@ def test_a_fine_tuning_stage_records_each_part_summing_to_its_seconds(isolate, t
         assert tool["startup"] >= 1.0 and tool["train"] == tool["eval"] == tool["export"] == 0.0, tool
     marks = json.loads((tmp_path / "p" / "ft" / "marks.json").read_text())
     assert marks["ready"] <= marks["train"][0][0] < marks["train"][0][1] <= marks["end"]
-    assert len(marks["eval"]) == 4  # the sanity check, the epoch's validation, the best weights' validation, test
+    # the sanity check, the epoch's validation and the test pass (the best weights are not validated again)
+    assert len(marks["eval"]) == 3 and all(start < end for start, end in marks["eval"]), marks["eval"]
     exports = marks["export"]  # after training (the best weights, the Hugging Face folder), then the model card
     assert len(exports) == 2 and marks["train"][0][1] <= exports[0][0] < exports[0][1] <= exports[1][0]
     table = part_lines(runner.state, runner.called)
