@@ -29,12 +29,13 @@ from domainbert.data.masking import IGNORE_INDEX, Masker
 from domainbert.errors import DomainBertError
 from domainbert.modules.base import HFModule, enable_gradient_checkpointing
 from domainbert.modules.finetune import lora_hparam
+from domainbert.modules.head_warmup import HeadWarmup, resolve_head_warmup_steps
 from domainbert.modules.lora import LoraSettings, apply_encoder_lora, as_settings, merged
 
 log = logging.getLogger(__name__)
 
 
-class MaskedLMModule(HFModule):
+class MaskedLMModule(HeadWarmup, HFModule):
     """Masked-LM (optionally +NSP) continued pretraining of a BERT-family encoder.
 
     The default learning rate follows domain-adaptive pretraining practice (Gururangan et al., 2020): about a
@@ -177,9 +178,7 @@ class MaskedLMModule(HFModule):
             from domainbert.core.mlm_head import identity_transform
 
             self._init_head_from_data = identity_transform(self.model)
-        if head_warmup_steps is None:
-            head_warmup_steps = 100 if self.head_missing else 0
-        self.head_warmup_steps = int(head_warmup_steps)
+        self.head_warmup_steps = resolve_head_warmup_steps(head_warmup_steps, 100 if self.head_missing else 0)
         if self.head_missing:
             log.warning(
                 "%s: the MLM head weights %s were missing and start random; training the head alone for %d steps "
@@ -220,44 +219,10 @@ class MaskedLMModule(HFModule):
         """True for parameters outside the base encoder (the MLM/NSP heads)."""
         return not name.startswith("model." + self.model.base_model_prefix + ".")
 
-    def set_encoder_frozen(self, frozen: bool) -> None:
-        """Freeze or unfreeze the encoder (with LoRA: its adapters; its weights stay frozen). Heads stay trainable."""
-        trainable = self.encoder_trainable
-        for name, p in self.named_parameters():
-            if not self.is_head_param(name):
-                p.requires_grad_(not frozen and (trainable is None or name in trainable))
-        self._encoder_frozen = frozen
-
     def lr_lambdas(self, groups: list[dict], total_steps: int) -> list:
         """Head groups: ``head_warmup_lr`` during the head warm-up; then every group follows the main schedule."""
-        w = self.head_warmup_steps
-        main = warmup_linear(total_steps, int(round(self.hparams.warmup_ratio * max(0, total_steps - w))), offset=w)
-        ratio = self.hparams.head_warmup_lr / self.hparams.learning_rate
-
-        def head(step: int) -> float:
-            return ratio if step < w else main(step)
-
-        return [head if all(self.is_head_param(n) for n in g["names"]) else main for g in groups]
-
-    def trainable_groups(self) -> list[dict]:
-        """Groups split into head and encoder parameters, so each can follow its own schedule."""
-        groups = super().trainable_groups()
-        out = []
-        for g in groups:
-            for is_head in (True, False):
-                idx = [i for i, n in enumerate(g["names"]) if self.is_head_param(n) == is_head]
-                if idx:
-                    out.append({**g, "params": [g["params"][i] for i in idx], "names": [g["names"][i] for i in idx]})
-        return out
-
-    def on_train_batch_start(self, batch, batch_idx: int) -> None:
-        frozen = self.global_step < self.head_warmup_steps
-        if frozen != self._encoder_frozen:
-            self.set_encoder_frozen(frozen)
-            log.info("step %d: encoder %s", self.global_step, "frozen (head warm-up)" if frozen else "unfrozen")
-
-    def on_train_end(self) -> None:
-        self.set_encoder_frozen(False)
+        main = warmup_linear(total_steps, self.main_warmup_steps(total_steps), offset=self.head_warmup_steps)
+        return self.head_warmup_lambdas(groups, main)
 
     def configure_model(self) -> None:
         if self.hparams.compile and self._encoder is None:

@@ -17,11 +17,13 @@ from domainbert.core.compat import attached_trainer
 from domainbert.core.embed import POOLINGS
 from domainbert.core.families import family
 from domainbert.core.hf import check_tokenizer_fits, head_missing, load_model, load_tokenizer, training_config
+from domainbert.core.optim import warmup_linear
 from domainbert.core.seeding import step_generator
 from domainbert.data.denoise import Deleter
 from domainbert.data.masking import IGNORE_INDEX
 from domainbert.errors import DomainBertError
 from domainbert.modules.base import HFModule
+from domainbert.modules.head_warmup import HeadWarmup, resolve_head_warmup_steps
 
 log = logging.getLogger(__name__)
 
@@ -88,16 +90,22 @@ def tie_decoder(decoder: torch.nn.Module, encoder: torch.nn.Module) -> list[str]
     return tied
 
 
-def warmup_constant(warmup_steps: int):
-    """LR multiplier: 0 → 1 over ``warmup_steps``, then 1 (the constant schedule of the TSDAE paper)."""
+def warmup_constant(warmup_steps: int, offset: int = 0):
+    """LR multiplier: 0 → 1 over ``warmup_steps``, then 1 (the constant schedule of the TSDAE paper).
+
+    ``offset`` delays the schedule: steps before it return 0 (used while only the decoder's own weights warm up).
+    """
 
     def fn(step: int) -> float:
+        step -= offset
+        if step < 0:
+            return 0.0
         return min(1.0, (step + 1) / warmup_steps) if warmup_steps > 0 else 1.0
 
     return fn
 
 
-class TsdaeModule(HFModule):
+class TsdaeModule(HeadWarmup, HFModule):
     """TSDAE continued pretraining (DAPT) of a sentence embedder on domain text.
 
     TSDAE (Wang, Reimers and Gurevych, 2021, "TSDAE: Using Transformer-based Sequential Denoising Auto-Encoder for
@@ -115,6 +123,10 @@ class TsdaeModule(HFModule):
     sentence-transformers pooling files, loadable by every fine-tuning module. Use ``CorpusDataModule`` with
     ``packing: false`` (one text per example). The paper trained with batches of 8 at a constant 3e-5.
 
+    The decoder's own weights start untrained, and from the first step their gradients reach the encoder through the
+    pooled embedding. ``head_warmup_steps`` (off by default) first trains them alone, the encoder frozen, as
+    ``MaskedLMModule`` does for a missing MLM head.
+
     Validation reports ``val/loss`` (the same loss, with the deletion noise fixed by ``seed``) and ``val/token_acc``
     (the share of original tokens the decoder predicts).
     """
@@ -129,6 +141,8 @@ class TsdaeModule(HFModule):
         deletion_ratio: float = 0.6,
         pooling: Literal["auto", "mean", "cls"] = "auto",
         head_init: Literal["auto", "random", "embeddings"] = "auto",
+        head_warmup_steps: int | None = None,
+        head_warmup_lr: float = 1e-3,
         hidden_dropout: float | None = None,
         attention_dropout: float | None = None,
         seed: int = 0,
@@ -141,7 +155,7 @@ class TsdaeModule(HFModule):
             init_from: local folder (or hub name, where there is a network) of the starting checkpoint.
             learning_rate: peak learning rate; the paper used 3e-5.
             weight_decay: AdamW weight decay (never applied to biases and LayerNorm); the paper used none.
-            warmup_ratio: share of the optimizer steps spent warming the learning rate up linearly.
+            warmup_ratio: share of the optimizer steps (after any head warm-up) spent warming the LR up linearly.
             lr_schedule: after the warm-up, ``constant`` (the paper's) or ``linear`` decay to 0.
             deletion_ratio: the share of each text's tokens deleted before encoding (the paper's best: 0.6); special
                 tokens are kept, and every text keeps at least one token.
@@ -151,6 +165,11 @@ class TsdaeModule(HFModule):
             head_init: how a missing LM head of the decoder starts. ``embeddings``: identity transform, output bias
                 from the training data's log unigram frequencies (:mod:`domainbert.core.mlm_head`); ``random``: as
                 ``transformers`` initialises it; ``auto``: ``embeddings`` when the head is missing.
+            head_warmup_steps: optimizer steps training only the decoder's own weights (its cross-attention, LM-head
+                transform and output bias) at ``head_warmup_lr``, the encoder frozen, and with it every decoder weight
+                tied to it; then everything trains on the main schedule, whose ``warmup_ratio`` counts the steps after
+                this warm-up. None: 0 (no warm-up), for now.
+            head_warmup_lr: learning rate of the decoder's own weights during their warm-up.
             hidden_dropout: hidden dropout during this training (None keeps the checkpoint's, as the paper trained);
                 the export's config keeps the checkpoint's value.
             attention_dropout: attention dropout during this training (None keeps the checkpoint's); exported as
@@ -162,6 +181,7 @@ class TsdaeModule(HFModule):
         super().__init__()
         if lr_schedule not in ("constant", "linear"):
             raise DomainBertError(f"model.lr_schedule={lr_schedule!r}: expected constant or linear")
+        self.head_warmup_steps = resolve_head_warmup_steps(head_warmup_steps, 0)  # None: no warm-up, for now
         from domainbert.modules.classification import resolve_pooling
 
         self.pooling = resolve_pooling(pooling, init_from)
@@ -173,6 +193,7 @@ class TsdaeModule(HFModule):
         config, self.export_config = training_config(init_from, dropout, trust_remote_code=trust_remote_code)
         self._load(init_from, config, trust_remote_code)
         self._plan_head(head_init)
+        self.encoder_trainable = {n for n, p in self.named_parameters() if p.requires_grad and n.startswith("model.")}
         self.export_source = None  # the trained encoder is the whole export (see ContrastiveModule)
         self.pooling_source, self.export_pooling = init_from, self.pooling
         self.input_keys = tuple(k for k in INPUT_KEYS if k in self.tokenizer.model_input_names)
@@ -224,11 +245,25 @@ class TsdaeModule(HFModule):
                 log.info("decoder LM head: identity transform, output bias from the data's log unigram frequencies")
             self._init_head_from_data = False
 
+    # -- parameters and schedule ------------------------------------------------------------------
+    def is_head_param(self, name: str) -> bool:
+        """True for the decoder's own parameters: those tied to the encoder are named (once) under ``model.``."""
+        return not name.startswith("model.")
+
+    def head_groups_apart(self) -> bool:
+        """Separate decoder and encoder groups only for a warm-up (no warm-up: the optimizer's groups as before)."""
+        return self.head_warmup_steps > 0
+
     def lr_lambdas(self, groups: list[dict], total_steps: int) -> list:
-        """Linear warm-up over ``warmup_ratio``, then constant (``lr_schedule: constant``) or linear decay."""
-        if self.hparams.lr_schedule == "linear":
-            return super().lr_lambdas(groups, total_steps)
-        return [warmup_constant(int(round(self.hparams.warmup_ratio * total_steps)))] * len(groups)
+        """Linear warm-up over ``warmup_ratio``, then constant (``lr_schedule: constant``) or linear decay.
+
+        With ``head_warmup_steps`` the decoder's own groups first learn at ``head_warmup_lr`` alone, and that
+        schedule starts after them.
+        """
+        w, warmup = self.head_warmup_steps, self.main_warmup_steps(total_steps)
+        linear = self.hparams.lr_schedule == "linear"
+        main = warmup_linear(total_steps, warmup, offset=w) if linear else warmup_constant(warmup, offset=w)
+        return self.head_warmup_lambdas(groups, main)
 
     # -- forward ------------------------------------------------------------------------------------
     def model_inputs(self, batch: dict) -> dict:

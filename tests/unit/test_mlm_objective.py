@@ -35,6 +35,11 @@ def test_no_warmup_when_the_head_is_trained(tiny_bert):
     assert module.head_missing == [] and module.head_warmup_steps == 0
 
 
+def test_a_negative_head_warmup_is_refused_naming_the_option(tiny_bert):
+    with pytest.raises(DomainBertError, match=r"^model\.head_warmup_steps=-1: expected a whole number of steps >= 0"):
+        MaskedLMModule(str(tiny_bert), head_warmup_steps=-1)
+
+
 def test_nsp_objective(tiny_bert, corpus_file, tmp_path):
     from transformers import BertForPreTraining
 

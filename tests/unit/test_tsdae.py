@@ -1,4 +1,5 @@
-"""TSDAE: the deletion noise, the decoder tied to the encoder, the loss by hand, the pooled vector as the only memory.
+"""TSDAE: the deletion noise, the decoder tied to the encoder, the loss by hand, the pooled vector as the only memory,
+the head warm-up's settings and learning rates.
 
 Fits, the export and the pipeline stage are in tests/integration/test_tsdae_fit.py.
 """
@@ -13,6 +14,7 @@ from domainbert.core.embed import mean_pool
 from domainbert.core.seeding import step_generator
 from domainbert.data.denoise import Deleter, compact, delete_tokens
 from domainbert.errors import DomainBertError
+from domainbert.modules.base import HFModule
 from domainbert.modules.tsdae import TsdaeModule
 from tests.helpers.mlm import fixed_batch, small_corpus
 
@@ -185,3 +187,43 @@ def test_a_checkpoint_without_a_head_starts_it_from_the_embeddings(tiny_bert, tm
     torch.testing.assert_close(dense.weight, torch.eye(dense.weight.shape[0]), rtol=0, atol=0)
     assert module._init_head_from_data, "the output bias comes from the data at setup"
     assert TsdaeModule(str(tiny_bert)).pooling == "cls", "auto: cls without sentence-transformers files (the paper's)"
+
+
+# -- the head warm-up (the fit that shows the encoder held still is in tests/integration/test_tsdae_fit.py) ---------
+def test_no_head_warm_up_by_default_and_the_optimizer_groups_and_schedule_as_before(modules):
+    module = modules["bert"]
+    assert module.hparams.head_warmup_steps is None and module.head_warmup_steps == 0
+    groups = module.trainable_groups()
+    assert [g["names"] for g in groups] == [g["names"] for g in HFModule.trainable_groups(module)]
+    assert all(f(step) == 1.0 for f in module.lr_lambdas(groups, 100) for step in (0, 1, 99)), "constant, no warm-up"
+
+
+def test_in_the_warm_up_only_the_decoders_own_groups_learn_at_head_warmup_lr(tiny_bert):
+    w, lr, head_lr = 3, 1e-4, 1e-2
+    module = TsdaeModule(
+        str(tiny_bert), learning_rate=lr, weight_decay=0.01, head_warmup_steps=w, head_warmup_lr=head_lr
+    )
+    groups = module.trainable_groups()
+    own = {id(p) for p in module.decoder.parameters()} - {id(p) for p in module.model.parameters()}
+    head = [all(id(p) in own for p in g["params"]) for g in groups]
+    assert all(h or not any(id(p) in own for p in g["params"]) for h, g in zip(head, groups)), "no mixed group"
+    assert sum(len(g["params"]) for g, h in zip(groups, head) if h) == len(own), "every own weight in a head group"
+    for g, is_head, f in zip(groups, head, module.lr_lambdas(groups, 10)):
+        got = [g["lr"] * f(step) for step in range(w + 2)]
+        want = [head_lr if is_head else 0.0] * w + [lr] * 2
+        assert got == pytest.approx(want, rel=1e-12, abs=0.0), (is_head, got)
+
+
+def test_the_main_warm_up_and_decay_start_after_the_head_warm_up(tiny_bert):
+    module = TsdaeModule(str(tiny_bert), head_warmup_steps=2, warmup_ratio=0.25, lr_schedule="linear")
+    groups = module.trainable_groups()
+    encoder = module.lr_lambdas(groups, 10)[[g["names"][0].startswith("model.") for g in groups].index(True)]
+    # 8 steps after the warm-up: 2 of LR warm-up, then linear decay over the remaining 6 to 0 at step 10
+    assert [encoder(s) for s in range(10)] == pytest.approx([0, 0, 0.5, 1, 1, 5 / 6, 4 / 6, 3 / 6, 2 / 6, 1 / 6])
+
+
+@pytest.mark.parametrize("value", [-1, 2.5])
+def test_a_bad_head_warmup_steps_is_refused_naming_the_option(tiny_bert, value):
+    expected = rf"^model\.head_warmup_steps={value}: expected a whole number of steps >= 0, or null$"
+    with pytest.raises(DomainBertError, match=expected):
+        TsdaeModule(str(tiny_bert), head_warmup_steps=value)
