@@ -42,9 +42,9 @@ class ProbeWatch(L.Callback):
 
     The probe's inverse L2 strength ``C`` is chosen once, at the first check, on the validation split (the grid of
     :func:`domainbert.core.probe.select_probe`) and then held fixed, so later scores differ only by the encoder.
-    While a masked-LM module trains its head alone (``head_warmup_steps``, encoder frozen) the encoder is the base
-    model, so no check runs then. The best weights travel in the callback's checkpoint state (a resumed fit keeps
-    them), which makes a checkpoint about one model copy larger.
+    While a pretraining module trains its head alone (``head_warmup_steps`` of the masked-LM and TSDAE modules,
+    encoder frozen) the encoder is the base model, so no check runs then. The best weights travel in the callback's
+    checkpoint state (a resumed fit keeps them), which makes a checkpoint about one model copy larger.
 
     After ``fit``, :attr:`summary` says whether adaptation improved the probe, :attr:`history` holds every check
     (``{"step", "score"}``), and ``<run dir>/probe_watch.json`` records both.
