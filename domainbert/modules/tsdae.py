@@ -27,6 +27,9 @@ from domainbert.modules.head_warmup import HeadWarmup, resolve_head_warmup_steps
 
 log = logging.getLogger(__name__)
 
+#: ``head_warmup_steps`` when None: the decoder's cross-attention and LM-head transform start untrained every time
+DEFAULT_HEAD_WARMUP_STEPS = 100
+
 #: the batch entries an encoder may take, where its tokenizer makes them
 INPUT_KEYS = ("input_ids", "attention_mask", "token_type_ids")
 
@@ -124,8 +127,10 @@ class TsdaeModule(HeadWarmup, HFModule):
     ``packing: false`` (one text per example). The paper trained with batches of 8 at a constant 3e-5.
 
     The decoder's own weights start untrained, and from the first step their gradients reach the encoder through the
-    pooled embedding. ``head_warmup_steps`` (off by default) first trains them alone, the encoder frozen, as
-    ``MaskedLMModule`` does for a missing MLM head.
+    pooled embedding. ``head_warmup_steps`` (100 by default) first trains them alone, the encoder frozen, as
+    ``MaskedLMModule`` does for a missing MLM head (linear probing before fine-tuning, Kumar et al. 2022). Without
+    it, the task's frozen probe fell 4.4 points within 25 steps on python-docs; with it, the first check after the
+    warm-up was within 0.6 points of the base on both bundled domains (FIGURES.md).
 
     Validation reports ``val/loss`` (the same loss, with the deletion noise fixed by ``seed``) and ``val/token_acc``
     (the share of original tokens the decoder predicts).
@@ -168,7 +173,7 @@ class TsdaeModule(HeadWarmup, HFModule):
             head_warmup_steps: optimizer steps training only the decoder's own weights (its cross-attention, LM-head
                 transform and output bias) at ``head_warmup_lr``, the encoder frozen, and with it every decoder weight
                 tied to it; then everything trains on the main schedule, whose ``warmup_ratio`` counts the steps after
-                this warm-up. None: 0 (no warm-up), for now.
+                this warm-up. None: 100 (the decoder's cross-attention is always new); 0: no warm-up.
             head_warmup_lr: learning rate of the decoder's own weights during their warm-up.
             hidden_dropout: hidden dropout during this training (None keeps the checkpoint's, as the paper trained);
                 the export's config keeps the checkpoint's value.
@@ -181,7 +186,7 @@ class TsdaeModule(HeadWarmup, HFModule):
         super().__init__()
         if lr_schedule not in ("constant", "linear"):
             raise DomainBertError(f"model.lr_schedule={lr_schedule!r}: expected constant or linear")
-        self.head_warmup_steps = resolve_head_warmup_steps(head_warmup_steps, 0)  # None: no warm-up, for now
+        self.head_warmup_steps = resolve_head_warmup_steps(head_warmup_steps, DEFAULT_HEAD_WARMUP_STEPS)
         from domainbert.modules.classification import resolve_pooling
 
         self.pooling = resolve_pooling(pooling, init_from)

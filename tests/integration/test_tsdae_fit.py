@@ -27,7 +27,7 @@ from tests.helpers.pipeline_tiny import OPEN_GATE, tiny_pipeline
 @pytest.mark.parametrize("fam", ["bert", "roberta"])
 def test_a_short_fit_lowers_the_reconstruction_loss(tiny_models, corpus_file, tmp_path, fam):
     L.seed_everything(0, verbose=False)
-    module = TsdaeModule(str(tiny_models[fam]), learning_rate=3e-3, pooling="mean")
+    module = TsdaeModule(str(tiny_models[fam]), learning_rate=3e-3, pooling="mean", head_warmup_steps=0)
     dm = small_corpus(module, corpus_file, tmp_path, packing=False)  # 64 texts, 8 batches of 8
     losses = LossRecorder()
     quiet_trainer(40, [losses]).fit(module, datamodule=dm)
@@ -123,7 +123,7 @@ def test_the_export_is_the_trained_encoder_with_its_pooling(tiny_bert, corpus_fi
     from transformers import AutoModel
 
     L.seed_everything(0, verbose=False)
-    module = TsdaeModule(str(tiny_bert), learning_rate=1e-3, pooling="mean")
+    module = TsdaeModule(str(tiny_bert), learning_rate=1e-3, pooling="mean", head_warmup_steps=0)
     before = module.model.embeddings.word_embeddings.weight.detach().clone()
     quiet_trainer(3).fit(module, datamodule=small_corpus(module, corpus_file, tmp_path, packing=False))
     trained = module.model.state_dict()

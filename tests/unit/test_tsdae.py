@@ -190,9 +190,14 @@ def test_a_checkpoint_without_a_head_starts_it_from_the_embeddings(tiny_bert, tm
 
 
 # -- the head warm-up (the fit that shows the encoder held still is in tests/integration/test_tsdae_fit.py) ---------
-def test_no_head_warm_up_by_default_and_the_optimizer_groups_and_schedule_as_before(modules):
-    module = modules["bert"]
-    assert module.hparams.head_warmup_steps is None and module.head_warmup_steps == 0
+def test_a_100_step_head_warm_up_by_default_and_0_turns_it_off(tiny_bert):
+    module = TsdaeModule(str(tiny_bert))
+    assert module.hparams.head_warmup_steps is None and module.head_warmup_steps == 100
+    assert TsdaeModule(str(tiny_bert), head_warmup_steps=0).head_warmup_steps == 0
+
+
+def test_without_a_head_warm_up_the_optimizer_groups_and_schedule_are_the_plain_ones(tiny_bert):
+    module = TsdaeModule(str(tiny_bert), head_warmup_steps=0)
     groups = module.trainable_groups()
     assert [g["names"] for g in groups] == [g["names"] for g in HFModule.trainable_groups(module)]
     assert all(f(step) == 1.0 for f in module.lr_lambdas(groups, 100) for step in (0, 1, 99)), "constant, no warm-up"
