@@ -94,9 +94,41 @@ class HeadWarmup:
         return [head if all(self.is_head_param(n) for n in g["names"]) else main for g in groups]
 
     def trainable_groups(self) -> list[dict]:
-        """The host's groups, split into head and encoder parameters (when :meth:`head_groups_apart`)."""
+        """The host's groups, split into head and encoder parameters (when :meth:`head_groups_apart`).
+
+        An encoder a failed fit left frozen (its ``on_train_end`` never ran) is unfrozen first, so every parameter
+        that trains is in a group.
+        """
+        if self._encoder_frozen:
+            self.set_encoder_frozen(False)
         groups = super().trainable_groups()
         return split_groups(groups, self.is_head_param) if self.head_groups_apart() else groups
+
+    def on_fit_start(self) -> None:
+        """Refuse a warm-up under DDP that does not allow unused parameters; warn when it outlasts the run.
+
+        Raises:
+            DomainBertError: DDP without ``find_unused_parameters`` and ``head_warmup_steps`` > 0 (the frozen encoder
+                gets no gradient, which DDP's reducer refuses at the second step).
+        """
+        super().on_fit_start()
+        w, trainer = self.head_warmup_steps, self.trainer
+        if w <= 0:
+            return
+        kwargs = getattr(trainer.strategy, "_ddp_kwargs", None)
+        if kwargs is not None and trainer.world_size > 1 and not kwargs.get("find_unused_parameters"):
+            raise DomainBertError(
+                f"model.head_warmup_steps={w} freezes the encoder, and DDP refuses parameters without a gradient: "
+                "use --trainer.strategy ddp_find_unused_parameters_true, or --model.head_warmup_steps 0"
+            )
+        total = trainer.estimated_stepping_batches
+        if total is not None and total <= w:
+            log.warning(
+                "model.head_warmup_steps=%d covers the whole run (%s steps): only the head trains, the encoder stays "
+                "the base model's",
+                w,
+                total,
+            )
 
     def on_train_batch_start(self, batch, batch_idx: int) -> None:
         frozen = self.global_step < self.head_warmup_steps

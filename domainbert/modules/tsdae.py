@@ -27,7 +27,7 @@ from domainbert.modules.head_warmup import HeadWarmup, resolve_head_warmup_steps
 
 log = logging.getLogger(__name__)
 
-#: ``head_warmup_steps`` when None: the decoder's cross-attention and LM-head transform start untrained every time
+#: ``head_warmup_steps`` when None: the decoder's cross-attention is new for every checkpoint
 DEFAULT_HEAD_WARMUP_STEPS = 100
 
 #: the batch entries an encoder may take, where its tokenizer makes them
@@ -126,11 +126,13 @@ class TsdaeModule(HeadWarmup, HFModule):
     sentence-transformers pooling files, loadable by every fine-tuning module. Use ``CorpusDataModule`` with
     ``packing: false`` (one text per example). The paper trained with batches of 8 at a constant 3e-5.
 
-    The decoder's own weights start untrained, and from the first step their gradients reach the encoder through the
-    pooled embedding. ``head_warmup_steps`` (100 by default) first trains them alone, the encoder frozen, as
+    The decoder's cross-attention starts untrained for every checkpoint (and its LM-head transform for one without
+    a trained MLM head), and from the first step their gradients reach the encoder through the pooled embedding.
+    ``head_warmup_steps`` (100 by default) first trains the decoder's own weights alone, the encoder frozen, as
     ``MaskedLMModule`` does for a missing MLM head (linear probing before fine-tuning, Kumar et al. 2022). Without
     it, the task's frozen probe fell 4.4 points within 25 steps on python-docs; with it, the first check after the
-    warm-up was within 0.6 points of the base on both bundled domains (FIGURES.md).
+    warm-up was within 0.6 points of the base on both bundled domains (FIGURES.md). A checkpoint saved before
+    the warm-up existed resumes with ``--model.head_warmup_steps 0`` (its optimizer has the unsplit groups).
 
     Validation reports ``val/loss`` (the same loss, with the deletion noise fixed by ``seed``) and ``val/token_acc``
     (the share of original tokens the decoder predicts).

@@ -56,6 +56,8 @@ import common  # noqa: E402
 import seed_rows  # noqa: E402
 from probe_vs_finetune_exports import export_done, export_folder  # noqa: E402
 
+from domainbert.errors import DomainBertError  # noqa: E402
+
 #: arm -> export steps: the same on every domain, fixed in advance.
 STEPS = {"mlm": (150, 250, 400), "tsdae": (125, 175), "lora": (250,)}
 #: domain -> arm -> (pretraining config relative to the repository, export steps).
@@ -444,10 +446,13 @@ def run(args) -> dict:
             adapted.append((arm, step, scores))
     if args.dry_run:
         return {}
-    base_runs = seed_rows.read_runs(args.out / "pipeline" / "base", args.seeds)
-    for arm, step, scores in adapted:
-        runs = seed_rows.read_runs(args.out / "pipeline" / f"{arm}-step{step}", args.seeds)
-        scores["ci"] = seed_rows.compare(base_runs, runs)
+    try:
+        base_runs = seed_rows.read_runs(args.out / "pipeline" / "base", args.seeds)
+        for arm, step, scores in adapted:
+            runs = seed_rows.read_runs(args.out / "pipeline" / f"{arm}-step{step}", args.seeds)
+            scores["ci"] = seed_rows.compare(base_runs, runs)
+    except DomainBertError as err:
+        raise SystemExit(f"probe_vs_finetune: {err}") from err
     rows = table_rows(base, adapted)
     stats = summary(rows)
     print(markdown(rows))

@@ -140,7 +140,7 @@ def test_the_export_is_the_trained_encoder_with_its_pooling(tiny_bert, corpus_fi
 def test_the_pipeline_stage_fits_tsdae_and_fine_tunes_its_export(tiny_bert, tmp_path):
     out = tmp_path / "p"
     args = ["--trainer.max_steps=2", "--trainer.val_check_interval=2", "--trainer.log_every_n_steps=1"]
-    args += ["--data.init_args.max_length=64", "--trainer.limit_val_batches=1"]
+    args += ["--data.init_args.max_length=64", "--trainer.limit_val_batches=1", "--model.head_warmup_steps=1"]
     report = tiny_pipeline(
         tiny_bert, out, [0], tsdae=TsdaeSpec(enabled=True, args=args, watch=WatchSpec(**OPEN_GATE))
     ).read_text()

@@ -232,3 +232,42 @@ def test_a_bad_head_warmup_steps_is_refused_naming_the_option(tiny_bert, value):
     expected = rf"^model\.head_warmup_steps={value}: expected a whole number of steps >= 0, or null$"
     with pytest.raises(DomainBertError, match=expected):
         TsdaeModule(str(tiny_bert), head_warmup_steps=value)
+
+
+class _Strategy:
+    def __init__(self, ddp_kwargs):
+        self._ddp_kwargs = ddp_kwargs
+
+
+class _Trainer:
+    def __init__(self, ddp_kwargs=None, world_size=1, steps=1000):
+        self.strategy, self.world_size, self.estimated_stepping_batches = _Strategy(ddp_kwargs), world_size, steps
+
+
+def _start(monkeypatch, module, trainer) -> None:
+    monkeypatch.setattr(TsdaeModule, "trainer", property(lambda self: trainer))
+    module.on_fit_start()
+
+
+def test_a_head_warm_up_under_ddp_without_unused_parameters_is_refused_with_the_fix(tiny_bert, monkeypatch):
+    module = TsdaeModule(str(tiny_bert), head_warmup_steps=5)
+    with pytest.raises(DomainBertError, match="ddp_find_unused_parameters_true.*head_warmup_steps 0"):
+        _start(monkeypatch, module, _Trainer(ddp_kwargs={}, world_size=2))
+    _start(monkeypatch, module, _Trainer(ddp_kwargs={"find_unused_parameters": True}, world_size=2))
+    _start(monkeypatch, TsdaeModule(str(tiny_bert), head_warmup_steps=0), _Trainer(ddp_kwargs={}, world_size=2))
+
+
+def test_a_warm_up_that_covers_the_whole_run_is_warned_about(tiny_bert, monkeypatch, caplog):
+    module = TsdaeModule(str(tiny_bert), head_warmup_steps=5)
+    with caplog.at_level("WARNING", logger="domainbert.modules.head_warmup"):
+        _start(monkeypatch, module, _Trainer(steps=10))
+        assert not caplog.records
+        _start(monkeypatch, module, _Trainer(steps=5))
+    assert "covers the whole run (5 steps)" in caplog.text
+
+
+def test_an_encoder_a_failed_fit_left_frozen_is_back_in_the_optimizer_groups(tiny_bert):
+    module = TsdaeModule(str(tiny_bert), head_warmup_steps=5)
+    every = sum(len(g["params"]) for g in module.trainable_groups())
+    module.set_encoder_frozen(True)  # as a fit that died in its warm-up leaves it
+    assert sum(len(g["params"]) for g in module.trainable_groups()) == every
