@@ -3,7 +3,6 @@ resumption of arms and pipelines (the child runs faked), and the StepExports cal
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import sys
@@ -13,20 +12,14 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-BENCH = Path(__file__).resolve().parents[2] / "examples" / "benchmarks"
+from tests.helpers.scripts import BENCH, script_module
 
 
 @pytest.fixture(scope="module")
 def pvf():
     """The script as a module (its folder on the path, as when it runs)."""
-    sys.path.insert(0, str(BENCH))
-    try:
-        spec = importlib.util.spec_from_file_location("probe_vs_finetune", BENCH / "probe_vs_finetune.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+    with script_module(BENCH / "probe_vs_finetune.py") as module:
         yield module
-    finally:
-        sys.path.remove(str(BENCH))
 
 
 def scores(probe, val, test, minutes=1.0):

@@ -3,17 +3,15 @@ over seeds, the paired bootstrap against the base folder, and the errors for a m
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
 
 from domainbert.errors import DomainBertError
+from tests.helpers.scripts import BENCH, script_module
 
-BENCH = Path(__file__).resolve().parents[2] / "examples" / "benchmarks"
 GOLD = [0, 1, 0, 1, 2, 2]
 LABELS = ["api", "graphics", "network"]
 
@@ -21,14 +19,8 @@ LABELS = ["api", "graphics", "network"]
 @pytest.fixture(scope="module")
 def rows_mod():
     """The script as a module (its folder on the path, as when it runs)."""
-    sys.path.insert(0, str(BENCH))
-    try:
-        spec = importlib.util.spec_from_file_location("seed_rows", BENCH / "seed_rows.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+    with script_module(BENCH / "seed_rows.py") as module:
         yield module
-    finally:
-        sys.path.remove(str(BENCH))
 
 
 def pipeline_folder(folder: Path, runs: dict[int, tuple[float, float, list[int]]], gold=GOLD, status="done") -> Path:
