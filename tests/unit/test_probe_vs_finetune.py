@@ -345,6 +345,19 @@ def test_a_debian_run_pretrains_and_fine_tunes_on_debian_with_every_seed(pvf, fa
     assert "| lora | 250 |" in table and "[95% CI]" in table
 
 
+def test_a_pipeline_without_test_predictions_ends_the_run_with_one_line(pvf, fake_runs, tmp_path, monkeypatch):
+    def without_predictions(cmd, log, env, cwd=None, what="run") -> float:
+        minutes = FakeRuns.__call__(fake_runs, cmd, log, env, cwd, what)
+        if cmd[3] == "pipeline" and Path(cmd[cmd.index("--out") + 1]).name != "base":
+            (Path(cmd[cmd.index("--out") + 1]) / "finetune-baseline-seed0" / "test_predictions.json").unlink()
+        return minutes
+
+    monkeypatch.setattr(pvf.common, "run_logged", without_predictions)
+    args = pvf.parse(["--arms", "lora", "--out", str(tmp_path)])
+    with pytest.raises(SystemExit, match=r"^probe_vs_finetune: .*lora-step250.*test_predictions\.json"):
+        pvf.run(args)
+
+
 # -- StepExports --------------------------------------------------------------------------------------------------
 class FakeModule(torch.nn.Linear):
     """A module whose ``export_hf`` writes a config and records the step folders it was asked for."""
