@@ -80,10 +80,37 @@ def warmup_linear(total_steps: int, warmup_steps: int, offset: int = 0) -> Calla
 
 
 def build_optimizer(
-    optimizer: Callable[[Iterable], torch.optim.Optimizer] | None, groups: list[dict]
+    optimizer: Callable[[Iterable], torch.optim.Optimizer] | None, groups: list[dict], fused: bool = True
 ) -> torch.optim.Optimizer:
-    """Instantiate the injected optimizer (AdamW when None) over ``groups``; per-group lr wins."""
+    """Instantiate the injected optimizer (AdamW when None) over ``groups``; per-group lr wins.
+
+    The default AdamW is PyTorch's fused kernel when ``fused`` and every parameter is a float tensor on the CPU or
+    a CUDA GPU: one pass over each tensor instead of a dozen ``foreach`` ops (on a 2-core AMD EPYC, 13 ms against
+    93 ms per step for all-MiniLM-L6-v2's 22.7 M parameters).
+    """
     clean = [{k: v for k, v in g.items() if k != "names"} for g in groups]
     if optimizer is None:
-        return torch.optim.AdamW(clean, lr=clean[0]["lr"] if clean else 1e-3)
+        use_fused = fused and fused_ok(clean)
+        opt = torch.optim.AdamW(clean, lr=clean[0]["lr"] if clean else 1e-3, fused=use_fused or None)
+        opt.register_load_state_dict_pre_hook(_keep_kernel)
+        return opt
     return optimizer(clean)
+
+
+def _keep_kernel(optimizer: torch.optim.Optimizer, state_dict: dict) -> dict:
+    """``load_state_dict`` pre-hook: a checkpoint's groups take this optimizer's kernel (``fused``, ``foreach``).
+
+    A checkpoint saved before the default turned fused would otherwise switch a resumed run back to ``foreach``
+    while the optimizer still tells a gradient scaler that it unscales by itself. The checkpoint is not changed.
+    """
+    kernel = [{k: g[k] for k in ("fused", "foreach") if k in g} for g in optimizer.param_groups]
+    saved = state_dict.get("param_groups", [])
+    groups = [{**g, **kernel[i]} if i < len(kernel) else g for i, g in enumerate(saved)]
+    return {**state_dict, "param_groups": groups}
+
+
+def fused_ok(groups: list[dict]) -> bool:
+    """True when every parameter in ``groups`` is a floating-point tensor, all on the CPU or all on CUDA."""
+    params = [p for g in groups for p in g["params"]]
+    kinds = {p.device.type for p in params}
+    return kinds in ({"cpu"}, {"cuda"}) and all(p.is_floating_point() for p in params)

@@ -70,6 +70,22 @@ class FileOrder:
         return out
 
 
+def sampler_order(loader) -> list[int] | None:
+    """The row indices in the order ``loader`` gives them when its sampler sorts by length; else None (file order)."""
+    from domainbert.data.batching import LengthSortedSampler
+
+    sampler = getattr(loader, "sampler", None)
+    return list(sampler) if isinstance(sampler, LengthSortedSampler) else None
+
+
+def in_file_order(values: Sequence[Any], order: Sequence[int] | None) -> list[Any]:
+    """``values``, given in ``order`` (row indices, see :func:`sampler_order`), put back in file order."""
+    if order is None:
+        return list(values)
+    restore = FileOrder()
+    return restore.add(order, values) + restore.rest()
+
+
 def sorted_by_length(trainer: L.Trainer) -> bool:
     """Whether the trainer's predict loader batches rows out of file order (a ``LengthSortedSampler``).
 

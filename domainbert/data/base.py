@@ -87,6 +87,7 @@ class TaskDataModule(L.LightningDataModule):
     tensor_keys: tuple[str, ...] = ("labels",)
     #: batch predict rows of similar length (:class:`LengthSortedSampler`) when a writer puts them back in file order
     #: (see :meth:`TaskDataModule.sorts_predict`); only for tasks whose ``predict_step`` returns one row per input.
+    #: Validation and test rows of such a task are batched so too (see :meth:`TaskDataModule.sorts_evaluation`).
     predict_by_length: bool = False
 
     def __init__(
@@ -259,7 +260,7 @@ class TaskDataModule(L.LightningDataModule):
                 with_epoch=isinstance(ds, EncodedRows),
             )
             return DataLoader(ds, batch_size=self.batch_size, sampler=sampler, **kwargs)
-        if split == "predict" and self.sorts_predict():
+        if (split == "predict" and self.sorts_predict()) or (split != "predict" and self.sorts_evaluation(split)):
             sampler = LengthSortedSampler(self.lengths(ds), self.eval_batch_size)
             return DataLoader(ds, batch_size=self.eval_batch_size, sampler=sampler, **kwargs)
         return DataLoader(ds, batch_size=self.eval_batch_size, shuffle=False, **kwargs)
@@ -276,6 +277,19 @@ class TaskDataModule(L.LightningDataModule):
         if not self.predict_by_length or trainer is None:
             return False
         return any(getattr(cb, "restores_file_order", False) for cb in trainer.callbacks)
+
+    def sorts_evaluation(self, split: str) -> bool:
+        """Whether ``validation``/``test`` batches group rows by length (less padding, faster).
+
+        Only for a task with :attr:`predict_by_length`, and only when the trainer evaluates every batch
+        (``limit_val_batches``/``limit_test_batches`` of 1.0): a limited pass keeps a file-order sample. Accuracy and
+        F1 do not depend on the batches; a loss that averages within a batch (tagging's token mean, class weights)
+        moves by the batching, as it does between batch sizes. Test predictions are put back in file order
+        (:func:`domainbert.core.prediction.in_file_order`).
+        """
+        trainer = getattr(self, "trainer", None)
+        limit = getattr(trainer, "limit_val_batches" if split == "validation" else "limit_test_batches", 1.0)
+        return self.predict_by_length and (limit is None or (isinstance(limit, float) and limit == 1.0))
 
     def lengths(self, ds) -> list[int]:
         """Row lengths for length grouping (token counts, or word counts of raw text)."""

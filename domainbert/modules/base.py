@@ -9,6 +9,7 @@ holds the constructor arguments they all take.
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 import lightning.pytorch as L
@@ -88,9 +89,46 @@ class HFModule(L.LightningModule):
         if isinstance(lr, int | float) and not lr > 0:  # 0 would divide by zero in the MLM head schedule
             raise DomainBertError(f"model.learning_rate={lr}: expected a positive learning rate")
         groups = self.trainable_groups()
-        opt = build_optimizer(self.optimizer, groups)
+        # under a gradient scaler (16-mixed) the optimizer stays unfused: Lightning unscales only unfused gradients
+        # before the guard and clipping read them
+        opt = build_optimizer(self.optimizer, groups, fused=self._scaler() is None)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, self.lr_lambdas(groups, self.total_steps()))
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step", "frequency": 1}}
+
+    def on_fit_start(self) -> None:
+        """On the CPU, draw dropout masks the fast way (:mod:`domainbert.core.cpu_dropout`).
+
+        ``DOMAINBERT_CPU_DROPOUT=0`` keeps PyTorch's own dropout (``bernoulli_``), for runs that must match one
+        made without it.
+        """
+        super().on_fit_start()
+        if self.device.type == "cpu" and os.environ.get("DOMAINBERT_CPU_DROPOUT", "1") != "0":
+            from domainbert.core.cpu_dropout import use_cpu_dropout
+
+            use_cpu_dropout(self)
+
+    def _scaler(self):
+        """The trainer's gradient scaler (``16-mixed``); None when gradients are not scaled (fp32, bf16)."""
+        return getattr(self.trainer.precision_plugin, "scaler", None)
+
+    def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
+        """Clip as Lightning does; also for a fused optimizer in ``bf16-mixed``.
+
+        Lightning's mixed-precision plugin refuses to clip for an optimizer that unscales gradients itself (the
+        fused AdamW), even in ``bf16-mixed``, where no gradient is scaled; there this clips the same way. Every
+        other plugin (FSDP's, DeepSpeed's, 32-bit) and a scaled run keep Lightning's own clipping.
+        """
+        from lightning.pytorch.plugins.precision import MixedPrecision
+
+        fused = getattr(optimizer, "_step_supports_amp_scaling", False)
+        bf16 = isinstance(self.trainer.precision_plugin, MixedPrecision) and self._scaler() is None
+        if not (gradient_clip_val and fused and bf16):
+            return super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        if gradient_clip_algorithm == "value":
+            torch.nn.utils.clip_grad_value_(params, gradient_clip_val)
+        else:
+            torch.nn.utils.clip_grad_norm_(params, gradient_clip_val)
 
     # -- evaluation epochs ---------------------------------------------------------------------------
     def start_evaluation(self, stage: str) -> None:

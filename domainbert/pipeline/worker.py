@@ -10,6 +10,7 @@ import torch
 from lightning.pytorch import Callback
 
 from domainbert.core.files import atomic_write_text
+from domainbert.core.prediction import in_file_order, sampler_order
 
 
 def _floats(metrics) -> dict[str, float]:
@@ -31,16 +32,22 @@ def test_predictions(trainer, model, datamodule) -> dict:
     """
     gold, pred = [], []
     model.eval()
+    loader = datamodule.test_dataloader()
     with trainer.precision_plugin.forward_context():
-        for batch in datamodule.test_dataloader():
+        for batch in loader:
             batch = {k: v.to(model.device) if torch.is_tensor(v) else v for k, v in batch.items()}
             pred += model(batch).argmax(-1).tolist()
             gold += batch["labels"].long().tolist()
-    return {"gold": gold, "pred": pred, "labels": list(getattr(model, "label_names", []) or [])}
+    order = sampler_order(loader)
+    return {
+        "gold": in_file_order(gold, order),
+        "pred": in_file_order(pred, order),
+        "labels": list(getattr(model, "label_names", []) or []),
+    }
 
 
 class TestPredictions(Callback):
-    """The test pass's own predictions: each test batch's gold and predicted label ids, in the pass's order.
+    """The test pass's own predictions: each test batch's gold and predicted label ids, put back in file order.
 
     A forward hook on the module's model (its ``model`` attribute: the classifier, or a distillation's student)
     keeps the logits of the batch's forward pass, and ``on_test_batch_end`` pairs their argmax with the batch's
@@ -52,6 +59,7 @@ class TestPredictions(Callback):
         self.gold: list[int] = []
         self.pred: list[int] = []
         self.complete = True
+        self.order: list[int] | None = None
         self._logits = None
         self._hook = None
 
@@ -62,6 +70,8 @@ class TestPredictions(Callback):
         target = getattr(pl_module, "model", None)
         target = target if isinstance(target, torch.nn.Module) else pl_module
         self._hook = target.register_forward_hook(self._keep)
+        loaders = trainer.test_dataloaders
+        self.order = sampler_order(loaders[0] if isinstance(loaders, list | tuple) and len(loaders) == 1 else loaders)
 
     def on_test_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0) -> None:
         self._logits = None
@@ -84,9 +94,13 @@ class TestPredictions(Callback):
 
     def record(self, model) -> dict | None:
         """``{"gold", "pred", "labels"}`` (the format of :func:`test_predictions`), or None when incomplete."""
-        if not self.complete or not self.gold:
+        if not self.complete or not self.gold or (self.order is not None and len(self.order) != len(self.gold)):
             return None
-        return {"gold": self.gold, "pred": self.pred, "labels": list(getattr(model, "label_names", []) or [])}
+        return {
+            "gold": in_file_order(self.gold, self.order),
+            "pred": in_file_order(self.pred, self.order),
+            "labels": list(getattr(model, "label_names", []) or []),
+        }
 
 
 class Validations(Callback):
