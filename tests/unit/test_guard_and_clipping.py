@@ -179,18 +179,23 @@ def _adamw(module, fused: bool) -> torch.optim.AdamW:
     return torch.optim.AdamW([p for p in module.parameters() if p.requires_grad], lr=1e-3, fused=fused or None)
 
 
+def _clip_fused(module, precision: str, clip: float, algorithm) -> None:
+    """Clip ``module``'s gradients through its own hook, with a fused AdamW and a trainer of ``precision``."""
+    opt = _adamw(module, fused=True)
+    _attach(module, PLUGINS[precision](), clip=clip, algorithm=algorithm)
+    try:
+        module.configure_gradient_clipping(opt, clip, algorithm)
+    finally:
+        module._trainer = None
+
+
 @pytest.mark.parametrize("precision", ["32-true", "bf16-mixed"])
 def test_a_fused_optimizers_gradients_are_clipped_to_the_norm(module, precision):
     params = _fill_grads(module)
     before = [p.grad.clone() for p in params]
     norm = float(torch.nn.utils.get_total_norm(before))
     assert norm > 1.0
-    opt = _adamw(module, fused=True)
-    _attach(module, PLUGINS[precision](), clip=1.0, algorithm=GradClipAlgorithmType.NORM)
-    try:
-        module.configure_gradient_clipping(opt, 1.0, GradClipAlgorithmType.NORM)
-    finally:
-        module._trainer = None
+    _clip_fused(module, precision, 1.0, GradClipAlgorithmType.NORM)
     assert float(torch.nn.utils.get_total_norm([p.grad for p in params])) == pytest.approx(1.0, rel=1e-4)
     for p, g in zip(params, before, strict=True):  # scaled as one, the direction kept
         torch.testing.assert_close(p.grad, g / norm, rtol=1e-4, atol=1e-9)
@@ -201,12 +206,7 @@ def test_a_fused_optimizers_gradients_are_clipped_by_value(module, precision):
     params = _fill_grads(module)
     before = [p.grad.clone() for p in params]
     assert max(float(g.abs().max()) for g in before) > 0.5
-    opt = _adamw(module, fused=True)
-    _attach(module, PLUGINS[precision](), clip=0.5, algorithm=GradClipAlgorithmType.VALUE)
-    try:
-        module.configure_gradient_clipping(opt, 0.5, GradClipAlgorithmType.VALUE)
-    finally:
-        module._trainer = None
+    _clip_fused(module, precision, 0.5, GradClipAlgorithmType.VALUE)
     for p, g in zip(params, before, strict=True):
         torch.testing.assert_close(p.grad, g.clamp(-0.5, 0.5))
 
