@@ -250,3 +250,21 @@ def test_fused_step_equals_the_plain_adamw_step():
     for fg, pg, start in zip(fused_groups, plain_groups, _groups(), strict=True):
         for fp, pp, p0 in zip(fg["params"], pg["params"], start["params"], strict=True):
             assert torch.allclose(fp, pp, atol=1e-6, rtol=0) and not torch.allclose(fp, p0, atol=1e-3)
+
+
+def test_a_resumed_unfused_checkpoint_keeps_the_fused_kernel_and_its_state():
+    groups = _groups()
+    old = torch.optim.AdamW([{k: v for k, v in g.items() if k != "names"} for g in groups])  # foreach, not fused
+    for g in groups:
+        for p in g["params"]:
+            p.grad = torch.ones_like(p)
+    old.step()
+    saved = old.state_dict()
+    assert saved["param_groups"][0]["fused"] is None
+    new = build_optimizer(None, _groups())
+    new.load_state_dict(saved)
+    assert [g["fused"] for g in new.param_groups] == [True, True]  # the kernel of this run, not the checkpoint's
+    assert saved["param_groups"][0]["fused"] is None  # the checkpoint itself is left as it was
+    assert [g["weight_decay"] for g in new.param_groups] == [0.01, 0.0]
+    first = next(iter(new.state.values()))
+    assert float(first["step"]) == 1.0 and torch.count_nonzero(first["exp_avg"]) > 0  # the moments came along

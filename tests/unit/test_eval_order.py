@@ -114,6 +114,17 @@ def test_evaluation_batches_are_grouped_by_length_and_hold_every_row_once(dm, sp
     assert padded == _padding(sorted_widths)  # each batch is padded to its own longest row only
 
 
+@pytest.mark.parametrize(("limit", "sorted_"), [(1.0, True), (None, True), (0.5, False), (2, False)])
+def test_a_limited_evaluation_keeps_file_order(dm, limit, sorted_):
+    dm.trainer = SimpleNamespace(limit_val_batches=limit, limit_test_batches=limit, callbacks=[])
+    try:
+        for split in ("validation", "test"):
+            assert dm.sorts_evaluation(split) is sorted_
+            assert isinstance(_loader(dm, split).sampler, LengthSortedSampler) is sorted_
+    finally:
+        dm.trainer = None
+
+
 # -- TestPredictions, driven by hand ------------------------------------------------------------------
 
 
