@@ -61,7 +61,8 @@ def attention(module, query, key, value, attention_mask, scaling=None, dropout=0
     or a sliding window, always go to ``sdpa``, which knows how to apply them.
 
     ``attention_mask`` is ``sdpa``'s (boolean, True where a key is attended; None when nothing is padded), as the
-    mask function registered under :data:`ATTENTION` is ``sdpa``'s.
+    mask function registered under :data:`ATTENTION` is ``sdpa``'s. The weights returned beside the output are the
+    kept probabilities, not rescaled by ``1 / (1 - dropout)``: the rescaling is applied to ``value``.
     """
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
@@ -72,14 +73,18 @@ def attention(module, query, key, value, attention_mask, scaling=None, dropout=0
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
         )
     scaling = query.size(-1) ** -0.5 if scaling is None else scaling
-    scores = torch.matmul(query, key.transpose(2, 3)) * scaling
+    # the scales go on the (batch, heads, length, head width) operands, not the length x length scores
+    scores = torch.matmul(query * scaling, key.transpose(2, 3))
     if attention_mask is not None:
         if attention_mask.dtype == torch.bool:
             scores = scores.masked_fill(~attention_mask, torch.finfo(scores.dtype).min)
         else:
             scores = scores + attention_mask
-    weights = cpu_dropout(nn.functional.softmax(scores, dim=-1), dropout)
-    return torch.matmul(weights, value).transpose(1, 2).contiguous(), weights
+    # softmax in float32, then back to the value's precision, as ``eager`` does
+    weights = nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(value.dtype)
+    kept = weights * keep_mask(weights.shape, dropout)
+    out = torch.matmul(kept, value * (1.0 / (1.0 - dropout) if dropout < 1.0 else 0.0))
+    return out.transpose(1, 2).contiguous(), kept
 
 
 def register() -> None:

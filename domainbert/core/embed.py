@@ -111,23 +111,29 @@ def modes_kept(module: torch.nn.Module) -> Iterator[None]:
 def sorted_batches(tokenizer, texts: Sequence[str | tuple[str, str]], batch_size: int, max_length: int, device):
     """``(row ids, model inputs on device)`` over ``texts`` in batches of similar length, so padding costs little.
 
-    ``texts`` may hold ``(text, pair)`` tuples; a caller writes each batch's outputs to ``out[ids]`` to keep the
-    order of ``texts``.
+    The texts are tokenized once, then batched in order of their token count (ties in file order) and padded per
+    batch. ``texts`` may hold ``(text, pair)`` tuples; a caller writes each batch's outputs to ``out[ids]`` to keep
+    the order of ``texts``.
     """
-    order = sorted(range(len(texts)), key=lambda i: len(texts[i]) if isinstance(texts[i], str) else len(texts[i][0]))
+    if not texts:
+        return
+    pairs = not isinstance(texts[0], str)
+    enc = tokenizer(
+        [t[0] for t in texts] if pairs else list(texts),
+        [t[1] for t in texts] if pairs else None,
+        truncation=True,
+        max_length=max_length,
+    )
+    from transformers import DataCollatorWithPadding
+
+    collate = DataCollatorWithPadding(tokenizer, return_tensors="pt")
+    names = [k for k in enc if k in tokenizer.model_input_names]
+    lengths = [len(ids) for ids in enc["input_ids"]]
+    order = sorted(range(len(texts)), key=lengths.__getitem__)
     for start in range(0, len(order), batch_size):
         ids = order[start : start + batch_size]
-        batch = [texts[i] for i in ids]
-        pairs = not isinstance(batch[0], str)
-        enc = tokenizer(
-            [t[0] for t in batch] if pairs else list(batch),
-            [t[1] for t in batch] if pairs else None,
-            truncation=True,
-            max_length=max_length,
-            padding=True,
-            return_tensors="pt",
-        ).to(device)
-        yield ids, {k: v for k, v in enc.items() if k in tokenizer.model_input_names}
+        batch = collate([{k: enc[k][i] for k in names} for i in ids])
+        yield ids, {k: v.to(device) for k, v in batch.items()}
 
 
 @torch.no_grad()

@@ -40,7 +40,7 @@ from domainbert.core import cache_store
 from domainbert.core.embed import BATCH_SIZE
 
 #: bumped when the way embeddings or probes are computed changes, so older entries are never read
-SCHEMA = 1
+SCHEMA = 2
 #: files up to this size are keyed by their content; larger ones (weights) by size and modification time
 SMALL_FILE = 1 << 20
 

@@ -96,13 +96,19 @@ class HFModule(L.LightningModule):
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step", "frequency": 1}}
 
     def on_fit_start(self) -> None:
-        """On the CPU, draw dropout masks the fast way (:mod:`domainbert.core.cpu_dropout`).
+        """On the CPU, draw dropout masks the fast way and reuse freed memory.
 
-        ``DOMAINBERT_CPU_DROPOUT=0`` keeps PyTorch's own dropout (``bernoulli_``), for runs that must match one
-        made without it.
+        See :mod:`domainbert.core.cpu_dropout` and :mod:`domainbert.core.cpu_memory`. ``DOMAINBERT_CPU_DROPOUT=0``
+        keeps PyTorch's own dropout (``bernoulli_``), for runs that must match one made without it;
+        ``DOMAINBERT_CPU_MALLOC=0`` leaves ``malloc`` as it is.
         """
         super().on_fit_start()
-        if self.device.type == "cpu" and os.environ.get("DOMAINBERT_CPU_DROPOUT", "1") != "0":
+        if self.device.type != "cpu":
+            return
+        from domainbert.core.cpu_memory import keep_freed_memory
+
+        keep_freed_memory()
+        if os.environ.get("DOMAINBERT_CPU_DROPOUT", "1") != "0":
             from domainbert.core.cpu_dropout import use_cpu_dropout
 
             use_cpu_dropout(self)

@@ -99,8 +99,8 @@ def _by_hand(q, k, v, mask, p):
     scores = (q @ k.transpose(2, 3)) * q.size(-1) ** -0.5
     weights = torch.softmax(scores.masked_fill(~mask, torch.finfo(q.dtype).min), dim=-1)
     if p:
-        weights = weights * keep_mask(weights.shape, p) / (1 - p)
-    return (weights @ v).transpose(1, 2), weights
+        weights = weights * keep_mask(weights.shape, p)  # returned as kept, not rescaled
+    return (weights @ v / (1 - p)).transpose(1, 2), weights
 
 
 def test_attention_while_training_is_eager_with_cpu_dropout():
@@ -115,6 +115,21 @@ def test_attention_while_training_is_eager_with_cpu_dropout():
     # the hand computation masks as sdpa does
     sdpa_out = sdpa_attention_forward(_Attn(), q, k, v, mask)[0]
     assert torch.allclose(_by_hand(q, k, v, mask, 0.0)[0], sdpa_out, atol=1e-6)
+
+
+def test_attention_under_bf16_autocast_drops_bf16_probabilities():
+    q, k, v, mask = _qkv_mask()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out, weights = _seeded(lambda: attention(_Attn().train(), *(t.bfloat16() for t in (q, k, v)), mask, dropout=P))
+    want_out, want_weights = _seeded(lambda: _by_hand(q, k, v, mask, P))
+    assert weights.dtype == out.dtype == torch.bfloat16  # softmax in float32, then the value's precision
+    assert torch.allclose(weights.float(), want_weights, atol=1e-2) and torch.allclose(out.float(), want_out, atol=5e-2)
+
+
+def test_attention_that_drops_everything_gives_zeros():
+    q, k, v, mask = _qkv_mask()
+    out, weights = attention(_Attn().train(), q, k, v, mask, dropout=1.0)
+    assert torch.equal(out, torch.zeros_like(out)) and torch.equal(weights, torch.zeros_like(weights))
 
 
 @pytest.mark.parametrize("dropout", [0.0, P])
@@ -199,10 +214,13 @@ def test_on_fit_start_swaps_unless_turned_off(env, swapped, tiny_bert, monkeypat
         monkeypatch.delenv("DOMAINBERT_CPU_DROPOUT", raising=False)
     else:
         monkeypatch.setenv("DOMAINBERT_CPU_DROPOUT", env)
+    calls = []  # on the CPU, on_fit_start also keeps freed memory, whatever the dropout setting
+    monkeypatch.setattr("domainbert.core.cpu_memory.keep_freed_memory", lambda: calls.append(1) or True)
     module = HFModule()
     module.model = AutoModelForMaskedLM.from_pretrained(tiny_bert)
     module.on_fit_start()
     assert bool(_dropout_ps(module, CpuDropout)) is swapped and bool(_dropout_ps(module, nn.Dropout)) is not swapped
+    assert calls == [1]
 
 
 # -- fused_ok and build_optimizer -----------------------------------------------------------------------------------

@@ -92,7 +92,7 @@ def test_finite_gradients_pass_the_guard_untouched(nonfinite):
 def test_a_gradient_with_no_elements_is_left_out_of_the_check():
     opt = _optimizer(empty=torch.zeros(0), matrix=torch.ones(2, 2))
     guard = TrainingGuard(nonfinite="stop", release_memory=False)
-    assert _step(guard, opt).logged == [] and guard.skipped == 0  # an inf-norm of an empty tensor would raise
+    assert _step(guard, opt).logged == [] and guard.skipped == 0  # an empty gradient is left out of the check
     poisoned = _optimizer(empty=torch.zeros(0), matrix=torch.tensor([[1.0, math.nan]]))
     with pytest.raises(DomainBertError, match="non-finite"):
         _step(guard, poisoned)
