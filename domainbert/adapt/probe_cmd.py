@@ -24,7 +24,7 @@ from domainbert.errors import DomainBertError
 
 def read_split(path: str, text_column: str, pair_column: str | None, label_column: str, labels: list[str] | None):
     """Texts (or text pairs) and label names of a labelled file; unknown labels name the file and row."""
-    from domainbert.data.classification import label_text
+    from domainbert.data.labels import label_text
     from domainbert.data.readers import read
 
     columns = [text_column, label_column] + ([pair_column] if pair_column else [])

@@ -109,7 +109,7 @@ def file_splits(datamodule, num_labels: int) -> dict[str, tuple[list, torch.Tens
     None for a datamodule that is not one (no ``raw`` splits, multi-label, soft targets, another label count), or
     that reads long texts in windows (``data.long_text: windows``): the files' texts embed truncated.
     """
-    from domainbert.data.classification import label_text
+    from domainbert.data.labels import label_text
 
     needed = ("raw", "paths", "text_column", "label_column", "label2id")
     if not all(hasattr(datamodule, a) for a in needed) or getattr(datamodule, "multi_label", False):

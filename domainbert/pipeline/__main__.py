@@ -3,7 +3,7 @@
 import logging
 import sys
 
-from domainbert.cli import _user_error
+from domainbert.cli import _quick_exit, _user_error
 from domainbert.pipeline.inprocess import LOG_FORMAT
 from domainbert.pipeline.worker import worker
 
@@ -15,6 +15,7 @@ mode = rest[0] if rest[:1] in (["--test"], ["--evaluate"]) else None
 logging.basicConfig(level="INFO", format=LOG_FORMAT)
 try:
     worker(result_path, rest[1:] if mode else rest, test=mode == "--test", evaluate=mode == "--evaluate")
+    _quick_exit()  # the stage's record is written: skip the second of collections at exit
 except Exception as err:  # noqa: BLE001 - a user error is printed cleanly (as in the pipeline's process), the rest raised
     user = _user_error(err)
     if user is None:
