@@ -304,10 +304,7 @@ class TrainingGuard(L.Callback):
         grads = [p.grad for g in optimizer.param_groups for p in g["params"] if p.grad is not None and p.grad.numel()]
         if not grads:
             return
-        # a tensor's sum is finite exactly when its elements are (a NaN or an inf propagates), short of a sum past
-        # 3.4e38; one reduction per tensor: on a CPU, 2.5 ms for all-MiniLM-L6-v2's gradients against 28 for
-        # isfinite + all and 33 for the inf-norm
-        if bool(torch.isfinite(torch.stack([g.sum(dtype=torch.float32) for g in grads])).all()):
+        if _all_finite(grads):
             return
         if self.nonfinite == "skip":
             for g in optimizer.param_groups:
@@ -324,6 +321,20 @@ class TrainingGuard(L.Callback):
             f"non-finite loss or gradients at step {trainer.global_step}; last good checkpoint: "
             f"{last or 'none saved yet'}. Lower the learning rate, check the data, or set guard.nonfinite=skip"
         )
+
+
+def _all_finite(grads: list[torch.Tensor]) -> bool:
+    """Whether every element of ``grads`` is finite.
+
+    On a CPU, first through each tensor's float32 sum (finite when its elements are: a NaN or an inf propagates),
+    2.5 ms for all-MiniLM-L6-v2's gradients against 33 for the inf-norm; a sum past 3.4e38 is confirmed element
+    by element. Elsewhere, the inf-norm (one grouped reduction per device).
+    """
+    if any(g.device.type != "cpu" for g in grads):
+        return bool(torch.isfinite(torch.nn.utils.get_total_norm(grads, norm_type=math.inf)))
+    if bool(torch.isfinite(torch.stack([g.sum(dtype=torch.float32) for g in grads])).all()):
+        return True
+    return all(bool(torch.isfinite(g).all()) for g in grads)
 
 
 def _nonfinite_scalar(value) -> bool:

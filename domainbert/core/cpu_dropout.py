@@ -5,7 +5,7 @@ serial loop elsewhere (pytorch/pytorch#38558); on the AMD EPYC this project trai
 all-MiniLM-L6-v2 step took about a fifth of the step. Here a mask is read from random 64-bit words, four 16-bit
 fields each, so the generator runs a quarter as often: a drop probability ``p`` is kept to 1/65,536.
 Attention probabilities are dropped the same way, by an attention function registered with ``transformers``'
-``AttentionInterface`` (:data:`ATTENTION`) that computes attention as ``eager`` does while training with dropout on
+``AttentionInterface`` (:data:`ATTENTION`) that computes attention eagerly while training with dropout on
 the CPU, and hands everything else (evaluation, other devices) to ``sdpa``.
 
 The masks come from the default CPU generator, so ``seed_everything`` fixes them and activation checkpointing
@@ -68,7 +68,8 @@ def attention(module, query, key, value, attention_mask, scaling=None, dropout=0
 
     causal = kwargs.get("is_causal") or getattr(module, "is_causal", True)  # sdpa's reading of a missing flag
     extras = any(kwargs.get(k) is not None for k in ("position_bias", "softcap", "sliding_window"))
-    if causal or extras or not (module.training and dropout > 0.0 and query.device.type == "cpu"):
+    cpu_training = module.training and dropout > 0.0 and query.device.type == "cpu"
+    if causal or extras or not cpu_training or torch.compiler.is_compiling():  # see cpu_dropout on compiling
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
         )

@@ -8,8 +8,10 @@ project trains on (a VM, where page faults are dear); that was a ninth of an all
 
 PyTorch's CPU performance-tuning guide recommends preloading jemalloc or tcmalloc for this. Where nothing is
 preloaded, two ``mallopt`` settings give glibc the same habit: allocations up to :data:`THRESHOLD` come from the
-heap, and freed memory up to it stays there for the next step. The price is that the process keeps its peak
-memory until it ends, which suits a training process. Nothing is computed differently.
+heap, and freed memory up to it stays there for the next step (where nothing is preloaded they take effect;
+under a preloaded allocator they are inert). The price is that a training process holds on to its peak memory
+(``TrainingGuard`` still hands memory back after validation batches with ``malloc_trim``). Some older glibc
+releases refuse a threshold above 32 MiB; there nothing changes. Nothing is computed differently.
 """
 
 from __future__ import annotations
@@ -46,6 +48,6 @@ def keep_freed_memory(threshold: int = THRESHOLD) -> bool:
     try:
         libc = ctypes.CDLL("libc.so.6")
         _applied = bool(libc.mallopt(_M_MMAP_THRESHOLD, threshold)) and bool(libc.mallopt(_M_TRIM_THRESHOLD, threshold))
-    except (OSError, AttributeError):
+    except (OSError, AttributeError, ctypes.ArgumentError):
         return False
     return _applied

@@ -111,29 +111,36 @@ def modes_kept(module: torch.nn.Module) -> Iterator[None]:
 def sorted_batches(tokenizer, texts: Sequence[str | tuple[str, str]], batch_size: int, max_length: int, device):
     """``(row ids, model inputs on device)`` over ``texts`` in batches of similar length, so padding costs little.
 
-    The texts are tokenized once, then batched in order of their token count (ties in file order) and padded per
-    batch. ``texts`` may hold ``(text, pair)`` tuples; a caller writes each batch's outputs to ``out[ids]`` to keep
-    the order of ``texts``.
+    Texts are batched in order of their token count (ties in file order) and padded per batch. Only the counts
+    of all texts are held (a corpus can be large); each batch is tokenized again when its turn comes. ``texts``
+    may hold ``(text, pair)`` tuples; a caller writes each batch's outputs to ``out[ids]`` to keep the order of
+    ``texts``.
     """
-    if not texts:
-        return
-    pairs = not isinstance(texts[0], str)
-    enc = tokenizer(
+    counts = token_counts(tokenizer, texts, max_length)
+    order = sorted(range(len(texts)), key=counts.__getitem__)
+    for start in range(0, len(order), batch_size):
+        ids = order[start : start + batch_size]
+        enc = _tokenize(tokenizer, [texts[i] for i in ids], max_length, padding=True, return_tensors="pt")
+        yield ids, {k: v.to(device) for k, v in enc.items() if k in tokenizer.model_input_names}
+
+
+def token_counts(tokenizer, texts: Sequence[str | tuple[str, str]], max_length: int, chunk: int = 4096) -> list[int]:
+    """The number of tokens of each text (or pair) after truncation to ``max_length``, ``chunk`` texts at a time."""
+    counts: list[int] = []
+    for start in range(0, len(texts), chunk):
+        counts += [len(ids) for ids in _tokenize(tokenizer, texts[start : start + chunk], max_length)["input_ids"]]
+    return counts
+
+
+def _tokenize(tokenizer, texts: Sequence[str | tuple[str, str]], max_length: int, **kw):
+    pairs = bool(texts) and not isinstance(texts[0], str)
+    return tokenizer(
         [t[0] for t in texts] if pairs else list(texts),
         [t[1] for t in texts] if pairs else None,
         truncation=True,
         max_length=max_length,
+        **kw,
     )
-    from transformers import DataCollatorWithPadding
-
-    collate = DataCollatorWithPadding(tokenizer, return_tensors="pt")
-    names = [k for k in enc if k in tokenizer.model_input_names]
-    lengths = [len(ids) for ids in enc["input_ids"]]
-    order = sorted(range(len(texts)), key=lengths.__getitem__)
-    for start in range(0, len(order), batch_size):
-        ids = order[start : start + batch_size]
-        batch = collate([{k: enc[k][i] for k in names} for i in ids])
-        yield ids, {k: v.to(device) for k, v in batch.items()}
 
 
 @torch.no_grad()

@@ -1,6 +1,7 @@
 """``python -m domainbert.pipeline --worker RESULT.json [--test | --evaluate] <fit args>``: one pipeline stage."""
 
 import logging
+import os
 import sys
 
 from domainbert.cli import _quick_exit, _user_error
@@ -15,7 +16,8 @@ mode = rest[0] if rest[:1] in (["--test"], ["--evaluate"]) else None
 logging.basicConfig(level="INFO", format=LOG_FORMAT)
 try:
     worker(result_path, rest[1:] if mode else rest, test=mode == "--test", evaluate=mode == "--evaluate")
-    _quick_exit()  # the stage's record is written: skip the second of collections at exit
+    if os.environ.get("DOMAINBERT_QUICK_EXIT", "1") != "0":
+        _quick_exit()  # the stage's record is written: skip the second of collections at exit
 except Exception as err:  # noqa: BLE001 - a user error is printed cleanly (as in the pipeline's process), the rest raised
     user = _user_error(err)
     if user is None:

@@ -87,7 +87,7 @@ class Scorer:
 
     def __init__(self, path: Path, tokenizer, max_length: int, labels: list[str], batch_size: int = 64) -> None:
         """Read and tokenize ``path`` (``text``/``label`` JSONL); ``labels`` is the label set in id order."""
-        from domainbert.data.classification import label_text
+        from domainbert.data.labels import label_text
 
         rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
         enc = tokenizer([r["text"] for r in rows], truncation=True, max_length=max_length)
@@ -144,7 +144,7 @@ def autocast(kind: str):
 
 def label_set(train: Path) -> list[str]:
     """The labels of the training rows, sorted: the label ids of both sides."""
-    from domainbert.data.classification import label_text
+    from domainbert.data.labels import label_text
 
     lines = train.read_text(encoding="utf-8").splitlines()
     return sorted({label_text(json.loads(line)["label"]) for line in lines if line.strip()})

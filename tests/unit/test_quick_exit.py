@@ -41,6 +41,11 @@ def test_a_finished_command_skips_the_collections_at_exit(command):
     assert seen["frozen while running"] == 0 and seen["frozen after"] > 0
 
 
+def test_the_environment_variable_keeps_the_collections(command, monkeypatch):
+    monkeypatch.setenv("DOMAINBERT_QUICK_EXIT", "0")
+    assert command(lambda: None)["frozen after"] == 0
+
+
 def test_a_failed_command_does_not_freeze(command):
     def fail():
         raise DomainBertError("bad input")
