@@ -177,6 +177,8 @@ def pipeline(
 
 def _start(ctx, distill: StageSpec, out: str, isolate: str):
     """Check the run (nothing is written when it cannot work), then claim ``out``: the context, with its runner."""
+    from domainbert.pipeline.forks import enabled as fork_enabled
+    from domainbert.pipeline.forks import start as start_forks
     from domainbert.pipeline.runner import Runner
     from domainbert.pipeline.strategies.base import BASELINE, Candidate
 
@@ -184,6 +186,8 @@ def _start(ctx, distill: StageSpec, out: str, isolate: str):
     base, task = ctx.base_model, ctx.task
     inputs = [ctx.corpus, task.train, task.val, task.test, base if Path(base).exists() else None]
     ctx.runner = Runner(Path(out), isolate=isolate, inputs=inputs)
+    if isolate != "none" and fork_enabled():
+        start_forks()  # its server imports the training stages' libraries while the first stages run
     ctx.add(BASELINE, [Candidate(BASELINE, BASELINE, model=base, adapted=False)])
     return ctx
 

@@ -49,12 +49,12 @@ def run_in_process(fn: Callable[[], Any], log: Path, argv: list[str]) -> int:
     """
     with open(log, "w", encoding="utf-8", buffering=1) as fh:
         with _process_state(argv), _logging_to(fh), contextlib.redirect_stdout(fh), contextlib.redirect_stderr(fh):
-            code = _exit_status(fn)
+            code = exit_status(fn)
     _free_memory()
     return code
 
 
-def _exit_status(fn: Callable[[], Any]) -> int:
+def exit_status(fn: Callable[[], Any]) -> int:
     """Run ``fn``; the exit status its process would have had, with the error written to ``sys.stderr``."""
     from domainbert.cli import _user_error
 

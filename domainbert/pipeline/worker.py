@@ -286,3 +286,29 @@ def _test(trainer, model, dm, metrics: dict, record: dict, predictions: Path, cl
             clock.span("eval", start)
         atomic_write_text(predictions, json.dumps(rows) + "\n")
         record["predictions"] = str(predictions)
+
+
+#: how ``python -m domainbert.pipeline`` is called
+USAGE = "usage: python -m domainbert.pipeline --worker RESULT.json [--test | --evaluate] <fit args>"
+
+
+def main(argv: list[str]) -> int:
+    """``python -m domainbert.pipeline <argv>``: run :func:`worker` with logging set up; the exit status.
+
+    A user error (:class:`~domainbert.errors.DomainBertError`) prints ``domainbert: error: ...`` and gives 2, any
+    other exception its traceback and 1 (:func:`domainbert.pipeline.inprocess.exit_status`). The stage's process is
+    a new interpreter or one forked from the pipeline's server (:mod:`domainbert.pipeline.forks`).
+    """
+    import logging
+    import sys
+
+    from domainbert.pipeline.inprocess import LOG_FORMAT, exit_status
+
+    if argv[:1] != ["--worker"] or len(argv) < 2:
+        print(USAGE, file=sys.stderr)
+        return 1
+    result_path, rest = argv[1], argv[2:]
+    mode = rest[0] if rest[:1] in (["--test"], ["--evaluate"]) else None
+    logging.basicConfig(level="INFO", format=LOG_FORMAT)
+    args = rest[1:] if mode else rest
+    return exit_status(lambda: worker(result_path, args, test=mode == "--test", evaluate=mode == "--evaluate"))

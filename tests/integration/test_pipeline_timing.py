@@ -31,15 +31,17 @@ def _check(record: dict, out: Path, stage: str) -> dict:
     return parts
 
 
-@pytest.mark.parametrize("isolate", ["none", "all"])
-def test_a_fine_tuning_stage_records_each_part_summing_to_its_seconds(isolate, tiny_bert, tmp_path):
+@pytest.mark.parametrize(("isolate", "fork"), [("none", "1"), ("all", "1"), ("all", "0")])
+def test_a_fine_tuning_stage_records_each_part_summing_to_its_seconds(isolate, fork, tiny_bert, tmp_path, monkeypatch):
+    monkeypatch.setenv("DOMAINBERT_FORK", fork)
     runner = Runner(tmp_path / "p", isolate=isolate)
     parts = _check(_fit(runner, "ft", tiny_bert), tmp_path / "p", "ft")
     for part in ("startup", "data", "train"):  # evaluation can round to 0.0 s on the tiny task: see its marks below
         assert parts[part] > 0, (part, parts)
-    if isolate == "all":  # a process of its own: the interpreter and its imports, and its exit
+    if fork == "0":  # a new interpreter: its start and imports, and its exit
         assert parts["startup"] >= 1.0 and parts["other"] > 0, parts
-        runner.tool("list", ["datamodules"], result="listed")  # a tool stage as a process too
+    if isolate == "all":
+        runner.tool("list", ["datamodules"], result="listed")  # a tool stage as a process too (never forked)
         tool = _check(runner.state["list"], tmp_path / "p", "list")
         assert tool["startup"] >= 1.0 and tool["train"] == tool["eval"] == tool["export"] == 0.0, tool
     marks = json.loads((tmp_path / "p" / "ft" / "marks.json").read_text())

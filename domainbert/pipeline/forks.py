@@ -1,0 +1,106 @@
+"""Training stages in processes forked from a server that imported torch, Lightning and transformers once.
+
+A training stage gets a process of its own (a crash ends the stage, not the pipeline; its memory goes back when it
+ends). Started as a new interpreter (``python -m domainbert.pipeline --worker ...``), each such process spends
+about 5 s of a 2-core CPU importing the same libraries. Where Python's ``forkserver`` start method exists (Linux,
+macOS), the pipeline starts that server once, which imports :data:`PRELOAD` while the pipeline goes on (its
+probe, for one), and each training stage is a process forked from it: a new process, with memory of its own,
+that finds the libraries imported. What the stage does is the same as in a new interpreter:
+
+- its output goes to its log at the level of file descriptors 1 and 2 (C/C++ output included), line by line;
+- its environment, working directory and command line (``sys.argv``, and ``__main__`` as ``python -m
+  domainbert.pipeline`` has it, so Lightning's multi-device launcher starts the same worker) are the pipeline's at
+  the stage's start. Libraries read some variables when imported (``HF_HUB_OFFLINE``, cache folders), so the
+  server is started again when the pipeline's environment changed since it started;
+- its exit status is the worker's (:func:`domainbert.pipeline.worker.main`); a signal that kills it gives the
+  negative signal number, as ``subprocess`` reports it.
+
+``DOMAINBERT_FORK=0`` starts every stage as a new interpreter instead.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import multiprocessing
+import os
+import sys
+import types
+from pathlib import Path
+
+#: what the server imports once: the worker, the CLI it runs, and transformers' model loading
+PRELOAD = ("domainbert.pipeline.worker", "domainbert.core.lightning_cli", "transformers.modeling_utils")
+
+_server_env: dict[str, str] | None = None
+"""The environment the running server was started with (None: not started by this process)."""
+
+
+def enabled() -> bool:
+    """Whether training stages are forked from the server (``forkserver`` exists, ``DOMAINBERT_FORK`` is not 0)."""
+    return os.environ.get("DOMAINBERT_FORK", "1") != "0" and "forkserver" in multiprocessing.get_all_start_methods()
+
+
+def start() -> None:
+    """Start the server now (it imports :data:`PRELOAD` in the background), or again if the environment changed."""
+    global _server_env
+    from multiprocessing import forkserver
+
+    env = dict(os.environ)
+    if _server_env is not None and env != _server_env:
+        forkserver._forkserver._stop()  # started with another environment: its imports may have read it
+    if _server_env != env:
+        forkserver.set_forkserver_preload(list(PRELOAD))
+        forkserver.ensure_running()
+        _server_env = env
+
+
+def run(argv: list[str], log: Path) -> int:
+    """Run the stage worker with ``argv`` (``--worker RESULT [--test|--evaluate] <fit args>``) in a forked process.
+
+    Args:
+        argv: the worker's arguments (``python -m domainbert.pipeline``'s).
+        log: the stage's log file, written from the start.
+
+    Returns:
+        The process's exit status (negative: the signal that ended it).
+    """
+    start()
+    ctx = multiprocessing.get_context("forkserver")
+    proc = ctx.Process(target=_stage, args=(list(argv), str(log), dict(os.environ), os.getcwd()), name="stage")
+    proc.start()
+    try:
+        proc.join()
+    except BaseException:  # Ctrl-C in the pipeline: the stage goes too
+        proc.terminate()
+        proc.join()
+        raise
+    return int(proc.exitcode if proc.exitcode is not None else 1)
+
+
+def _stage(argv: list[str], log: str, env: dict[str, str], cwd: str) -> None:
+    """The forked process: become ``python -m domainbert.pipeline <argv>`` writing to ``log``, run it, exit."""
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    for stream, target in ((sys.stdout, 1), (sys.stderr, 2)):
+        stream.flush()
+        os.dup2(fd, target)
+    os.close(fd)
+    sys.stdout.reconfigure(line_buffering=True)
+    sys.stderr.reconfigure(line_buffering=True)
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(cwd)
+    spec = importlib.util.find_spec("domainbert.pipeline.__main__")
+    main = types.ModuleType("__main__")
+    main.__spec__, main.__file__ = spec, spec.origin
+    sys.modules["__main__"] = main
+    sys.argv = [spec.origin, *argv]
+    from domainbert.pipeline.worker import main as worker_main
+
+    code = 1
+    try:
+        code = worker_main(argv)
+    finally:
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)

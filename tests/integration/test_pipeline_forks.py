@@ -1,0 +1,61 @@
+"""Training stages forked from the pipeline's server (domainbert.pipeline.forks) behave as new interpreters."""
+
+import json
+from multiprocessing import forkserver
+from pathlib import Path
+
+import pytest
+
+from domainbert.pipeline import forks
+from domainbert.pipeline.runner import Runner
+from domainbert.pipeline.specs import TaskFiles
+
+ROOT = Path(__file__).resolve().parents[2]
+FIX = ROOT / "tests" / "fixtures"
+
+pytestmark = pytest.mark.skipif(not forks.enabled(), reason="no forkserver start method here")
+
+
+def _server_pid() -> int | None:
+    return forkserver._forkserver._forkserver_pid
+
+
+def test_the_server_starts_once_per_environment(monkeypatch):
+    forks.start()
+    first = _server_pid()
+    forks.start()
+    assert _server_pid() == first  # the same environment: the same server
+    monkeypatch.setenv("DOMAINBERT_FORKS_TEST", "1")  # a library may have read the old one at import
+    forks.start()
+    assert _server_pid() not in (None, first)
+
+
+def test_a_forked_stage_has_the_workers_exit_status_and_output_in_its_log(tmp_path):
+    log = tmp_path / "log.txt"
+    assert forks.run(["--not-a-worker"], log) == 1
+    assert "usage: python -m domainbert.pipeline --worker" in log.read_text()
+    missing = tmp_path / "missing.yaml"
+    code = forks.run(["--worker", str(tmp_path / "result.json"), "--config", str(missing)], log)
+    assert code == 2 and str(missing) in log.read_text()  # a new log: the usage line is gone
+    assert "usage: python -m domainbert.pipeline --worker" not in log.read_text()
+
+
+def test_a_killed_stage_gives_the_signal(tmp_path, monkeypatch):
+    # SIGKILL from the stage itself: the worker imports the config's class path, which kills its process
+    plugin = tmp_path / "killer.py"
+    plugin.write_text("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))  # the stage's sys.path is the pipeline's
+    config = tmp_path / "c.yaml"
+    config.write_text("model:\n  class_path: killer.Model\n")
+    code = forks.run(["--worker", str(tmp_path / "r.json"), "--config", str(config)], tmp_path / "log.txt")
+    assert code == -9
+
+
+def test_a_two_process_ddp_stage_relaunches_the_worker_not_the_pipeline(tiny_bert, tmp_path):
+    task = TaskFiles(str(FIX / "cls_train.jsonl"), str(FIX / "cls_val.jsonl"), str(FIX / "cls_test.jsonl"))
+    args = ["--config", str(ROOT / "configs/trainer/ddp_cpu.yaml"), "--model.init_from", str(tiny_bert)]
+    args += [*task.data_args(), "--trainer.max_epochs=1"]
+    runner = Runner(tmp_path / "p", isolate="training")
+    record = runner.fit("ddp", str(ROOT / "configs/finetune/tiny_classification.yaml"), args)
+    assert record["status"] == "done" and Path(record["hf"], "config.json").is_file()
+    assert json.loads((tmp_path / "p" / "ddp" / "result.json").read_text())["metrics"]
