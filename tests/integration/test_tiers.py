@@ -37,6 +37,16 @@ def test_multiprocessing():
     multiprocessing.get_context("spawn").Process(target=print).start()
 
 
+def test_a_forkserver():
+    from multiprocessing import forkserver
+
+    forkserver.ForkServer().ensure_running()  # a server of its own: the process's may run already
+
+
+def test_the_pipelines_stage_server_is_off():
+    assert os.environ["DOMAINBERT_FORK"] == "0"
+
+
 @pytest.fixture(scope="module")
 def started():
     return subprocess.check_output([sys.executable, "-c", "print(1)"])
@@ -91,13 +101,14 @@ def planted(pytester: pytest.Pytester) -> pytest.Pytester:
 
 def test_unit_tests_that_fit_or_start_a_process_fail_and_say_where_they_belong(planted):
     result = planted.runpytest("-v", "-p", "tests.helpers.tiers", "--import-mode=importlib", "-p", "no:cacheprovider")
-    result.assert_outcomes(passed=4, failed=4, errors=1)
+    result.assert_outcomes(passed=5, failed=5, errors=1)
     out = result.stdout.str()
     refused = {
         "test_fit": "lightning.pytorch.Trainer.fit",
         "test_subprocess_run": "subprocess.Popen (a subprocess)",
         "test_os_system": "os.system",
         "test_multiprocessing": "multiprocessing's Process.start",
+        "test_a_forkserver": "multiprocessing's spawnv_passfds (a forkserver or tracker)",
         "test_a_module_fixture_that_starts_a_process": "subprocess.Popen (a subprocess)",
     }
     for test, call in refused.items():
@@ -108,6 +119,7 @@ def test_unit_tests_that_fit_or_start_a_process_fail_and_say_where_they_belong(p
         [
             "*test_planted_unit.py::test_a_stand_in_for_popen_is_allowed PASSED*",
             "*test_planted_unit.py::test_plain_code_passes PASSED*",
+            "*test_planted_unit.py::test_the_pipelines_stage_server_is_off PASSED*",
             "*test_planted_unit.py::test_a_standard_library_helper_may_start_its_own_process PASSED*",
             "*test_planted_integration.py::test_subprocess_and_system PASSED*",
         ]
