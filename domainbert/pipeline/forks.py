@@ -16,8 +16,9 @@ that finds the libraries imported. What the stage does is the same as in a new i
 - its exit status is the worker's (:func:`domainbert.pipeline.worker.main`); a signal that kills it gives the
   negative signal number, as ``subprocess`` reports it.
 
-``DOMAINBERT_FORK=0`` starts every stage as a new interpreter instead; so do macOS and Windows. The pipeline stops
-the server when it ends.
+A forked stage's standard input is closed (as every ``multiprocessing`` child's), so a ``breakpoint()`` in one
+needs ``DOMAINBERT_FORK=0``, which starts every stage as a new interpreter instead; so do macOS and Windows. The
+pipeline stops the server when it ends.
 """
 
 from __future__ import annotations
