@@ -2,10 +2,12 @@
 the pipeline's process and in a process of its own."""
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
+from domainbert.pipeline import forks
 from domainbert.pipeline.runner import Runner
 from domainbert.pipeline.specs import TaskFiles
 from domainbert.pipeline.timing import PARTS, part_lines
@@ -40,6 +42,8 @@ def test_a_fine_tuning_stage_records_each_part_summing_to_its_seconds(isolate, f
     assert parts["startup"] > 0, parts
     if fork == "0":  # a new interpreter: its start and imports, and its exit
         assert parts["startup"] >= 1.0 and parts["other"] > 0, parts
+    elif isolate == "all":  # forked from the server, which this environment started
+        assert forks._server_env == dict(os.environ)
     if isolate == "all":
         runner.tool("list", ["datamodules"], result="listed")  # a tool stage as a process too (never forked)
         tool = _check(runner.state["list"], tmp_path / "p", "list")
