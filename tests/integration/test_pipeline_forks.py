@@ -73,6 +73,7 @@ def test_a_users_unguarded_script_is_not_run_again_by_a_stage(tiny_bert, tmp_pat
     assert json.loads((out / "state.json").read_text())["ft"]["status"] == "done"
 
 
+@pytest.mark.timeout(300)  # a relaunch of the wrong program would wait for its ranks until gloo's timeout
 def test_a_two_process_ddp_stage_relaunches_the_worker_not_the_pipeline(tiny_bert, tmp_path):
     task = TaskFiles(str(FIX / "cls_train.jsonl"), str(FIX / "cls_val.jsonl"), str(FIX / "cls_test.jsonl"))
     args = ["--config", str(ROOT / "configs/trainer/ddp_cpu.yaml"), "--model.init_from", str(tiny_bert)]
