@@ -213,10 +213,6 @@ class EarlyStopping(L.callbacks.EarlyStopping):
         super().on_validation_end(trainer, pl_module)
 
 
-#: evaluation batches between two heap trims of :class:`TrainingGuard` (``release_memory``)
-TRIM_EVERY = 8
-
-
 class TrainingGuard(L.Callback):
     """Stop (or skip) on a non-finite loss, and make every step's randomness a function of the step.
 
@@ -228,11 +224,9 @@ class TrainingGuard(L.Callback):
       or a non-finite validation metric also stops training with an error, so no such model is exported.
     - With ``reseed_every_step`` the global RNG is seeded from ``(seed, batch index)`` before each training batch,
       so dropout draws after a resume from a mid-epoch checkpoint equal those of an uninterrupted run.
-    - With ``release_memory`` the heap's free memory goes back to the system every :data:`TRIM_EVERY` evaluation
-      batches and at the end of each pass (glibc's ``malloc_trim``; a no-op elsewhere), so the peak RSS of a
-      validation pass stays flat however many batches it has (glibc otherwise keeps freed activation buffers: +30%
-      from 1x to 4x the data for MLM). A trim after every batch made the next batch fault its pages in again
-      (0.4 s of a 2.3 s validation of the demo's fine-tuning).
+    - With ``release_memory`` the heap's free memory goes back to the system after every evaluation batch
+      (glibc's ``malloc_trim``; a no-op elsewhere), so the peak RSS of a validation pass stays flat however many
+      batches it has (glibc otherwise keeps freed activation buffers: +30% from 1x to 4x the data for MLM).
     """
 
     def __init__(
@@ -247,8 +241,8 @@ class TrainingGuard(L.Callback):
             nonfinite: ``stop`` (raise, naming the step and the last checkpoint), ``skip`` (drop that update and
                 count it) or ``ignore``.
             reseed_every_step: seed the global RNG from (seed, batch index) before every training batch.
-            release_memory: every few validation/test/predict batches and at the end of each pass, return the
-                heap's free memory to the system (glibc ``malloc_trim``; no effect on other C libraries).
+            release_memory: after every validation/test/predict batch, return the heap's free memory to the system
+                (glibc ``malloc_trim``; no effect on other C libraries).
         """
         super().__init__()
         if nonfinite not in ("stop", "skip", "ignore"):
@@ -259,16 +253,11 @@ class TrainingGuard(L.Callback):
         self.skipped = 0
         self._trim = _malloc_trim() if release_memory else None
 
-    def _release(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
-        if batch_idx % TRIM_EVERY == TRIM_EVERY - 1:
-            self._release_now()
-
-    def _release_now(self, *args, **kwargs) -> None:
+    def _release(self, *args, **kwargs) -> None:
         if self._trim is not None:
             self._trim(0)
 
     on_validation_batch_end = on_test_batch_end = on_predict_batch_end = _release
-    on_validation_epoch_end = on_test_epoch_end = on_predict_epoch_end = _release_now
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if self.reseed_every_step:

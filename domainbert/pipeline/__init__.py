@@ -129,9 +129,10 @@ def pipeline(
             ± std, no seed soups); give at least one.
         metric: the metric that chooses (on validation) and that the report compares (``f1_macro`` or ``acc``).
         isolate: which stages run in a process of their own: ``training`` (fine-tuning, DAPT/TAPT, distillation
-            and the soups' evaluations; the tool stages, probe, select, vocab, pseudolabel, soup and export, run in
-            the pipeline's process, sparing a process start of 11-15 s each), ``all``, or ``none`` (tests and small
-            data; single-device training only). Every stage's log is ``<out>/<stage>/log.txt`` either way.
+            and the soups' evaluations, forked on Linux from a server that imported the libraries once; the tool
+            stages, probe, select, vocab, pseudolabel, soup and export, run in the pipeline's process, sparing a
+            process start of 11-15 s each), ``all``, or ``none`` (tests and small data; single-device training
+            only). Every stage's log is ``<out>/<stage>/log.txt`` either way.
         probe: the frozen-embedding logistic regression, a row of the report. Runs by default (``enabled: true``).
         select: the ``select`` strategy's settings (curated DAPT data); None: its defaults (off).
         vocab: the ``vocab`` strategy's settings (vocabulary extension); None: its defaults (off).
@@ -147,10 +148,7 @@ def pipeline(
             ``task_test`` is given.
         **strategies: the settings of any other installed strategy, by its name (``contrastive=...``; a plugin's).
     """
-    from domainbert.pipeline import recipe
-    from domainbert.pipeline import strategies as registry
     from domainbert.pipeline.forks import stop as stop_forks
-    from domainbert.pipeline.report import write_report
 
     strategies.update(select=select, vocab=vocab, dapt=dapt, tapt=tapt, self_train=self_train, soup=soup)
     probe, distill, export = probe or _PROBE, distill or _DISTILL, export or _EXPORT  # None (from Python): default
@@ -158,25 +156,38 @@ def pipeline(
     task = TaskFiles(task_train, task_val, task_test, text_column, text_pair_column, label_column)
     ctx = _start(_context({**inputs, "metric": metric}, task, finetune or _FINETUNE, strategies), distill, out, isolate)
     try:
-        probed = recipe.run_probe(ctx.runner, base_model, task, probe)
-        registry.run(ctx, "start")
-        recipe.finetune_candidates(ctx)
-        recipe.add_probe(ctx)
-        registry.run(ctx, "after")
-        stopped = tuple(c.name for c in ctx.candidates if c.stopped)  # behind after their first seed: never shipped
-        gated = tuple(c.name for c in ctx.candidates if c.gated and not c.gate.get("skipped"))
-        chosen, why = recipe.choose(ctx.results(), ctx.metric, exclude=stopped, gated=gated)
-        best = recipe.best_run(ctx.results()[chosen], ctx.metric)
-        teacher = best["hf"]
-        student, deployed = recipe.distill_and_export(
-            ctx.runner, teacher, task, distill, export, teacher_predictions=best.get("predictions")
-        )
-        choice = (chosen, why, teacher)
-        report = write_report(ctx.runner, ctx.candidates, probed, choice, student, deployed, ctx.metric, ctx.seeds)
-        print(f"\nPipeline done. Shipped: {teacher} ({chosen}: {why}). Report: {report}")
-        return report
+        return _recipe(ctx, probe, distill, export)
     finally:
         stop_forks()  # the training stages' server (:mod:`domainbert.pipeline.forks`), if it runs
+
+
+def _recipe(ctx, probe: ProbeSpec, distill: StageSpec, export: StageSpec) -> Path:
+    """Run the stages on the started context ``ctx``, in order; the report's path.
+
+    The probe, the strategies' stages around fine-tuning, the choice on validation, distillation and export.
+    """
+    from domainbert.pipeline import recipe
+    from domainbert.pipeline import strategies as registry
+    from domainbert.pipeline.report import write_report
+
+    task = ctx.task
+    probed = recipe.run_probe(ctx.runner, ctx.base_model, task, probe)
+    registry.run(ctx, "start")
+    recipe.finetune_candidates(ctx)
+    recipe.add_probe(ctx)
+    registry.run(ctx, "after")
+    stopped = tuple(c.name for c in ctx.candidates if c.stopped)  # behind after their first seed: never shipped
+    gated = tuple(c.name for c in ctx.candidates if c.gated and not c.gate.get("skipped"))
+    chosen, why = recipe.choose(ctx.results(), ctx.metric, exclude=stopped, gated=gated)
+    best = recipe.best_run(ctx.results()[chosen], ctx.metric)
+    teacher = best["hf"]
+    student, deployed = recipe.distill_and_export(
+        ctx.runner, teacher, task, distill, export, teacher_predictions=best.get("predictions")
+    )
+    choice = (chosen, why, teacher)
+    report = write_report(ctx.runner, ctx.candidates, probed, choice, student, deployed, ctx.metric, ctx.seeds)
+    print(f"\nPipeline done. Shipped: {teacher} ({chosen}: {why}). Report: {report}")
+    return report
 
 
 def _start(ctx, distill: StageSpec, out: str, isolate: str):

@@ -2,10 +2,10 @@
 
 A training stage gets a process of its own (a crash ends the stage, not the pipeline; its memory goes back when it
 ends). Started as a new interpreter (``python -m domainbert.pipeline --worker ...``), each such process spends
-about 5 s of a 2-core CPU importing the same libraries. Where Python's ``forkserver`` start method exists (Linux,
-macOS), the pipeline starts that server once, which imports :data:`PRELOAD` while the pipeline goes on (its
-probe, for one), and each training stage is a process forked from it: a new process, with memory of its own,
-that finds the libraries imported. What the stage does is the same as in a new interpreter:
+about 5 s of a 2-core CPU importing the same libraries. On Linux, the pipeline starts Python's ``forkserver``
+once, which imports :data:`PRELOAD` while the pipeline goes on (its probe, for one), and each training stage is a
+process forked from it: a new process, with memory of its own, that finds the libraries imported. What the stage
+does is the same as in a new interpreter:
 
 - its output goes to its log at the level of file descriptors 1 and 2 (C/C++ output included), line by line;
 - its environment (with ``PYTHONUNBUFFERED=1``), working directory (first on ``sys.path``) and command line
@@ -16,7 +16,7 @@ that finds the libraries imported. What the stage does is the same as in a new i
 - its exit status is the worker's (:func:`domainbert.pipeline.worker.main`); a signal that kills it gives the
   negative signal number, as ``subprocess`` reports it.
 
-A forked stage's standard input is closed (as every ``multiprocessing`` child's), so a ``breakpoint()`` in one
+A forked stage's standard input is ``/dev/null`` (as every ``multiprocessing`` child's), so a ``breakpoint()`` in one
 needs ``DOMAINBERT_FORK=0``, which starts every stage as a new interpreter instead; so do macOS and Windows. The
 pipeline stops the server when it ends.
 """
@@ -24,11 +24,14 @@ pipeline stops the server when it ends.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import gc
 import importlib.util
 import multiprocessing
 import os
+import signal
 import sys
+import threading
 import types
 from pathlib import Path
 
@@ -68,6 +71,10 @@ def stop() -> None:
     if _server_env is not None:
         from multiprocessing import forkserver
 
+        pid = forkserver._forkserver._forkserver_pid
+        if pid is not None:  # it exits when the last copy of its pipe closes: a stage's stray child may hold one
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGTERM)
         forkserver._forkserver._stop()
         _server_env = None
 
@@ -119,8 +126,9 @@ def _worker_main() -> types.ModuleType:
 def _stage(argv: list[str], log: str, env: dict[str, str], cwd: str) -> None:
     """The forked process: become ``python -m domainbert.pipeline <argv>`` writing to ``log``, run it, exit.
 
-    The exit is a new interpreter's: ``atexit`` handlers run (logging's flush among them), after ``gc.freeze``
-    unless ``DOMAINBERT_QUICK_EXIT=0`` (see :func:`domainbert.cli._quick_exit`).
+    The exit is a new interpreter's: threads that are not daemons are waited for, a collection runs (skipped after a
+    success, through ``gc.freeze``, unless ``DOMAINBERT_QUICK_EXIT=0``: :func:`domainbert.cli._quick_exit`), then
+    the ``atexit`` handlers (logging's flush among them).
     """
     fd = os.open(log, os.O_WRONLY | os.O_APPEND)
     for stream, target in ((sys.stdout, 1), (sys.stderr, 2)):
@@ -142,8 +150,11 @@ def _stage(argv: list[str], log: str, env: dict[str, str], cwd: str) -> None:
     try:
         code = worker_main(argv)
     finally:
+        threading._shutdown()  # waits for threads that are not daemons, as an interpreter's exit does
         if code == 0 and env.get("DOMAINBERT_QUICK_EXIT", "1") != "0":
             gc.freeze()
+        else:
+            gc.collect()
         atexit._run_exitfuncs()
         sys.stdout.flush()
         sys.stderr.flush()

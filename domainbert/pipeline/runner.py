@@ -3,8 +3,9 @@
 A stage runs in a process of its own or in the pipeline's own process, as ``isolate`` says:
 
 - ``training`` (the default): the training stages (``fit``, ``evaluate``: the stage worker) each get a process of
-  their own, for crash isolation and memory handed back in full; the tool stages (probe, select, vocab, pseudolabel,
-  soup, export) run in the pipeline's process, each sparing the 11-15 s a new process takes to start;
+  their own, for crash isolation and memory handed back in full, forked on Linux from a server that imported the
+  libraries once (:mod:`domainbert.pipeline.forks`); the tool stages (probe, select, vocab, pseudolabel, soup,
+  export) run in the pipeline's process, each sparing the 11-15 s a new interpreter takes to start;
 - ``all``: every stage gets a process of its own;
 - ``none``: every stage runs in the pipeline's process (tests, small data; single-device training only).
 

@@ -15,7 +15,14 @@ from domainbert.pipeline.specs import TaskFiles
 ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "tests" / "fixtures"
 
-pytestmark = pytest.mark.skipif(not forks.enabled(), reason="no forkserver start method here")
+pytestmark = pytest.mark.skipif(not forks.enabled(), reason="stages are forked on Linux only")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _server_stopped_after():
+    """The server these tests start (torch imported: about 1 GB) does not outlive them."""
+    yield
+    forks.stop()
 
 
 def _server_pid() -> int | None:
@@ -73,6 +80,7 @@ def test_a_users_unguarded_script_is_not_run_again_by_a_stage(tiny_bert, tmp_pat
     assert json.loads((out / "state.json").read_text())["ft"]["status"] == "done"
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)  # a relaunch of the wrong program would wait for its ranks until gloo's timeout
 def test_a_two_process_ddp_stage_relaunches_the_worker_not_the_pipeline(tiny_bert, tmp_path):
     task = TaskFiles(str(FIX / "cls_train.jsonl"), str(FIX / "cls_val.jsonl"), str(FIX / "cls_test.jsonl"))
