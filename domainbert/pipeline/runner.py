@@ -129,15 +129,15 @@ class Runner:
         self,
         stage: str,
         cmd: list[str],
-        inline: Callable[..., Any] | None = None,
+        inline: Callable[[], Any] | None = None,
         shown: list[str] | None = None,
-        forked: bool = False,
+        fork: list[str] | None = None,
     ) -> float:
         """Run ``stage``: the command ``cmd`` in a process of its own, or ``inline`` in this one; its seconds.
 
         ``shown`` is the command line the output names (and ``sys.argv`` of an inline run); default ``cmd[2:]``.
-        With ``forked``, ``inline(log)`` starts the process of its own (:mod:`domainbert.pipeline.forks`) and gives
-        its exit status.
+        With ``fork`` (the worker's arguments), the process of its own is forked from the pipeline's server
+        (:func:`domainbert.pipeline.forks.run`) instead of started as ``cmd``.
         The stage's marks (``<out>/<stage>/marks.json``, which its run writes) become its record's ``parts`` in
         :meth:`_finish`.
         """
@@ -150,11 +150,13 @@ class Runner:
         (folder / MARKS).unlink(missing_ok=True)  # an earlier run's
         log = folder / "log.txt"
         shown = cmd[2:] if shown is None else shown
-        where = "" if inline is None or forked else " (the stage runs in the pipeline's process)"
+        where = "" if inline is None else " (the stage runs in the pipeline's process)"
         print(f"[{stage}] running: {' '.join(shown)}\n[{stage}] log: {log}{where}", flush=True)
         t0 = time.time()
-        if forked:
-            code = inline(log)
+        if fork is not None:
+            from domainbert.pipeline.forks import run as run_forked
+
+            code = run_forked(fork, log)
         elif inline is not None:
             code = run_in_process(inline, log, shown)
         else:
@@ -225,7 +227,6 @@ class Runner:
         if (done := self._done(stage, inputs, fingerprint)) is not None:
             return done
         from domainbert.pipeline.forks import enabled as fork_enabled
-        from domainbert.pipeline.forks import run as run_forked
 
         result = self.out / stage / "result.json"
         flags = ["--worker", str(result), *([mode] if mode else [])]
@@ -237,9 +238,8 @@ class Runner:
 
             rest = cmd[3 + len(flags) :]  # the worker's fit arguments
             inline = functools.partial(worker, str(result), rest, test=mode == "--test", evaluate=mode == "--evaluate")
-        elif fork_enabled():
-            inline = functools.partial(run_forked, cmd[3:])  # a process forked from the server, not a new interpreter
-        seconds = self._run(stage, cmd, inline, forked=inline is not None and self.isolate != "none")
+        fork = cmd[3:] if inline is None and fork_enabled() else None  # forked from the server: no new interpreter
+        seconds = self._run(stage, cmd, inline, fork=fork)
         return self._finish(stage, json.loads(result.read_text()), seconds, inputs, fingerprint)
 
     def tool(self, stage: str, args: list[str], result: str, after: tuple[str, ...] = ()) -> dict:

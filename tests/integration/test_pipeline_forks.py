@@ -53,13 +53,15 @@ def test_a_killed_stage_gives_the_signal(tmp_path, monkeypatch):
     # SIGKILL from the stage itself: the worker imports the config's class path, which kills its process; the
     # module lies in the working directory, which ``python -m`` puts first on sys.path, and so does a forked stage
     plugin = tmp_path / "killer.py"
-    plugin.write_text("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n")
+    plugin.write_text("import os, signal\nos.write(2, b'fd 2\\n')\nos.kill(os.getpid(), signal.SIGKILL)\n")
     monkeypatch.chdir(tmp_path)
     config = tmp_path / "c.yaml"
     config.write_text("model:\n  class_path: killer.Model\n")
-    code = forks.run(["--worker", str(tmp_path / "r.json"), "--config", str(config)], tmp_path / "log.txt")
+    log = tmp_path / "log.txt"
+    log.write_text("an earlier run's log\n")
+    code = forks.run(["--worker", str(tmp_path / "r.json"), "--config", str(config)], log)
     assert code == -9
-    assert (tmp_path / "log.txt").read_text() == ""  # created by the pipeline: no earlier run's log is shown
+    assert log.read_text() == "fd 2\n"  # written below Python's streams, and the earlier run's log is gone
 
 
 def test_a_users_unguarded_script_is_not_run_again_by_a_stage(tiny_bert, tmp_path):
