@@ -70,3 +70,21 @@ def test_the_figure_pattern_catches_what_went_stale_before():
     assert all(MEASURED.search(line) for line in stale)
     fine = ["# A seconds-long smoke run", "# 15 archive sections (1,483 / 383 / 742 rows)", "# layers 2, 4 and 6"]
     assert not any(MEASURED.search(line) for line in fine)
+
+
+@pytest.mark.parametrize(
+    ("path", "grouped"),
+    [
+        ("domainbert/pipeline/stages/distill.yaml", False),
+        ("configs/distill/minilm_debian-sections_L3.yaml", False),
+        ("domainbert/pipeline/stages/finetune.yaml", True),
+        ("configs/finetune/minilm_debian-sections.yaml", True),
+    ],
+)
+def test_training_batches_follow_the_measured_choice(path, grouped):
+    """Distillation trains on random batches, fine-tuning on batches grouped by length: each chosen on validation
+    macro-F1 over several seeds (FIGURES.md, session 17; grouping cost the student about 0.8 points)."""
+    import yaml
+
+    data = yaml.safe_load((ROOT / path).read_text(encoding="utf-8"))["data"]["init_args"]
+    assert data.get("group_by_length", False) is grouped, path
