@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torchmetrics import MeanMetric, MetricCollection
@@ -33,6 +33,10 @@ from domainbert.modules.tasks import Task, spec
 
 #: the logit given to padding before a softmax over positions (finite, so that KL stays finite)
 _PAD_LOGIT = -1e4
+
+
+#: how a task's logits are laid out: one row per text, one per token, or one per selected (masked) token
+Layout = Literal["row", "token", "selected"]
 
 
 @dataclass
@@ -136,6 +140,8 @@ class DistillTask:
         targets: ``batch -> gold targets`` for the hard-label loss, or None.
         loss_logits: ``(logits, attention_mask) -> logits`` as the soft-target and hard-label losses read them.
         masked: the inputs are masked at every step and only masked positions are scored (masked-LM).
+        layout: how ``run``'s logits are laid out: ``row`` (one per text), ``token`` (``(rows, width, ...)``) or
+            ``selected`` (one per masked position, row-major), for :mod:`domainbert.distill.chunks`.
         no_cache: why teacher outputs cannot be cached for this task; None where they can.
     """
 
@@ -146,6 +152,7 @@ class DistillTask:
     targets: Callable[[dict], torch.Tensor | None] = label_targets
     loss_logits: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = same_logits
     masked: bool = False
+    layout: Layout = "row"
     no_cache: str | None = None
 
     @property
@@ -162,7 +169,9 @@ DISTILL_TASKS: dict[Task, DistillTask] = {
         metrics=lambda names, multi: classification_metrics(len(names), multi),
         update=lambda metrics, logits, labels, batch, multi: update_classification(metrics, logits, labels, multi),
     ),
-    Task.TAGGING: DistillTask(Task.TAGGING, run=head_outputs, metrics=tagging_metrics, update=update_tagging),
+    Task.TAGGING: DistillTask(
+        Task.TAGGING, run=head_outputs, metrics=tagging_metrics, update=update_tagging, layout="token"
+    ),
     Task.QA: DistillTask(
         Task.QA,
         run=span_outputs,
@@ -170,6 +179,7 @@ DISTILL_TASKS: dict[Task, DistillTask] = {
         update=update_spans,
         targets=span_targets,
         loss_logits=span_logits,
+        layout="token",
     ),
     Task.MLM: DistillTask(
         Task.MLM,
@@ -177,6 +187,7 @@ DISTILL_TASKS: dict[Task, DistillTask] = {
         metrics=lambda names, multi: MetricCollection({"acc": MeanMetric()}),
         update=update_masked,
         masked=True,
+        layout="selected",
         no_cache="masked-LM: the masks change at every step",
     ),
 }

@@ -124,9 +124,9 @@ def _count_teacher_runs(module) -> list[int]:
     """Record the batch size of every teacher forward pass of ``module`` (cache hits run none)."""
     calls, forward = [], module._teacher_forward
 
-    def counted(batch, input_ids, selected, hidden=None):
+    def counted(batch, input_ids, selected, hidden=None, chunks=None):
         calls.append(int(input_ids.shape[0]))
-        return forward(batch, input_ids, selected, hidden)
+        return forward(batch, input_ids, selected, hidden, chunks)
 
     module._teacher_forward = counted
     return calls
