@@ -58,6 +58,10 @@ CASES = {
         ["target", "domainbert_f1_step0", "domainbert_best_f1", "domainbert_final_f1", "hf_f1_step0", "hf_best_f1"]
         + ["hf_final_f1", "domainbert_steps_to_target", "ratio_is_lower_bound", "eval_every", "precision"],
     ),
+    "distill_chunks.py": (
+        ["s_per_step_whole", "s_per_step_8", "speedup_8", "real_share"],
+        ["s_per_step_16", "s_per_step_4", "precision"],
+    ),
     "pipeline_time.py": (
         [f"{config}_{key}" for config in ("demo", "paths_only") for key in ("minutes", "stage_minutes")],
         [f"{config}_{part}_minutes" for config in ("demo", "paths_only") for part in PARTS],
