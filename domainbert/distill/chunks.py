@@ -22,8 +22,9 @@ import torch.nn.functional as F
 from domainbert.distill.task_table import Layout, Outputs
 from domainbert.errors import DomainBertError
 
-#: rows per chunk on a CPU for ``chunk_rows: auto``: of 4, 8, 16 and the whole batch of 32, 8 and 4 were the
-#: fastest distillation steps on an AVX2 CPU in fp32 (FIGURES.md, session 18)
+#: rows per chunk on a CPU for ``chunk_rows: auto``: on an AVX2 CPU in fp32, chunks of 8 and of 16 rows were
+#: 1.3 to 1.4 times as fast as the whole batch of 32 and within noise of each other; 4 was slower (FIGURES.md,
+#: session 18). CPUs with native bf16 are not measured.
 AUTO_CHUNK_ROWS = 8
 
 
