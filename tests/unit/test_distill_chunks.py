@@ -90,7 +90,8 @@ def test_span_outputs_come_back_per_token_in_the_batchs_width():
     inputs = {k: torch.tensor(v) for k, v in enc.items() if k in tok.model_input_names}
     whole = span_outputs(model, inputs, None, output_hidden_states=True)
     chunks = length_chunks(inputs["attention_mask"], rows=1)
-    parts = run_in_chunks(lambda x, s: span_outputs(model, x, s, output_hidden_states=True), inputs, None, chunks, "token")
+    run = lambda x, s: span_outputs(model, x, s, output_hidden_states=True)  # noqa: E731
+    parts = run_in_chunks(run, inputs, None, chunks, "token")
     real = inputs["attention_mask"].bool()
     assert parts.logits.shape == whole.logits.shape
     torch.testing.assert_close(parts.logits[real], whole.logits[real], rtol=1e-5, atol=1e-5)
