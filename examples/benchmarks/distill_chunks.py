@@ -36,18 +36,13 @@ def quick_teacher(model: str | None) -> tuple[str, Path]:
     """A tiny classifier teacher (from ``model`` if given) and a file of labelled fixture rows, for ``--quick``."""
     sys.path.insert(0, str(common.ROOT))
     from tests.helpers.distill_tiny import LABELS, make_teacher, write_jsonl  # noqa: PLC0415
+    from tests.helpers.tiny import tiny_classifier  # noqa: PLC0415
 
     folder = Path(tempfile.mkdtemp(prefix="domainbert-bench-chunks-"))
     if model is None:
         teacher = make_teacher("bert", folder / "teacher", layers=2)
     else:
-        from transformers import AutoModelForSequenceClassification, AutoTokenizer  # noqa: PLC0415
-
-        names = dict(enumerate(LABELS))
-        clf = AutoModelForSequenceClassification.from_pretrained(model, num_labels=len(LABELS), id2label=names)
-        teacher = folder / "teacher"
-        clf.save_pretrained(teacher)
-        AutoTokenizer.from_pretrained(model).save_pretrained(teacher)
+        teacher = tiny_classifier(Path(model), folder / "teacher", 0, LABELS)
     return str(teacher), write_jsonl(folder / "train.jsonl", "train")
 
 
