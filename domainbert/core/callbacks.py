@@ -13,6 +13,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_only
 
 from domainbert.core.compat import TrainDescription
+from domainbert.core.cpu_memory import malloc_trim
 from domainbert.core.seeding import step_seed
 
 log = logging.getLogger(__name__)
@@ -251,7 +252,7 @@ class TrainingGuard(L.Callback):
             raise DomainBertError(f"--guard.nonfinite={nonfinite!r}: expected stop, skip or ignore")
         self.nonfinite, self.reseed_every_step = nonfinite, reseed_every_step
         self.skipped = 0
-        self._trim = _malloc_trim() if release_memory else None
+        self._trim = malloc_trim() if release_memory else None
 
     def _release(self, *args, **kwargs) -> None:
         if self._trim is not None:
@@ -349,17 +350,6 @@ def nonfinite_weights(module: torch.nn.Module, limit: int = 3) -> str:
     bad = [name for name, p in module.named_parameters() if not bool(torch.isfinite(p).all())]
     more = f" and {len(bad) - limit} more" if len(bad) > limit else ""
     return ", ".join(bad[:limit]) + more
-
-
-def _malloc_trim():
-    """The C library's ``malloc_trim`` (glibc), or None where it has none (macOS, Windows, musl)."""
-    import ctypes
-    import ctypes.util
-
-    try:
-        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
-    except (OSError, AttributeError):
-        return None
 
 
 def _last_checkpoint(trainer) -> str | None:

@@ -12,14 +12,20 @@ heap, and freed memory up to it stays there for the next step (where nothing is 
 under a preloaded allocator they are inert). The price is that a training process holds on to its peak memory
 (``TrainingGuard`` still hands memory back after validation batches with ``malloc_trim``). Some older glibc
 releases refuse a threshold above 32 MiB; there nothing changes. Nothing is computed differently.
+
+A frozen forward pass over many batches gains as much (about 15% of the probe's embedding time, the same numbers):
+:func:`reusing_freed_memory` keeps freed memory for the batches of one such pass and hands it back at its end.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import ctypes.util
 import os
 import platform
 import sys
+from collections.abc import Callable, Iterator
 
 #: allocations up to this many bytes come from the heap, and up to this much freed memory is kept for reuse
 THRESHOLD = 1 << 30
@@ -51,3 +57,29 @@ def keep_freed_memory(threshold: int = THRESHOLD) -> bool:
     except (OSError, AttributeError, ctypes.ArgumentError):
         return False
     return _applied
+
+
+def malloc_trim() -> Callable[[int], int] | None:
+    """The C library's ``malloc_trim`` (glibc), which hands the heap's free memory back; None where there is none."""
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
+
+
+@contextlib.contextmanager
+def reusing_freed_memory(device: str = "cpu") -> Iterator[None]:
+    """A pass of many CPU forward passes that reuses freed memory from batch to batch, and hands it back at its end.
+
+    For such passes outside a training process (the probe's embeddings, the export's measurements): on entering,
+    :func:`keep_freed_memory` (its settings stay for the rest of the process), so the batches stop faulting fresh
+    pages in; on leaving, ``malloc_trim``, so the process does not hold the pass's peak memory afterwards. On another
+    ``device``, or where the settings do not apply, nothing changes.
+    """
+    applied = device == "cpu" and keep_freed_memory()
+    try:
+        yield
+    finally:
+        trim = malloc_trim() if applied else None
+        if trim is not None:
+            trim(0)

@@ -68,7 +68,8 @@ def embed_texts(
 ) -> torch.Tensor:
     """Mean-pooled embeddings (float32, rows in the order of ``texts``) of a frozen encoder.
 
-    Texts are batched in order of length, so padding costs little. ``texts`` may hold ``(text, pair)`` tuples.
+    Texts are batched in order of length, so padding costs little, and on the CPU the batches reuse freed memory
+    (:func:`~domainbert.core.cpu_memory.reusing_freed_memory`). ``texts`` may hold ``(text, pair)`` tuples.
 
     Args:
         encoder: a model whose output has ``last_hidden_state`` (``AutoModel``).
@@ -90,10 +91,13 @@ def embed_texts(
     device = next(encoder.parameters()).device
     if bf16 is None:
         bf16 = auto_precision(device.type) == "bf16-mixed"
+    from domainbert.core.cpu_memory import reusing_freed_memory
+
     encoder.eval()
     out = torch.empty(len(texts), encoder.config.hidden_size)
-    for ids, inputs in sorted_batches(tokenizer, texts, batch_size, max_length, device):
-        out[ids] = encode(encoder, inputs, bf16, pooling)
+    with reusing_freed_memory(device.type):
+        for ids, inputs in sorted_batches(tokenizer, texts, batch_size, max_length, device):
+            out[ids] = encode(encoder, inputs, bf16, pooling)
     return out
 
 

@@ -25,7 +25,7 @@ Each variant's folder gets ``report.json`` and ``report.md``: parameter count, w
 per example at batch 1 and batch 32, and accuracy / macro-F1 on ``--data`` (sequence classification). The
 top-level ``report.json`` / ``report.md`` put all variants side by side, with the teacher when ``--teacher``
 is given, and say which of bf16 and int8 is faster on this machine. Every folder and file is written
-atomically.
+atomically. The measurements reuse freed memory from batch to batch (glibc; :mod:`domainbert.core.cpu_memory`).
 
 Load any variant back with :func:`domainbert.deploy.load.load_variant`. Nothing in a folder can make loading run
 code: torchao's ``model_int8.pt`` (a pickle) loads only with ``--trust_pickle true`` / ``load_variant(...,
@@ -46,6 +46,7 @@ from typing import Literal
 import torch
 from torch import nn
 
+from domainbert.core.cpu_memory import reusing_freed_memory
 from domainbert.deploy.bench import EvalSet, encode, known_metrics
 from domainbert.deploy.load import load_variant
 from domainbert.deploy.prune import prune_and_refit
@@ -143,7 +144,7 @@ def export(
     Returns:
         The summary report (also written to ``out/report.json``).
     """
-    with _threads(threads):
+    with _threads(threads), reusing_freed_memory():
         torch.manual_seed(seed)
         base, tokenizer, _ = load_variant(model, trust_pickle=trust_pickle)
         base = base.float().eval()

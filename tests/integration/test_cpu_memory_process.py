@@ -66,3 +66,30 @@ def test_with_the_environment_variable_large_tensors_stay_mmapped():
     if int(before) == 0:
         pytest.skip("no mallinfo2 in this glibc")
     assert int(before) >= 64 << 20 and int(after) >= 64 << 20
+
+
+# The resident memory (MiB) inside a pass that filled a 256 MiB tensor and freed it, and after leaving the pass.
+_PASS = textwrap.dedent(
+    """
+    import os
+    import torch
+    from domainbert.core.cpu_memory import reusing_freed_memory
+
+    def resident_mib():
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") >> 20
+
+    with reusing_freed_memory("cpu"):
+        x = torch.ones(256 << 20, dtype=torch.uint8)
+        del x
+        inside = resident_mib()
+    print(inside, resident_mib())
+    """
+)
+
+
+def test_a_pass_keeps_freed_memory_while_it_runs_and_hands_it_back_after():
+    env = {**os.environ, "DOMAINBERT_CPU_MALLOC": "1"}
+    done = subprocess.run([sys.executable, "-c", _PASS], capture_output=True, text=True, env=env, check=True)
+    inside, after = (int(v) for v in done.stdout.split())
+    assert inside - after >= 200  # the freed 256 MiB stayed in the heap for the next batch, then went back
