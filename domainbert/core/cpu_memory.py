@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
+import functools
 import os
 import platform
 import sys
@@ -52,17 +52,27 @@ def keep_freed_memory(threshold: int = THRESHOLD) -> bool:
     if platform.libc_ver()[0] != "glibc":
         return False
     try:
-        libc = ctypes.CDLL("libc.so.6")
+        libc = _glibc()
         _applied = bool(libc.mallopt(_M_MMAP_THRESHOLD, threshold)) and bool(libc.mallopt(_M_TRIM_THRESHOLD, threshold))
     except (OSError, AttributeError, ctypes.ArgumentError):
         return False
     return _applied
 
 
+@functools.cache
+def _glibc() -> ctypes.CDLL:
+    """glibc, loaded once per process.
+
+    Raises:
+        OSError: there is no ``libc.so.6`` (macOS, Windows, musl).
+    """
+    return ctypes.CDLL("libc.so.6")
+
+
 def malloc_trim() -> Callable[[int], int] | None:
     """The C library's ``malloc_trim`` (glibc), which hands the heap's free memory back; None where there is none."""
     try:
-        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+        return _glibc().malloc_trim
     except (OSError, AttributeError):
         return None
 

@@ -10,7 +10,7 @@ from domainbert.core import cpu_memory
 def test_the_environment_variable_leaves_malloc_alone(monkeypatch):
     monkeypatch.setattr(cpu_memory, "_applied", False)
     monkeypatch.setenv("DOMAINBERT_CPU_MALLOC", "0")
-    monkeypatch.setattr(cpu_memory.ctypes, "CDLL", lambda *a: pytest.fail("libc was called"))
+    monkeypatch.setattr(cpu_memory, "_glibc", lambda: pytest.fail("libc was called"))
     assert cpu_memory.keep_freed_memory() is False
 
 
