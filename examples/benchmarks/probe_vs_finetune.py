@@ -8,7 +8,7 @@ or, with ``--domain debian``, on the Debian packages (``examples/data/debian-pac
 - ``mlm``: ``configs/pretrain/minilm_python-docs.yaml`` (masked-LM DAPT; 100 head warm-up steps first), steps 150,
   250, 400;
 - ``tsdae``: ``configs/pretrain/minilm_python-docs-tsdae.yaml``, steps 125, 175 (25 and 75 after its 100-step head
-  warm-up; session 12's steps 25 and 75 were measured before TSDAE had one);
+  warm-up);
 - ``lora``: ``configs/pretrain/minilm_python-docs-lora.yaml``, step 250 (adapters merged).
 
 Each run keeps its config's ``max_steps`` (so its learning-rate schedule is the config's: the LoRA arm's linear

@@ -1,6 +1,6 @@
 """Time to accuracy: seconds from the base model to a test macro-F1 target, domainbert against the HF Trainer.
 
-The figure users feel (issue 14): how long, on the wall clock, from the base checkpoint to a classifier of the
+The figure users feel: how long, on the wall clock, from the base checkpoint to a classifier of the
 Debian packages (15 sections) that reaches ``--target`` test macro-F1 (default 0.75). Both sides run in this one
 process, at the same precision (``--precision``; ``auto``: bf16 where the CPU multiplies bf16 in hardware, else
 fp32), thread count, batch size and maximum length:

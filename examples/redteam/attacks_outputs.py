@@ -1,4 +1,4 @@
-"""Issue 27 items 12 and 13 (and their neighbours): outputs that are inputs or the user's, broken state, planted code.
+"""Outputs that are inputs or the user's, broken state, planted code.
 
 Each attack is run as written in the issue; ``{name}`` placeholders are the shared fixtures (``fixtures.build``)
 and ``{work}``, the attack's own folder (its working directory).

@@ -1,4 +1,4 @@
-"""Issue 27 item 14 (silent nonsense), items 1, 3 and 8 (exports, distillation, metrics.csv) and the two leftovers
+"""Silent nonsense, exports, distillation and metrics.csv, and two more
 (the sweep's doubled line, ``test``'s empty ``version_N/``), replayed from the command line."""
 
 from __future__ import annotations
@@ -177,7 +177,7 @@ def _one_stop_line(trials: int):
 
 
 def leftovers() -> list[Attack]:
-    """Issue 27's leftovers: ``test`` leaves no empty ``version_N/``; a sweep prints each trial's stop once."""
+    """``test`` leaves no empty ``version_N/``; a sweep prints each trial's stop once."""
     fit = ["fit", *CLS[:-2], "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2"]
     test = ["test", *CLS[:-2]]
     return [

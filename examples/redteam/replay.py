@@ -1,4 +1,4 @@
-"""Replay the red-team table of issue 27 against this checkout, from the command line, and print its verdicts.
+"""Replay the red-team table against this checkout, from the command line, and print its verdicts.
 
     python examples/redteam/replay.py [--jobs 2] [--only soup,pipeline] [--keep]
 

@@ -46,7 +46,7 @@ class Attack:
 
     Attributes:
         id: short id.
-        item: the item of issue 27 it replays (``12``), or ``new`` for one of this replay's own.
+        item: the item of the red-team table it replays (``12``), or ``new`` for one of this replay's own.
         argv: ``domainbert`` arguments with ``{placeholders}`` (see ``fixtures.build``; ``{work}`` is its folder).
         expected: what a good ``domainbert`` does, for the table.
         expect: ``error`` (one line naming every string of ``names``), ``ok`` (rc 0 and ``check``), ``any`` (either;

@@ -139,7 +139,7 @@ def _cache_folders(root: Path) -> list[Path]:
 def test_a_short_run_runs_the_teacher_only_on_the_batches_it_trains_on_and_a_longer_run_adds_the_rest(
     teacher, tmp_path
 ):
-    """ISSUES 27 item 3: ``max_steps 3`` ran the teacher over the whole training set first to fill the cache."""
+    """``max_steps 3`` ran the teacher over the whole training set first to fill the cache."""
     cache_dir = tmp_path / "cache"
     module = DistillationModule(teacher=str(teacher), student_layers=1, gamma=0.5, teacher_cache=str(cache_dir))
     calls = _count_teacher_runs(module)

@@ -1,4 +1,4 @@
-"""What a fit prints and leaves behind (issue 27): a handful of lines, a metrics.csv however short the run, no
+"""What a fit prints and leaves behind: a handful of lines, a metrics.csv however short the run, no
 export of a model that diverged, no empty run folders."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""ISSUES 27 item 6: a pipeline whose fine-tuning fails to learn ships the frozen-embedding probe as a classifier,
+"""A pipeline whose fine-tuning fails to learn ships the frozen-embedding probe as a classifier,
 says so in its last line and its report, and that classifier loads through ``domainbert predict`` and distils."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Tokenized splits shared across stages and seeds (issue 25): a second ``domainbert fit`` in a new process, with
+"""Tokenized splits shared across stages and seeds: a second ``domainbert fit`` in a new process, with
 another seed and the model in another folder (as a stage after DAPT loads its export), tokenizes nothing and says
 where each split came from in one line."""
 

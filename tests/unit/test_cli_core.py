@@ -258,7 +258,7 @@ def test_model_options_named_on_the_command_line_are_kept_for_a_checkpoint_run()
     assert _command_line_model_options(["--model.unknown", "1"], cfg) == {}
 
 
-# -- help texts, run names, output folders (issue 27) ---------------------------------------------------------------
+# -- help texts, run names, output folders ---------------------------------------------------------------------
 
 
 def test_test_help_lists_domainbert_modules_and_documents_best_and_last(capsys, monkeypatch):

@@ -83,7 +83,7 @@ def test_the_figure_pattern_catches_what_went_stale_before():
 )
 def test_training_batches_follow_the_measured_choice(path, grouped):
     """Distillation trains on random batches, fine-tuning on batches grouped by length: each chosen on validation
-    macro-F1 over several seeds (FIGURES.md, session 17; grouping cost the student about 0.8 points)."""
+    macro-F1 over several seeds (docs/benchmarks/distillation.md)."""
     import yaml
 
     data = yaml.safe_load((ROOT / path).read_text(encoding="utf-8"))["data"]["init_args"]
