@@ -10,10 +10,13 @@ from typing import Any
 
 import datasets
 
+from domainbert.data import token_cache
 from domainbert.data.augment import Augmenter, AugmentSettings, as_settings
 from domainbert.data.batching import EncodedRows
 from domainbert.data.labelled import LabelledDataModule
 from domainbert.data.labels import label_text, split_labels
+from domainbert.data.masking import IGNORE_INDEX
+from domainbert.data.transfer import TransferSet, as_transfer, transfer_rows
 from domainbert.data.windows import Windows, tokenize_windows, window_settings
 from domainbert.errors import DomainBertError
 
@@ -106,8 +109,8 @@ class ClassificationEncoder:
             elif self.soft_label_column:
                 soft = batch.get(self.soft_label_column) or [None] * len(values)
                 enc["labels"] = [soft_target(p, label_text(v), self.label2id) for p, v in zip(soft, values)]
-            else:
-                enc["labels"] = [self.label2id[label_text(v)] for v in values]
+            else:  # a transfer-set row has no label (see domainbert.data.transfer)
+                enc["labels"] = [IGNORE_INDEX if v is None else self.label2id[label_text(v)] for v in values]
         return enc
 
 
@@ -136,6 +139,7 @@ class ClassificationDataModule(LabelledDataModule):
         long_text: str | None = None,
         stride: int | None = None,
         max_windows: int | None = None,
+        transfer: TransferSet | None = None,
         **kwargs,
     ) -> None:
         """Configure the columns and the augmentation.
@@ -164,6 +168,10 @@ class ClassificationDataModule(LabelledDataModule):
                 about a third more windows than without overlap).
             max_windows: with windows, the most windows read per text, the first ones (default 8: 784 tokens
                 at ``max_length`` 128 and the default stride), which bounds the cost of a very long text.
+            transfer: for distillation: unlabelled documents of the domain corpus appended to the training split,
+                which the teacher labels (:mod:`domainbert.data.transfer`); e.g.
+                ``--data.transfer.path corpus.txt.gz --data.transfer.documents 8000``. Single texts, single-label
+                and without augmentation or soft labels.
             **kwargs: the label set and the options every task takes (split files, batching...), documented in
                 :class:`~domainbert.data.labelled.LabelledDataModule` and :class:`~domainbert.data.base.TaskDataModule`.
         """
@@ -182,6 +190,29 @@ class ClassificationDataModule(LabelledDataModule):
             raise DomainBertError(f"data.labels={labels}: classification needs at least two labels")
         if soft_label_column and multi_label:
             raise DomainBertError("data.soft_label_column is for single-label data; unset it or data.multi_label")
+        self.transfer = as_transfer(transfer)
+        self._check_transfer()
+
+    def _check_transfer(self) -> None:
+        """Refuse a transfer set beside the options it does not combine with (see ``transfer``)."""
+        if self.transfer is None:
+            return
+        clash = [
+            name
+            for name, on in (
+                ("data.text_pair_column", self.text_pair_column),
+                ("data.multi_label", self.multi_label),
+                ("data.soft_label_column", self.soft_label_column),
+                ("data.augment", self.augment is not None),
+                ("data.long_text: windows", self.windows is not None),
+            )
+            if on
+        ]
+        if clash:
+            raise DomainBertError(
+                f"data.transfer adds unlabelled single texts for the teacher to label; it does not combine with "
+                f"{', '.join(clash)}"
+            )
 
     def use_windows(self, windows: Windows) -> None:
         """Read long texts in the model's ``windows`` (see ``long_text``); a stride or cap given here is kept.
@@ -268,6 +299,31 @@ class ClassificationDataModule(LabelledDataModule):
             self.soft_label_column if self._soft(split) else None,
             self.windows,
         )
+
+    def build(self, split: str):
+        """Read, check and encode one split; the training split with the transfer set's rows after the task's."""
+        ds = super().build(split)
+        if split != "train" or self.transfer is None:
+            return ds
+        rows = transfer_rows(self.transfer, self.task_texts(), self.text_column, self.label_column)
+        extra = token_cache.tokenize(
+            rows,
+            self.encoder(split),
+            str(self.transfer.path),
+            batched=True,
+            num_proc=self.num_proc,
+            remove_columns=rows.column_names,
+            desc="Tokenizing the transfer set",
+        )
+        return datasets.concatenate_datasets([ds, extra.cast(ds.features)])
+
+    def task_texts(self) -> list[str]:
+        """The texts of every labelled split given (training, validation, test)."""
+        texts: list[str] = []
+        for split in ("train", "validation", "test"):
+            if self.paths.get(split):
+                texts += self.raw(split)[self.text_column]
+        return texts
 
     def encode(self, split: str, ds: datasets.Dataset):
         if split == "train" and self.augment is not None:

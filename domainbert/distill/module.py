@@ -11,16 +11,23 @@ short run costs only the batches it trains on.
 What differs between tasks (which outputs are distilled, the gold targets, the metrics) is one record per task
 in :data:`domainbert.distill.task_table.DISTILL_TASKS`.
 
-The student is built in one of three ways (:mod:`domainbert.distill.student`): ``student`` (a smaller checkpoint
-using the teacher's tokenizer), ``student_layers`` (the teacher's embeddings, head and every k-th layer,
-DistilBERT style) or ``student_config`` (the teacher's config with fewer layers or a smaller width, random
-weights). The ``hf/`` export is the student with the teacher's tokenizer.
+The teacher is one model or several (their probabilities averaged: the seeds' ensemble moved into one model), and
+a teacher may tokenize differently from the student (a larger model of another family): it then reads the
+student's tokens decoded to text, and only its logits are distilled (:mod:`domainbert.distill.teacher`).
+
+The student is built in one of three ways (:mod:`domainbert.distill.student`): ``student`` (a smaller checkpoint,
+optionally cut to ``student_layers`` of its own layers), ``student_layers`` (the teacher's embeddings, head and every
+k-th layer, DistilBERT style) or ``student_config`` (the teacher's config with fewer layers or a smaller width,
+random weights). The ``hf/`` export is the student with its tokenizer (the teacher's, unless a ``student``
+checkpoint brings its own).
+
+Training data may carry unlabelled rows (``data.transfer``, :mod:`domainbert.data.transfer`): the teacher labels
+them, the soft-target and hidden-state terms read them, and the hard-label term skips them.
 """
 
 from __future__ import annotations
 
 import functools
-import inspect
 import logging
 from typing import Literal
 
@@ -38,20 +45,25 @@ from domainbert.data.masking import IGNORE_INDEX, Masker
 from domainbert.distill.chunks import AUTO_CHUNK_ROWS, check_chunk_rows, length_chunks, run_in_chunks
 from domainbert.distill.losses import HardLabelLoss
 from domainbert.distill.objective import build_objective
-from domainbert.distill.student import build_student
+from domainbert.distill.student import build_student, tokenizer_difference
 from domainbert.distill.task_table import Outputs, distill_task
 from domainbert.distill.teacher import (
+    Retokenized,
+    TeacherEnsemble,
     drop_teacher_weights,
     is_multi_label,
     load_teacher,
+    model_inputs,
     teacher_autocast,
     teacher_labels,
+    teacher_max_length,
 )
 from domainbert.distill.teacher_cache import (
     CacheFill,
     TeacherCache,
     cached_rows,
     data_files,
+    fingerprint,
     training_fingerprint,
 )
 from domainbert.errors import DomainBertError
@@ -72,7 +84,7 @@ class DistillationModule(HFModule):
 
     def __init__(
         self,
-        teacher: str,
+        teacher: str | list[str],
         student: str | None = None,
         student_layers: int | list[int] | None = None,
         student_config: dict | None = None,
@@ -101,11 +113,16 @@ class DistillationModule(HFModule):
 
         Args:
             teacher: the teacher: a Hugging Face folder of a fine-tuned model with the ``task`` head (for example
-                a fine-tuning run's ``hf/`` export), or an installed model package's name.
-            student: a smaller checkpoint (folder) to start the student from; it must use the teacher's
-                tokenizer. Give exactly one of ``student``, ``student_layers`` and ``student_config``.
-            student_layers: build the student from the teacher: its embeddings, its head and this many of its
-                layers (chosen by ``layer_selection``), or the list of 0-based teacher layers to copy.
+                a fine-tuning run's ``hf/`` export), or an installed model package's name; or a list of them with
+                one label set (classification, tagging), whose probabilities are averaged (hidden states and
+                attention maps come from the first).
+            student: a smaller checkpoint (folder) to start the student from. For classification it may have a
+                tokenizer of its own (a teacher of another family): each teacher that tokenizes differently then
+                reads the student's tokens decoded to text, and only logits are distilled (gamma and delta 0, or a
+                first teacher that shares the student's tokenizer). Other tasks need the teacher's tokenizer.
+            student_layers: build the student from the teacher (or from ``student``, when given): its embeddings,
+                its head and this many of its layers (chosen by ``layer_selection``), or the list of 0-based
+                layers to copy. Give one of ``student`` and ``student_config`` at most, beside it.
             student_config: build a randomly initialised student from the teacher's config with these changes,
                 e.g. ``{num_hidden_layers: 3, hidden_size: 256, num_attention_heads: 4, intermediate_size: 1024}``.
             layer_selection: which layers ``student_layers`` copies: ``every_k`` (the top of each block of
@@ -148,16 +165,25 @@ class DistillationModule(HFModule):
         self.optimizer = optimizer
         self._set_task(task, teacher_cache)
         check_chunk_rows(chunk_rows)
-        teacher_model = self._load_teacher(teacher, num_labels, label_names)
-        self.model, default_map = build_student(
-            teacher_model, self.tokenizer, self.task, student, student_layers, student_config, layer_selection, teacher
+        members = self._load_teachers(teacher, num_labels, label_names)
+        self.model, default_map, self.tokenizer = build_student(
+            members[0],
+            self.tokenizer,
+            self.task,
+            student,
+            student_layers,
+            student_config,
+            layer_selection,
+            self.teacher_names[0],
+            own_tokenizer=self.task is Task.CLASSIFICATION,
         )
         self.export_source = None
+        teacher_model = self._teacher_module(members)
         self.teacher = teacher_model
         self.register_state_dict_post_hook(drop_teacher_weights)
         objective = build_objective(
             self.model.config,
-            teacher_model.config,
+            members[0].config,
             alpha=alpha,
             beta=beta,
             gamma=gamma,
@@ -170,6 +196,7 @@ class DistillationModule(HFModule):
             extra_losses=extra_losses,
         )
         self._use_objective(objective, teacher_cache)
+        self._check_retokenized()
         self.masker = Masker(self.tokenizer, probability=mlm_probability) if self.task_spec.masked else None
         self.val_metrics = self.task_spec.metrics(self.label_names, self.multi_label)
         self.test_metrics = self.task_spec.metrics(self.label_names, self.multi_label)
@@ -184,17 +211,60 @@ class DistillationModule(HFModule):
         if teacher_cache and self.task_spec.no_cache:
             raise DomainBertError(f"teacher_cache does not apply to {self.task_spec.no_cache}")
 
-    def _load_teacher(self, teacher: str, num_labels: int | None, label_names: list[str] | None) -> nn.Module:
-        """Load the frozen teacher and its tokenizer; take its label set, checked against the data's."""
-        self.teacher_path = resolve_local_alias(teacher)
-        model = load_teacher(self.teacher_path, self.task, teacher)
-        self.tokenizer = load_tokenizer(self.teacher_path)
-        self.multi_label = is_multi_label(model.config)
+    def _load_teachers(
+        self, teacher: str | list[str], num_labels: int | None, label_names: list[str] | None
+    ) -> list[nn.Module]:
+        """Load the frozen teacher(s) and their tokenizers; take their label set, checked against the data's.
+
+        The first teacher's tokenizer is the student's unless a ``student`` checkpoint brings its own.
+        """
+        names = [teacher] if isinstance(teacher, str) else list(teacher)
+        if not names or not all(isinstance(n, str) and n for n in names):
+            raise DomainBertError(f"model.teacher={teacher!r}: expected a model folder, or a list of them")
+        if len(names) > 1 and self.task not in (Task.CLASSIFICATION, Task.TAGGING):
+            raise DomainBertError(
+                f"model.teacher: {len(names)} teachers average their class probabilities, which classification and "
+                f"tagging have; {self.task.value} distils from one teacher"
+            )
+        self.teacher_names = names
+        self.teacher_paths = [resolve_local_alias(n) for n in names]
+        self.teacher_path = self.teacher_paths[0]
+        models = [load_teacher(p, self.task, n) for p, n in zip(self.teacher_paths, names)]
+        self.teacher_tokenizers = [load_tokenizer(p) for p in self.teacher_paths]
+        self.tokenizer = self.teacher_tokenizers[0]
+        self.multi_label = is_multi_label(models[0].config)
         self.label_names = None
         if self.task_spec.labelled:
-            own = teacher_labels(model.config)
+            own = teacher_labels(models[0].config)
+            for name, model in zip(names[1:], models[1:]):
+                if teacher_labels(model.config) != own or is_multi_label(model.config) != self.multi_label:
+                    raise DomainBertError(
+                        f"model.teacher: {name} has the labels {teacher_labels(model.config)}, {names[0]} {own}: "
+                        "teachers averaged together need one label set, in one order"
+                    )
             self.label_names = model_labels(num_labels, label_names, own, source="the teacher", fixed=True)
-        return model
+        return models
+
+    def _teacher_module(self, members: list[nn.Module]) -> nn.Module:
+        """The teachers as one module: each that tokenizes differently from the student retokenized, then averaged."""
+        wrapped = []
+        for model, tok, name in zip(members, self.teacher_tokenizers, self.teacher_names):
+            if tokenizer_difference(tok, self.tokenizer) is None:
+                wrapped.append(model)
+                continue
+            wrapped.append(Retokenized(model, tok, self.tokenizer, teacher_max_length(tok, model)))
+            log.info("teacher %s tokenizes differently from the student: it reads the student's tokens as text", name)
+        return wrapped[0] if len(wrapped) == 1 else TeacherEnsemble(wrapped, multi_label=self.multi_label)
+
+    def _check_retokenized(self) -> None:
+        """Refuse token-level loss terms against a teacher that reads other tokens (see :class:`Retokenized`)."""
+        first = self.teacher.members[0] if isinstance(self.teacher, TeacherEnsemble) else self.teacher
+        if isinstance(first, Retokenized) and (self.need_hidden or self.need_attentions):
+            raise DomainBertError(
+                f"the teacher {self.teacher_names[0]} tokenizes differently from the student, so their hidden states "
+                "and attention maps have no common token positions: set gamma: 0 and delta: 0 (only logits are "
+                "distilled), or list first a teacher that shares the student's tokenizer"
+            )
 
     def _use_objective(self, objective, teacher_cache: str | None) -> None:
         """Keep the loss terms; ask the models only for the outputs the terms read."""
@@ -226,11 +296,21 @@ class DistillationModule(HFModule):
                 "data.long_text=windows: distillation reads each text once, truncated at data.max_length; set "
                 "data.long_text: truncate (the student still learns from a windowed teacher's truncated inputs)"
             )
+        if getattr(dm, "text_pair_column", None) and self._retokenizes():
+            raise DomainBertError(
+                "data.text_pair_column: a teacher that tokenizes differently from the student reads single texts; "
+                "distil text pairs from a teacher with the student's tokenizer"
+            )
         if getattr(dm, "soft_label_column", None):
             raise DomainBertError(
                 "distillation learns the teacher's probabilities already (the KL term); unset data.soft_label_column "
                 "(the hard-label term would read the soft targets as multi-label targets)"
             )
+
+    def _retokenizes(self) -> bool:
+        """Whether some teacher reads the student's tokens as text (its tokenizer differs)."""
+        members = self.teacher.members if isinstance(self.teacher, TeacherEnsemble) else [self.teacher]
+        return any(isinstance(m, Retokenized) for m in members)
 
     def train(self, mode: bool = True):
         """Switch the student (and loss modules) to ``mode``; the teacher always stays in eval mode."""
@@ -272,7 +352,11 @@ class DistillationModule(HFModule):
             return
         dm = getattr(self.trainer, "datamodule", None)
         layers = self.losses["hidden"].teacher_layers_used() if "hidden" in self.losses else []
-        what = {"task": self.task.value, "layers": layers}
+        what = {"task": self.task.value, "layers": layers, "student_tokenizer": self._student_tokenizer_key()}
+        if len(self.teacher_paths) > 1:
+            what["teachers"] = [fingerprint(p, [], None, {}) for p in self.teacher_paths[1:]]
+        if getattr(dm, "transfer", None) is not None:
+            what["transfer"] = repr(dm.transfer)
         self._cache_key = training_fingerprint(self.teacher_path, dm, loader, what)
         self._cache_layers = layers
         self._cache_described = {"teacher": self.teacher_path, "data": data_files(dm), "task": self.task.value}
@@ -285,6 +369,14 @@ class DistillationModule(HFModule):
             )
         else:
             log.info("teacher cache: %d examples in %s", len(self.cache), self.cache.path)
+
+    def _student_tokenizer_key(self) -> str | None:
+        """The student's tokenizer, for the cache's fingerprint, when a teacher reads its tokens as text."""
+        if not self._retokenizes():
+            return None
+        from domainbert.data.token_cache import tokenizer_fingerprint
+
+        return tokenizer_fingerprint(self.tokenizer)
 
     def teacher_outputs(self, batch: dict, input_ids: torch.Tensor, selected, chunks=None):
         """The teacher's outputs of a training batch: from the cache, else computed (and kept for the cache).
@@ -342,9 +434,8 @@ class DistillationModule(HFModule):
 
     # -- forward ----------------------------------------------------------------------------------
     def _inputs(self, model, batch: dict, input_ids: torch.Tensor) -> dict:
-        accepted = _accepted(type(model))
         names = [k for k in self.tokenizer.model_input_names if k != "input_ids"]
-        return {"input_ids": input_ids, **{k: batch[k] for k in names if k in batch and k in accepted}}
+        return model_inputs(model, {"input_ids": input_ids, **{k: batch[k] for k in names if k in batch}})
 
     def _run(self, model, batch: dict, input_ids, selected, hidden: bool, attentions: bool, chunks=None):
         """One model's outputs (see :class:`~domainbert.distill.task_table.DistillTask`'s ``run``).
@@ -461,9 +552,3 @@ class _DropCacheFillOnError(L.Callback):
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
         if isinstance(pl_module, DistillationModule):
             pl_module.discard_cache_fill()
-
-
-@functools.cache
-def _accepted(cls) -> frozenset[str]:
-    """The keyword arguments a model class's ``forward`` takes (DistilBERT takes no ``token_type_ids``)."""
-    return frozenset(inspect.signature(cls.forward).parameters)

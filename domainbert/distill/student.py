@@ -6,8 +6,9 @@
   the student keeps the shared weights and only applies them fewer times (faster, but not smaller).
 - :func:`student_from_config` builds a randomly initialised student from the teacher's config with
   overrides (fewer layers, a smaller width), so the vocabulary and the label set stay the teacher's.
-- :func:`student_from_checkpoint` loads any smaller checkpoint; :func:`check_same_tokenizer` then makes sure
-  both models read the same token ids.
+- :func:`student_from_checkpoint` loads any smaller checkpoint (and may cut it to some of its own layers);
+  :func:`check_same_tokenizer` then makes sure both models read the same token ids, unless the student may keep
+  a tokenizer of its own (classification: the teacher reads the student's tokens as text).
 
 :func:`build_student` picks one of the three from ``DistillationModule``'s arguments. Every function takes the
 task by its name (:class:`domainbert.modules.tasks.Task`), which picks the head class.
@@ -201,8 +202,14 @@ def check_same_tokenizer(teacher_tok, student_tok, teacher: str, student: str) -
         )
 
 
-def student_from_checkpoint(path: str, task: Task | str, teacher_config):
+def student_from_checkpoint(path: str, task: Task | str, teacher_config, own_vocabulary: bool = False):
     """Load a smaller checkpoint as the student, with the teacher's label set on its head.
+
+    Args:
+        path: the checkpoint's folder.
+        task: the task (its head class).
+        teacher_config: the teacher's config (its label set).
+        own_vocabulary: the student may have a vocabulary other than the teacher's.
 
     Returns:
         ``(student, missing_keys)``: weights the checkpoint lacked (a new task head) are random.
@@ -212,7 +219,7 @@ def student_from_checkpoint(path: str, task: Task | str, teacher_config):
         for key in ("num_labels", "id2label", "label2id", "problem_type"):
             if getattr(teacher_config, key, None) is not None:
                 setattr(config, key, getattr(teacher_config, key))
-    if getattr(config, "vocab_size", None) != getattr(teacher_config, "vocab_size", None):
+    if not own_vocabulary and getattr(config, "vocab_size", None) != getattr(teacher_config, "vocab_size", None):
         raise DomainBertError(
             f"the student {path} has a vocabulary of {config.vocab_size} tokens and the teacher "
             f"{teacher_config.vocab_size}: distillation needs one tokenizer"
@@ -229,34 +236,44 @@ def build_student(
     student_config: dict | None = None,
     layer_selection: str = "every_k",
     teacher_name: str = "the teacher",
-) -> tuple[PreTrainedModel, dict[int, int] | None]:
-    """The student from exactly one of ``student``, ``student_layers`` and ``student_config``.
+    own_tokenizer: bool = False,
+) -> tuple[PreTrainedModel, dict[int, int] | None, object]:
+    """The student from ``student`` (cut to ``student_layers`` when given), ``student_layers`` or ``student_config``.
 
     Args:
-        teacher: the loaded teacher.
-        tokenizer: the teacher's tokenizer; a ``student`` checkpoint's own must be the same.
+        teacher: the loaded teacher (the first, for several).
+        tokenizer: the teacher's tokenizer; a ``student`` checkpoint's own must be the same unless
+            ``own_tokenizer``.
         task: the task (its head class).
         student: a smaller checkpoint (folder or installed alias).
-        student_layers: the number of teacher layers to copy, or their 0-based list.
+        student_layers: the number of layers to copy (of ``student`` when given, else of the teacher), or their
+            0-based list.
         student_config: overrides of the teacher's config for a randomly initialised student.
         layer_selection: ``every_k`` or ``spread`` (see :func:`select_layers`).
         teacher_name: the teacher as the user named it, for messages.
+        own_tokenizer: a ``student`` checkpoint may keep a tokenizer other than the teacher's.
 
     Returns:
-        ``(student, layer_map)``: the map of the teacher layers a copied student came from, else None.
+        ``(student, layer_map, tokenizer)``: the map of the teacher layers a student copied from the teacher came
+        from (else None), and the tokenizer the student reads.
     """
-    given = [n for n, v in (("student", student), ("student_layers", student_layers)) if v is not None]
-    given += ["student_config"] if student_config else []
-    if len(given) != 1:
+    given = [n for n, v in (("student", student), ("student_config", student_config or None)) if v is not None]
+    if len(given) > 1 or (not given and student_layers is None):
         raise DomainBertError(
-            f"give exactly one of model.student (a checkpoint), model.student_layers (copy teacher layers) and "
-            f"model.student_config (a smaller config); got {given or 'none'}"
+            "give one of model.student (a checkpoint, optionally with model.student_layers of its layers), "
+            "model.student_layers (copy teacher layers) and model.student_config (a smaller config); got "
+            f"{given + (['student_layers'] if student_layers is not None else []) or 'none'}"
         )
+    if student_config and student_layers is not None:
+        raise DomainBertError("model.student_config builds a new student: drop model.student_layers beside it")
     layer_map = None
     if student is not None:
-        model = _checkpoint_student(
-            resolve_local_alias(student), task, teacher.config, tokenizer, teacher_name, student
+        model, tokenizer = _checkpoint_student(
+            resolve_local_alias(student), task, teacher.config, tokenizer, teacher_name, student, own_tokenizer
         )
+        if student_layers is not None:
+            model, selected = student_from_teacher(model, student_layers, layer_selection)
+            log.info("student: layers %s of %s copied", selected, student)
     elif student_layers is not None:
         model, selected = student_from_teacher(teacher, student_layers, layer_selection)
         layer_map = copied_layer_map(selected)
@@ -264,18 +281,29 @@ def build_student(
     else:
         model = student_from_config(teacher.config, student_config, task)
     check_tokenizer_fits(tokenizer, model, where="student")
-    return model, layer_map
+    return model, layer_map, tokenizer
 
 
-def _checkpoint_student(path: str, task, teacher_config, tokenizer, teacher_name: str, name: str) -> PreTrainedModel:
-    """:func:`student_from_checkpoint`, with the student's tokenizer (if it has one) checked against the teacher's."""
-    model, missing = student_from_checkpoint(path, task, teacher_config)
-    if missing:
-        log.info("student weights initialised at random: %s", ", ".join(missing))
+def _checkpoint_student(
+    path: str, task, teacher_config, tokenizer, teacher_name: str, name: str, own_tokenizer: bool = False
+):
+    """:func:`student_from_checkpoint` and the tokenizer it reads: its own, checked against the teacher's.
+
+    With ``own_tokenizer`` a student whose tokenizer differs keeps it (the teacher then reads its tokens as text).
+    """
     try:
         own = load_tokenizer(path)
     except DomainBertError:
+        own = None
+    other = own is not None and tokenizer_difference(tokenizer, own) is not None
+    model, missing = student_from_checkpoint(path, task, teacher_config, own_vocabulary=own_tokenizer and other)
+    if missing:
+        log.info("student weights initialised at random: %s", ", ".join(missing))
+    if own is None:
         log.warning("%s has no tokenizer; its vocabulary size matches the teacher's, using the teacher's", path)
-        return model
+        return model, tokenizer
+    if other and own_tokenizer:
+        log.info("the student %s keeps its own tokenizer; the teacher reads its tokens as text", name)
+        return model, own
     check_same_tokenizer(tokenizer, own, teacher_name, name)
-    return model
+    return model, tokenizer
