@@ -14,10 +14,10 @@ student never learns the teacher's answer on a row it is scored on.
 Example:
     >>> TransferSet("corpus.txt.gz", documents=4000)
     TransferSet(path='corpus.txt.gz', documents=4000, text_column='text', seed=0)
-    >>> TransferSet("corpus.txt.gz", documents=0)
+    >>> TransferSet("corpus.txt.gz", documents=0)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    domainbert.errors.DomainBertError: data.transfer.documents=0: expected a positive number of documents, or null for all of them
+    domainbert.errors.DomainBertError: data.transfer.documents=0: expected a positive number of documents, ...
 """
 
 from __future__ import annotations
@@ -72,7 +72,9 @@ def as_transfer(value: TransferSet | dict | str | None) -> TransferSet | None:
     if isinstance(value, dict):
         unknown = sorted(set(value) - {"path", "documents", "text_column", "seed"})
         if unknown:
-            raise DomainBertError(f"data.transfer: unknown keys {unknown} (expected path, documents, text_column, seed)")
+            raise DomainBertError(
+                f"data.transfer: unknown keys {unknown} (expected path, documents, text_column, seed)"
+            )
         return TransferSet(**value)
     raise DomainBertError(f"data.transfer={value!r}: expected a corpus path or {{path, documents, ...}}")
 

@@ -22,6 +22,7 @@ from typing import Any, Literal
 from domainbert.errors import DomainBertError
 from domainbert.pipeline.specs import (
     DaptSpec,
+    DistillSpec,
     ExportSpec,
     FinetuneSpec,
     PretrainSpec,
@@ -45,6 +46,7 @@ __all__ = [
     "SelectSpec",
     "SelfTrainSpec",
     "SoupSpec",
+    "DistillSpec",
     "StageSpec",
     "TaskFiles",
     "VocabSpec",
@@ -79,7 +81,7 @@ FINETUNE_ENABLED = (
 
 # The defaults, shared by every call: the pipeline reads them and never changes them.
 _ONE_SEED = [0]
-_PROBE, _FINETUNE, _DISTILL, _EXPORT = ProbeSpec(), FinetuneSpec(), StageSpec(), ExportSpec()
+_PROBE, _FINETUNE, _DISTILL, _EXPORT = ProbeSpec(), FinetuneSpec(), DistillSpec(), ExportSpec()
 
 
 def pipeline(
@@ -104,7 +106,7 @@ def pipeline(
     finetune: FinetuneSpec = _FINETUNE,
     self_train: SelfTrainSpec | None = None,
     soup: SoupSpec | None = None,
-    distill: StageSpec = _DISTILL,
+    distill: DistillSpec = _DISTILL,
     export: ExportSpec = _EXPORT,
     **strategies: Any,
 ) -> Path:
@@ -161,7 +163,7 @@ def pipeline(
         stop_forks()  # the training stages' server (:mod:`domainbert.pipeline.forks`), if it runs
 
 
-def _recipe(ctx, probe: ProbeSpec, distill: StageSpec, export: StageSpec) -> Path:
+def _recipe(ctx, probe: ProbeSpec, distill: DistillSpec, export: StageSpec) -> Path:
     """Run the stages on the started context ``ctx``, in order; the report's path.
 
     The probe, the strategies' stages around fine-tuning, the choice on validation, distillation and export.
@@ -182,7 +184,14 @@ def _recipe(ctx, probe: ProbeSpec, distill: StageSpec, export: StageSpec) -> Pat
     best = recipe.best_run(ctx.results()[chosen], ctx.metric)
     teacher = best["hf"]
     student, deployed = recipe.distill_and_export(
-        ctx.runner, teacher, task, distill, export, teacher_predictions=best.get("predictions")
+        ctx.runner,
+        teacher,
+        task,
+        distill,
+        export,
+        teacher_predictions=best.get("predictions"),
+        teachers=recipe.distill_teachers(ctx.results(), chosen, best, distill),
+        extra_args=recipe.transfer_args(distill, ctx.corpus, ctx.corpus_text_column),
     )
     choice = (chosen, why, teacher)
     report = write_report(ctx.runner, ctx.candidates, probed, choice, student, deployed, ctx.metric, ctx.seeds)
@@ -190,7 +199,7 @@ def _recipe(ctx, probe: ProbeSpec, distill: StageSpec, export: StageSpec) -> Pat
     return report
 
 
-def _start(ctx, distill: StageSpec, out: str, isolate: str):
+def _start(ctx, distill: DistillSpec, out: str, isolate: str):
     """Check the run (nothing is written when it cannot work), then claim ``out``: the context, with its runner."""
     from domainbert.pipeline.forks import enabled as fork_enabled
     from domainbert.pipeline.forks import start as start_forks
@@ -246,6 +255,13 @@ def check(ctx: Context, distill: Any) -> tuple[str, list[int]]:
                 f"working directory), or leave {name}.config out for the built-in one"
             )
     reads_corpus = any("corpus" in ctx.strategies[n].needs for n in enabled)
+    transfer = getattr(distill, "transfer", None) if getattr(distill, "enabled", True) else None
+    if transfer is not None and transfer.enabled is True and not ctx.corpus:
+        raise DomainBertError(
+            "pipeline: distill.transfer.enabled: true adds corpus documents to distillation, but no corpus is given; "
+            "give corpus, or set distill.transfer.enabled: auto (on when a corpus is given)"
+        )
+    reads_corpus = reads_corpus or (transfer is not None and transfer.enabled is not False and bool(ctx.corpus))
     task = ctx.task
     _check_paths({"task_train": task.train, "task_val": task.val, "task_test": task.test})
     _check_paths({"corpus": ctx.corpus if reads_corpus else None})

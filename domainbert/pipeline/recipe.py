@@ -13,7 +13,7 @@ from pathlib import Path
 from domainbert.core.stats import mean_std
 from domainbert.errors import DomainBertError
 from domainbert.pipeline.runner import Runner
-from domainbert.pipeline.specs import ExportSpec, ProbeSpec, StageSpec, TaskFiles
+from domainbert.pipeline.specs import DistillSpec, ExportSpec, ProbeSpec, TaskFiles
 from domainbert.pipeline.strategies.base import BASELINE, PROBE, Candidate, Context, finetune_stage, stage_config
 
 __all__ = ["BASELINE", "PROBE", "choose", "export_skipped", "run_probe"]
@@ -229,16 +229,44 @@ def best_run(runs: list[dict], metric: str) -> dict:
     return max(runs, key=lambda r: r["metrics"].get(f"val/{metric}") or float("-inf"))
 
 
+def distill_teachers(results: dict[str, list[dict]], chosen: str, best: dict, spec: DistillSpec) -> list[str]:
+    """The distillation's teacher folders: the chosen run, or (``teacher: ensemble``) every seed run it came from.
+
+    A soup's seeds are those of its starting model; the probe and a single run teach alone.
+    """
+    if getattr(spec, "teacher", "chosen") != "ensemble":
+        return [best["hf"]]
+    name = chosen[: -len(" soup")] if chosen.endswith(" soup") else chosen
+    folders = [r["hf"] for r in results.get(name, []) if r.get("hf") and isinstance(r.get("seed"), int)]
+    return folders if len(folders) > 1 else [best["hf"]]
+
+
+def transfer_args(spec: DistillSpec, corpus: str | None, text_column: str) -> list[str]:
+    """The distillation's ``--data.transfer.*`` options: the corpus as its transfer set, when it is on."""
+    transfer = getattr(spec, "transfer", None)
+    if transfer is None or transfer.enabled is False or (transfer.enabled == "auto" and not corpus):
+        return []
+    if not corpus:
+        raise DomainBertError("pipeline: distill.transfer.enabled: true needs corpus (the documents to add)")
+    documents = "null" if transfer.documents is None else str(transfer.documents)
+    args = ["--data.transfer.path", corpus, "--data.transfer.documents", documents]
+    return args + ["--data.transfer.text_column", text_column]
+
+
 def distill_and_export(
     runner: Runner,
     teacher: str,
     task: TaskFiles,
-    distill: StageSpec,
+    distill: DistillSpec,
     export: ExportSpec,
     teacher_predictions: str | None = None,
+    teachers: list[str] | None = None,
+    extra_args: list[str] | None = None,
 ):
     """Distil ``teacher`` into a student and export its deployment variants; ``(student record, export folder)``.
 
+    ``teachers`` (default: ``[teacher]``) teach the student, their probabilities averaged; ``teacher``, the shipped
+    model, is the export's teacher row. ``extra_args`` come before the stage's own (the transfer set's options).
     When the export does not run, the pipeline's output says why, and so does the student record's
     ``export_skipped`` (for the report). The export's teacher and student rows take their test metrics from the
     test passes their stages made (``teacher_predictions``, the student record's ``predictions``): each model reads
@@ -246,7 +274,9 @@ def distill_and_export(
     """
     if not distill.enabled:
         return None, None
-    args = ["--model.teacher", teacher, *task.data_args(), *distill.args]
+    teachers = teachers or [teacher]
+    named = teachers[0] if len(teachers) == 1 else "[" + ",".join(teachers) + "]"
+    args = ["--model.teacher", named, *task.data_args(), *(extra_args or []), *distill.args]
     student = runner.fit("distill", stage_config(distill, "distill"), args, test=bool(task.test))
     skipped = export_skipped(export, student, task)
     if skipped:

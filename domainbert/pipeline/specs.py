@@ -150,6 +150,43 @@ class SoupSpec:
 
 
 @dataclass
+class TransferSpec:
+    """The domain corpus as distillation's transfer set (:mod:`domainbert.data.transfer`).
+
+    A seeded sample of corpus documents joins the task's training rows; the teacher labels them, and the student
+    learns the teacher's probabilities there (the task's rows keep their gold labels too). Task texts are left out
+    of the sample.
+    """
+
+    enabled: bool | Literal["auto"] = "auto"
+    """Add corpus documents to the distillation's training rows: true, false, or auto (when ``corpus`` is given)."""
+    documents: int | None = 8000
+    """How many corpus documents (a seeded sample); None: all of them."""
+
+    def __post_init__(self) -> None:
+        from domainbert.errors import DomainBertError
+
+        bad = isinstance(self.documents, bool) or not isinstance(self.documents, (int, type(None)))
+        if bad or (self.documents is not None and self.documents < 1):
+            raise DomainBertError(
+                f"pipeline: distill.transfer.documents={self.documents!r}: expected a positive number, or null for "
+                "the whole corpus"
+            )
+
+
+@dataclass
+class DistillSpec(StageSpec):
+    """Distillation of the chosen model into a smaller student, and what teaches it."""
+
+    teacher: Literal["chosen", "ensemble"] = "chosen"
+    """The teacher: ``chosen`` (the shipped model's best seed run) or ``ensemble`` (every seed run of the chosen
+    starting model, their probabilities averaged: the seeds' ensemble moved into one student; the chosen run alone
+    when there is one seed, or when a soup or the probe was chosen)."""
+    transfer: TransferSpec = field(default_factory=TransferSpec)
+    """The corpus documents the teacher labels for the student, beside the task's rows."""
+
+
+@dataclass
 class ProbeSpec:
     """Logistic regression on the starting model's frozen mean-pooled embeddings: the cheapest alternative."""
 

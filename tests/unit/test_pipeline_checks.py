@@ -9,8 +9,9 @@ import pytest
 
 from domainbert.core.files import MARKER
 from domainbert.errors import DomainBertError
-from domainbert.pipeline import FinetuneSpec, ProbeSpec, SelfTrainSpec, StageSpec, main
+from domainbert.pipeline import DistillSpec, FinetuneSpec, ProbeSpec, SelfTrainSpec, StageSpec, main
 from domainbert.pipeline.runner import Runner
+from domainbert.pipeline.specs import TransferSpec
 from tests.helpers.pipeline_tiny import refused_pipeline
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures"
@@ -38,10 +39,29 @@ def test_a_pipeline_that_cannot_work_is_refused_in_one_line_before_any_stage(tmp
 
 
 def test_a_corpus_no_stage_reads_is_not_checked(tmp_path, monkeypatch):
-    """With DAPT off (and no other stage reading it), a corpus path that names nothing is no error."""
+    """With DAPT and the distillation's transfer set off, a corpus path that names nothing is no error."""
     monkeypatch.setattr("domainbert.pipeline.recipe.run_probe", _stop)
+    off = DistillSpec(transfer=TransferSpec(enabled=False))
     with pytest.raises(_Stopped):
+        refused_pipeline(tmp_path, corpus="nowhere/corpus.txt", dapt=StageSpec(enabled=False), distill=off)
+
+
+def test_the_distillations_transfer_set_reads_the_corpus_so_it_is_checked_first(tmp_path, monkeypatch):
+    monkeypatch.setattr("domainbert.pipeline.recipe.run_probe", _stop)
+    with pytest.raises(DomainBertError, match="pipeline: corpus: .*nowhere"):
         refused_pipeline(tmp_path, corpus="nowhere/corpus.txt", dapt=StageSpec(enabled=False))
+
+
+def test_a_transfer_set_asked_for_without_a_corpus_is_refused(tmp_path):
+    on = DistillSpec(transfer=TransferSpec(enabled=True))
+    with pytest.raises(DomainBertError, match="distill.transfer.enabled: true .* no corpus is given"):
+        refused_pipeline(tmp_path, corpus=None, dapt=StageSpec(enabled=False), distill=on)
+
+
+@pytest.mark.parametrize("documents", [0, -1, True])
+def test_transfer_documents_must_be_positive(documents):
+    with pytest.raises(DomainBertError, match=r"distill\.transfer\.documents="):
+        TransferSpec(documents=documents)
 
 
 class _Stopped(Exception):

@@ -86,7 +86,9 @@ def test_a_student_checkpoint_may_keep_its_own_tokenizer_for_classification(mode
 def test_student_layers_cut_a_student_checkpoint_to_its_own_layers(models):
     teacher, tok = _load(models["bert2"])
     source, _ = _load(models["bert"])
-    student, layer_map, _ = build_student(teacher, tok, Task.CLASSIFICATION, student=str(models["bert"]), student_layers=2)
+    student, layer_map, _ = build_student(
+        teacher, tok, Task.CLASSIFICATION, student=str(models["bert"]), student_layers=2
+    )
     assert layer_map is None  # copied from the student checkpoint, not from the teacher: the uniform map applies
     src = source.bert.encoder.layer[3].attention.self.query.weight
     assert torch.equal(student.bert.encoder.layer[1].attention.self.query.weight, src)
