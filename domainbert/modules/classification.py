@@ -101,6 +101,11 @@ class SequenceClassificationModule(FineTuneModule):
 
     def setup(self, stage: str) -> None:
         self.check_datamodule(("multi_label",))
+        if getattr(self.attached_datamodule(), "transfer", None) is not None:
+            raise DomainBertError(
+                "data.transfer adds unlabelled documents for a distillation's teacher to label; fine-tuning has no "
+                "labels for them: unset data.transfer, or distil (--model distill)"
+            )
         self.windows = align_windows(self.attached_datamodule(), self.base_config(), fit=stage == "fit")
         if stage == "fit" and self.head_init == "probe":  # a resumed fit restores its checkpoint over it
             from domainbert.modules.probe_init import init_head_from_probe

@@ -232,9 +232,9 @@ def test_mlm_distillation_runs(tmp_path):
 
 
 def test_user_errors(teacher, tmp_path):
-    with pytest.raises(DomainBertError, match="exactly one of"):
+    with pytest.raises(DomainBertError, match="give one of model.student"):
         DistillationModule(teacher=str(teacher))
-    with pytest.raises(DomainBertError, match="exactly one of"):
+    with pytest.raises(DomainBertError, match="drop model.student_layers beside it"):
         DistillationModule(teacher=str(teacher), student_layers=1, student_config={"num_hidden_layers": 1})
     with pytest.raises(DomainBertError, match="has 3"):
         DistillationModule(teacher=str(teacher), student_layers=1, num_labels=5)
@@ -244,8 +244,10 @@ def test_user_errors(teacher, tmp_path):
     with pytest.raises(DomainBertError, match="no trained sequence-classification head"):
         DistillationModule(teacher=str(mlm), student_layers=1)
     roberta = make_tiny("roberta", tmp_path / "rob")
-    with pytest.raises(DomainBertError, match="vocabulary|tokenizer"):
-        DistillationModule(teacher=str(teacher), student=str(roberta))
+    with pytest.raises(DomainBertError, match="no common token positions.*set gamma: 0 and delta: 0"):
+        DistillationModule(teacher=str(teacher), student=str(roberta), gamma=0.1)
+    with pytest.raises(DomainBertError, match="vocabulary|tokenizer"):  # per-token tasks need one tokenizer
+        DistillationModule(teacher=str(teacher), student=str(roberta), task="tagging")
     with pytest.raises(DomainBertError, match="attention maps"):
         DistillationModule(teacher=str(teacher), student_layers=1, delta=1.0, teacher_cache=str(tmp_path))
 
@@ -347,3 +349,76 @@ def test_distillation_refuses_windowed_data(teacher, tmp_path):
         module.setup("fit")
     module._trainer = SimpleNamespace(datamodule=ClassificationDataModule(labels=LABELS, long_text="truncate"))
     module.setup("fit")  # the same data truncated is accepted
+
+
+def test_a_transfer_set_is_labelled_by_the_teacher_and_skipped_by_the_hard_loss(tiny_bert, tmp_path):
+    """``data.transfer``: corpus documents join the training rows; the teacher's cache holds them all."""
+    from domainbert.core.lightning_cli import cli_main
+    from domainbert.distill.teacher_cache import cached_rows
+    from domainbert.modules.classification import SequenceClassificationModule
+
+    teacher = SequenceClassificationModule(str(tiny_bert), label_names=["api", "graphics", "network"])
+    teacher.export_hf(tmp_path / "teacher")
+    args = ["fit", "--config", DISTILL_TINY, "--model.teacher", str(tmp_path / "teacher")]
+    args += ["--model.teacher_cache", str(tmp_path / "cache"), "--trainer.default_root_dir", str(tmp_path)]
+    args += ["--data.transfer.path", str(FIX / "corpus.txt"), "--data.transfer.documents", "20"]
+    args += ["--trainer.max_steps", "20", "--trainer.val_check_interval", "10"]  # 80 rows: 10 batches an epoch
+    cli = cli_main(args)
+    train = cli.datamodule.datasets["train"]
+    assert len(train) == 60 + 20 and train["labels"][60:] == [-100] * 20
+    (key,) = [p.name for p in (tmp_path / "cache").iterdir() if p.is_dir()]
+    distinct = len({tuple(ids) for ids in train["input_ids"]})  # the cache keeps one row per distinct input
+    assert cached_rows(str(tmp_path / "cache"), key) == distinct > 60  # the transfer set's rows are among them
+    metrics = (tmp_path / "tiny_debug" / "version_0" / "metrics.csv").read_text()
+    assert "train/loss_hard" in metrics and "val/f1_macro" in metrics
+
+
+def test_fine_tuning_refuses_a_transfer_set(tiny_bert, tmp_path):
+    from domainbert.core.lightning_cli import cli_main
+
+    args = ["fit", "--model", "classification", "--model.init_from", str(tiny_bert), "--data", "classification"]
+    args += ["--data.train", str(FIX / "cls_train.jsonl"), "--data.transfer.path", str(FIX / "corpus.txt")]
+    args += ["--trainer.max_steps", "1", "--trainer.default_root_dir", str(tmp_path)]
+    with pytest.raises(DomainBertError, match="data.transfer .* distillation"):
+        cli_main(args)
+
+
+def test_an_ensemble_of_teachers_teaches_their_mean_probabilities(tmp_path):
+    from domainbert.distill.teacher import TeacherEnsemble
+
+    first = make_teacher("bert", tmp_path / "a", layers=4, seed=0)
+    second = make_teacher("bert", tmp_path / "b", layers=4, seed=1)
+    torch.manual_seed(0)
+    module = DistillationModule(teacher=[str(first), str(second)], student_layers=2, gamma=0.1, learning_rate=2e-3)
+    assert isinstance(module.teacher, TeacherEnsemble) and len(module.teacher.members) == 2
+    batch = next(iter(_loader(module)))
+    with torch.no_grad():
+        a = AutoModelForSequenceClassification.from_pretrained(first).eval()
+        b = AutoModelForSequenceClassification.from_pretrained(second).eval()
+        inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in batch}
+        mean = (a(**inputs).logits.softmax(-1) + b(**inputs).logits.softmax(-1)) / 2
+        got = module.teacher_outputs(batch, batch["input_ids"], None).logits.softmax(-1)
+    assert torch.allclose(got, mean, atol=1e-5)
+    log = LossLog()
+    _trainer(30, callbacks=[log]).fit(module, train_dataloaders=_loader(module))
+    assert sum(log.losses[-5:]) < 0.8 * sum(log.losses[:5])
+
+
+def test_a_teacher_of_another_family_teaches_a_student_with_its_own_tokenizer(tmp_path):
+    """A RoBERTa teacher (its own BPE tokenizer, another width) and a BERT student: logits only."""
+    from transformers import AutoTokenizer
+
+    teacher = make_teacher("roberta", tmp_path / "teacher", layers=4, seed=3)
+    student = make_teacher("bert", tmp_path / "student", layers=4, seed=4)
+    torch.manual_seed(0)
+    module = DistillationModule(
+        teacher=str(teacher), student=str(student), student_layers=2, alpha=1.0, beta=0.0, learning_rate=2e-3
+    )
+    assert module.tokenizer.get_vocab() == AutoTokenizer.from_pretrained(student).get_vocab()
+    log = LossLog()
+    _trainer(30, callbacks=[log]).fit(module, train_dataloaders=_loader(module))
+    assert sum(log.losses[-5:]) < 0.7 * sum(log.losses[:5])
+    module.export_hf(tmp_path / "hf")
+    exported = AutoTokenizer.from_pretrained(tmp_path / "hf")
+    assert exported.get_vocab() == AutoTokenizer.from_pretrained(student).get_vocab()
+    assert AutoModelForSequenceClassification.from_pretrained(tmp_path / "hf").config.num_hidden_layers == 2
