@@ -171,6 +171,7 @@ def _recipe(ctx, probe: ProbeSpec, distill: DistillSpec, export: StageSpec) -> P
     from domainbert.pipeline import recipe
     from domainbert.pipeline import strategies as registry
     from domainbert.pipeline.report import write_report
+    from domainbert.pipeline.strategies.teacher import small_student_args
 
     task = ctx.task
     probed = recipe.run_probe(ctx.runner, ctx.base_model, task, probe)
@@ -183,6 +184,10 @@ def _recipe(ctx, probe: ProbeSpec, distill: DistillSpec, export: StageSpec) -> P
     chosen, why = recipe.choose(ctx.results(), ctx.metric, exclude=stopped, gated=gated)
     best = recipe.best_run(ctx.results()[chosen], ctx.metric)
     teacher = best["hf"]
+    teachers = recipe.distill_teachers(ctx.results(), chosen, best, distill)
+    extra = recipe.transfer_args(distill, ctx.corpus, ctx.corpus_text_column)
+    if (larger := small_student_args(ctx, best)) is not None:
+        teachers, extra = larger[0], extra + larger[1]
     student, deployed = recipe.distill_and_export(
         ctx.runner,
         teacher,
@@ -190,8 +195,8 @@ def _recipe(ctx, probe: ProbeSpec, distill: DistillSpec, export: StageSpec) -> P
         distill,
         export,
         teacher_predictions=best.get("predictions"),
-        teachers=recipe.distill_teachers(ctx.results(), chosen, best, distill),
-        extra_args=recipe.transfer_args(distill, ctx.corpus, ctx.corpus_text_column),
+        teachers=teachers,
+        extra_args=extra,
     )
     choice = (chosen, why, teacher)
     report = write_report(ctx.runner, ctx.candidates, probed, choice, student, deployed, ctx.metric, ctx.seeds)

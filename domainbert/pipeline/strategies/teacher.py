@@ -1,0 +1,105 @@
+"""A larger teacher: a stronger encoder fine-tuned on the task, then distilled into the base model's size.
+
+The accuracy a pipeline can reach is bounded by its base model. A larger encoder (all-mpnet-base-v2, 110M
+parameters, against all-MiniLM-L6-v2's 22M) may know the domain better but is slow to serve; distillation is how
+its knowledge reaches a model of the base model's size (Hinton et al. 2015; Turc et al. 2019). The teacher may
+tokenize differently from the base model: it then reads the student's tokens as text and only its logits are
+distilled (:mod:`domainbert.distill.teacher`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from domainbert.errors import DomainBertError
+from domainbert.pipeline.strategies.base import BASELINE, Candidate, Context, Strategy, finetune_stage, stage_config
+
+NAME = "teacher"
+"""The strategy's name and its config key: ``teacher: {model: <folder>}``."""
+
+DISTILLED = "distilled from teacher"
+"""The report's row of the base-size student the teacher taught."""
+
+
+@dataclass
+class TeacherSpec:
+    """A larger model, fine-tuned on the task, that teaches the base model's size and the small student."""
+
+    model: str | None = None
+    """The larger encoder (a local folder, an installed package's ``pkg:`` name, or a hub name); None: off."""
+    args: list[str] = field(default_factory=list)
+    """Overrides of its fine-tuning, after the fine-tuning stage's own (e.g. ``["--model.learning_rate=2e-5"]``)."""
+    distill_args: list[str] = field(default_factory=list)
+    """Overrides of its distillation into the base model's size (after the built-in ``stages/distill.yaml``)."""
+
+
+class Teacher(Strategy, name=NAME, kind="after", order=95, settings=TeacherSpec):
+    """A larger teacher: fine-tuned on the task, distilled into the base model's size, and teaching the student.
+
+    Off unless teacher.model is set. The larger model is fine-tuned (seed 0 of seeds) with the fine-tuning stage;
+    it then teaches a copy of the baseline's best run (the base model's size, with the corpus as transfer set) in a
+    candidate of its own, "distilled from teacher", which competes on validation; and it teaches the pipeline's
+    small student in place of the chosen model.
+    """
+
+    def enabled(self, settings: TeacherSpec) -> bool:
+        return bool(settings.model)
+
+    def check(self, ctx: Context, settings: TeacherSpec) -> None:
+        if ctx.task.text_pair_column:
+            raise DomainBertError(
+                "pipeline: teacher.model reads single texts (a teacher with another tokenizer reads the student's "
+                "tokens as text); unset text_pair_column or teacher.model"
+            )
+
+    def run(self, ctx: Context, settings: TeacherSpec) -> list[Candidate]:
+        """Fine-tune the larger model, then distil it into the baseline's size; the distilled candidate."""
+        from domainbert.pipeline.recipe import best_run, transfer_args
+        from domainbert.pipeline.specs import TransferSpec
+
+        runner, task, seed = ctx.runner, ctx.task, ctx.seeds[0]
+        tuned_stage = finetune_stage(NAME, seed)
+        args = ["--model.init_from", settings.model, "--seed_everything", str(seed), *task.data_args()]
+        args += [*ctx.finetune.args, *settings.args]
+        tuned = {**runner.fit(tuned_stage, stage_config(ctx.finetune, "finetune"), args, test=bool(task.test))}
+        tuned.update(seed=seed, stage=tuned_stage)
+        ctx.cache[NAME] = tuned
+        baseline = next(c for c in ctx.candidates if c.name == BASELINE)
+        student = best_run(baseline.runs, ctx.metric)
+        stage = f"distill-{NAME}"
+        args = ["--model.teacher", tuned["hf"], "--model.student", student["hf"], "--model.student_layers", "null"]
+        args += ["--model.gamma", "0", *task.data_args()]
+        args += [*transfer_args(TransferSpec(), ctx.corpus, ctx.corpus_text_column), *settings.distill_args]
+        run = runner.fit(stage, stage_config(None, "distill"), args, test=bool(task.test), after=(tuned_stage,))
+        return [
+            Candidate(
+                DISTILLED,
+                NAME,
+                runs=[{**run, "seed": seed, "stage": stage}],
+                stages=[tuned_stage, stage],
+                adapted=False,
+                one_model=True,
+                data={"teacher": tuned},
+            )
+        ]
+
+
+def small_student_args(ctx: Context, chosen: dict) -> tuple[list[str], list[str]] | None:
+    """``(teachers, extra distillation args)`` when the larger teacher validates better than the chosen run.
+
+    The larger teacher then teaches the small student, copied from the chosen model's layers
+    (``--model.student``), with the hidden-state term off (the teacher may read other tokens). None when the
+    strategy did not run, or its model validates no better than ``chosen`` (the chosen run teaches, as always).
+    """
+    tuned = ctx.cache.get(NAME)
+    if not tuned or not tuned.get("hf"):
+        return None
+    key = f"val/{ctx.metric}"
+    ours, theirs = (tuned.get("metrics") or {}).get(key), (chosen.get("metrics") or {}).get(key)
+    if ours is None or (theirs is not None and ours <= theirs):
+        print(f"[{NAME}] the chosen model ({theirs}) validates at least as well as the teacher ({ours}): it teaches")
+        return None
+    return [tuned["hf"]], ["--model.student", chosen["hf"], "--model.gamma", "0"]
+
+
+STRATEGY = Teacher()

@@ -1,0 +1,65 @@
+"""The pipeline's distillation: the corpus as transfer set, the seeds as an ensemble teacher, a larger teacher."""
+
+from __future__ import annotations
+
+import json
+
+from domainbert.pipeline import DistillSpec, StageSpec
+from domainbert.pipeline.specs import TransferSpec
+from tests.helpers.pipeline_tiny import FIX, tiny_pipeline
+from tests.helpers.tiny import make_tiny
+
+DISTILL = "configs/distill/tiny_debug.yaml"
+
+
+def _inputs(out, stage: str) -> list[str]:
+    return json.loads((out / "state.json").read_text())[stage]["inputs"]
+
+
+def _value(inputs: list[str], flag: str) -> str:
+    return inputs[inputs.index(flag) + 1]
+
+
+def test_the_student_learns_from_the_seeds_ensemble_on_the_task_and_corpus_documents(tiny_bert, tmp_path):
+    out = tmp_path / "p"
+    spec = DistillSpec(DISTILL, ["--trainer.max_steps=4"], teacher="ensemble", transfer=TransferSpec(documents=20))
+    tiny_pipeline(tiny_bert, out, [0, 1], distill=spec, export=StageSpec(enabled=False), soup={"enabled": False})
+    inputs = _inputs(out, "distill")
+    seeds = [json.loads((out / "state.json").read_text())[f"finetune-baseline-seed{s}"]["hf"] for s in (0, 1)]
+    assert _value(inputs, "--model.teacher") == "[" + ",".join(seeds) + "]"
+    assert _value(inputs, "--data.transfer.path") == str(FIX / "corpus.txt")
+    assert _value(inputs, "--data.transfer.documents") == "20"
+    log = (out / "distill" / "log.txt").read_text()
+    assert "transfer set: 20 documents of" in log
+
+
+def test_without_a_corpus_the_student_learns_from_the_task_alone(tiny_bert, tmp_path):
+    out = tmp_path / "p"
+    spec = DistillSpec(DISTILL, ["--trainer.max_steps=2"])
+    tiny_pipeline(tiny_bert, out, [0], corpus=None, distill=spec, export=StageSpec(enabled=False))
+    inputs = _inputs(out, "distill")
+    assert "--data.transfer.path" not in inputs
+    assert (
+        _value(inputs, "--model.teacher")
+        == json.loads((out / "state.json").read_text())["finetune-baseline-seed0"]["hf"]
+    )
+
+
+def test_a_larger_teacher_is_fine_tuned_distilled_into_the_base_size_and_competes(tiny_bert, tmp_path):
+    """``teacher.model``: a RoBERTa (its own tokenizer) fine-tuned, then taught to a copy of the BERT baseline."""
+    out = tmp_path / "p"
+    larger = make_tiny("roberta", tmp_path / "roberta")
+    spec = DistillSpec(DISTILL, ["--trainer.max_steps=2"], transfer=TransferSpec(documents=10))
+    teacher = {"model": str(larger), "distill_args": ["--trainer.max_steps=2"]}
+    report = tiny_pipeline(tiny_bert, out, [0], distill=spec, export=StageSpec(enabled=False), teacher=teacher)
+    state = json.loads((out / "state.json").read_text())
+    assert state["finetune-teacher-seed0"]["status"] == "done"
+    inputs = _inputs(out, "distill-teacher")
+    assert _value(inputs, "--model.teacher") == state["finetune-teacher-seed0"]["hf"]
+    assert _value(inputs, "--model.student") == state["finetune-baseline-seed0"]["hf"]
+    assert _value(inputs, "--model.student_layers") == "null"
+    assert "distilled from teacher" in report.read_text()
+    small = _inputs(out, "distill")
+    tuned, base = state["finetune-teacher-seed0"], state["finetune-baseline-seed0"]
+    better = tuned["metrics"]["val/f1_macro"] > base["metrics"]["val/f1_macro"]
+    assert (_value(small, "--model.teacher") == tuned["hf"]) is better  # the better of the two on validation
