@@ -185,7 +185,7 @@ def _recipe(ctx, probe: ProbeSpec, distill: DistillSpec, export: StageSpec) -> P
     best = recipe.best_run(ctx.results()[chosen], ctx.metric)
     teacher = best["hf"]
     teachers = recipe.distill_teachers(ctx.results(), chosen, best, distill)
-    extra = recipe.transfer_args(distill, ctx.corpus, ctx.corpus_text_column)
+    extra = recipe.transfer_args(distill, ctx) if distill.enabled else []
     if (larger := small_student_args(ctx, best)) is not None:
         teachers, extra = larger[0], extra + larger[1]
     student, deployed = recipe.distill_and_export(

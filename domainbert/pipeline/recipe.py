@@ -241,16 +241,36 @@ def distill_teachers(results: dict[str, list[dict]], chosen: str, best: dict, sp
     return folders if len(folders) > 1 else [best["hf"]]
 
 
-def transfer_args(spec: DistillSpec, corpus: str | None, text_column: str) -> list[str]:
-    """The distillation's ``--data.transfer.*`` options: the corpus as its transfer set, when it is on."""
-    transfer = getattr(spec, "transfer", None)
+def transfer_args(spec: DistillSpec, ctx: Context) -> list[str]:
+    """The distillation's ``--data.transfer.*`` options: the corpus as its transfer set, when it is on.
+
+    With ``source: nearest`` the documents are first chosen by ``domainbert select`` (stage ``select-transfer``):
+    ``ceil(documents / training texts)`` neighbours per training text.
+    """
+    transfer, corpus, column = getattr(spec, "transfer", None), ctx.corpus, ctx.corpus_text_column
     if transfer is None or transfer.enabled is False or (transfer.enabled == "auto" and not corpus):
         return []
     if not corpus:
         raise DomainBertError("pipeline: distill.transfer.enabled: true needs corpus (the documents to add)")
+    if transfer.source == "nearest":
+        corpus, column = nearest_transfer(ctx, transfer.documents), "text"
     documents = "null" if transfer.documents is None else str(transfer.documents)
     args = ["--data.transfer.path", corpus, "--data.transfer.documents", documents]
-    return args + ["--data.transfer.text_column", text_column]
+    return args + ["--data.transfer.text_column", column]
+
+
+def nearest_transfer(ctx: Context, documents: int | None) -> str:
+    """The corpus documents nearest the task's training texts (``domainbert select``): the file's path."""
+    import math
+
+    from domainbert.data.corpus import documents as read_documents
+
+    texts = sum(1 for _ in read_documents(ctx.task.train, ctx.task.text_column))
+    k = 20 if documents is None else max(1, math.ceil(documents / max(1, texts)))
+    folder = ctx.runner.out / "select-transfer"
+    args = ["select", "--model", ctx.base_model, "--corpus", ctx.corpus, "--task", ctx.task.train, "--k", str(k)]
+    args += ["--text_column", ctx.task.text_column, "--corpus_text_column", ctx.corpus_text_column]
+    return ctx.runner.tool("select-transfer", [*args, "--out", str(folder)], result=str(folder))["corpus"]
 
 
 def distill_and_export(

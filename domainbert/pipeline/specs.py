@@ -161,7 +161,11 @@ class TransferSpec:
     enabled: bool | Literal["auto"] = "auto"
     """Add corpus documents to the distillation's training rows: true, false, or auto (when ``corpus`` is given)."""
     documents: int | None = 8000
-    """How many corpus documents (a seeded sample); None: all of them."""
+    """How many corpus documents; None: all of them."""
+    source: Literal["sample", "nearest"] = "sample"
+    """Which documents: ``sample`` (a seeded random sample of the corpus) or ``nearest`` (those nearest the task's
+    training texts by the base model's embeddings, ``domainbert select``, about ``documents`` of them: the same
+    number of neighbours per text)."""
 
     def __post_init__(self) -> None:
         from domainbert.errors import DomainBertError

@@ -63,3 +63,15 @@ def test_a_larger_teacher_is_fine_tuned_distilled_into_the_base_size_and_compete
     tuned, base = state["finetune-teacher-seed0"], state["finetune-baseline-seed0"]
     better = tuned["metrics"]["val/f1_macro"] > base["metrics"]["val/f1_macro"]
     assert (_value(small, "--model.teacher") == tuned["hf"]) is better  # the better of the two on validation
+
+
+def test_nearest_documents_as_transfer_set_are_chosen_by_the_base_models_embeddings(tiny_bert, tmp_path):
+    out = tmp_path / "p"
+    spec = DistillSpec(DISTILL, ["--trainer.max_steps=2"], transfer=TransferSpec(documents=120, source="nearest"))
+    tiny_pipeline(tiny_bert, out, [0], distill=spec, export=StageSpec(enabled=False))
+    state = json.loads((out / "state.json").read_text())
+    select = state["select-transfer"]
+    assert _value(select["inputs"], "--k") == "2"  # 120 documents over 60 training texts
+    inputs = _inputs(out, "distill")
+    assert _value(inputs, "--data.transfer.path") == select["corpus"]
+    assert (out / "select-transfer" / "corpus.jsonl").is_file()

@@ -55,7 +55,7 @@ class Teacher(Strategy, name=NAME, kind="after", order=95, settings=TeacherSpec)
     def run(self, ctx: Context, settings: TeacherSpec) -> list[Candidate]:
         """Fine-tune the larger model, then distil it into the baseline's size; the distilled candidate."""
         from domainbert.pipeline.recipe import best_run, transfer_args
-        from domainbert.pipeline.specs import TransferSpec
+        from domainbert.pipeline.specs import DistillSpec
 
         runner, task, seed = ctx.runner, ctx.task, ctx.seeds[0]
         tuned_stage = finetune_stage(NAME, seed)
@@ -69,7 +69,7 @@ class Teacher(Strategy, name=NAME, kind="after", order=95, settings=TeacherSpec)
         stage = f"distill-{NAME}"
         args = ["--model.teacher", tuned["hf"], "--model.student", student["hf"], "--model.student_layers", "null"]
         args += ["--model.gamma", "0", *task.data_args()]
-        args += [*transfer_args(TransferSpec(), ctx.corpus, ctx.corpus_text_column), *settings.distill_args]
+        args += [*transfer_args(DistillSpec(), ctx), *settings.distill_args]
         run = runner.fit(stage, stage_config(None, "distill"), args, test=bool(task.test), after=(tuned_stage,))
         return [
             Candidate(
