@@ -171,7 +171,7 @@ def _recipe(ctx, probe: ProbeSpec, distill: DistillSpec, export: StageSpec) -> P
     from domainbert.pipeline import recipe
     from domainbert.pipeline import strategies as registry
     from domainbert.pipeline.report import write_report
-    from domainbert.pipeline.strategies.teacher import small_student_args
+    from domainbert.pipeline.strategies.larger_teacher import small_student_args
 
     task = ctx.task
     probed = recipe.run_probe(ctx.runner, ctx.base_model, task, probe)

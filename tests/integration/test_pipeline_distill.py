@@ -46,21 +46,21 @@ def test_without_a_corpus_the_student_learns_from_the_task_alone(tiny_bert, tmp_
 
 
 def test_a_larger_teacher_is_fine_tuned_distilled_into_the_base_size_and_competes(tiny_bert, tmp_path):
-    """``teacher.model``: a RoBERTa (its own tokenizer) fine-tuned, then taught to a copy of the BERT baseline."""
+    """``larger_teacher.model``: a RoBERTa (its own tokenizer) fine-tuned, then teaching a copy of the baseline."""
     out = tmp_path / "p"
     larger = make_tiny("roberta", tmp_path / "roberta")
     spec = DistillSpec(DISTILL, ["--trainer.max_steps=2"], transfer=TransferSpec(documents=10))
     teacher = {"model": str(larger), "distill_args": ["--trainer.max_steps=2"]}
-    report = tiny_pipeline(tiny_bert, out, [0], distill=spec, export=StageSpec(enabled=False), teacher=teacher)
+    report = tiny_pipeline(tiny_bert, out, [0], distill=spec, export=StageSpec(enabled=False), larger_teacher=teacher)
     state = json.loads((out / "state.json").read_text())
-    assert state["finetune-teacher-seed0"]["status"] == "done"
-    inputs = _inputs(out, "distill-teacher")
-    assert _value(inputs, "--model.teacher") == state["finetune-teacher-seed0"]["hf"]
+    assert state["finetune-larger_teacher-seed0"]["status"] == "done"
+    inputs = _inputs(out, "distill-larger_teacher")
+    assert _value(inputs, "--model.teacher") == state["finetune-larger_teacher-seed0"]["hf"]
     assert _value(inputs, "--model.student") == state["finetune-baseline-seed0"]["hf"]
     assert _value(inputs, "--model.student_layers") == "null"
-    assert "distilled from teacher" in report.read_text()
+    assert "distilled from the larger teacher" in report.read_text()
     small = _inputs(out, "distill")
-    tuned, base = state["finetune-teacher-seed0"], state["finetune-baseline-seed0"]
+    tuned, base = state["finetune-larger_teacher-seed0"], state["finetune-baseline-seed0"]
     better = tuned["metrics"]["val/f1_macro"] > base["metrics"]["val/f1_macro"]
     assert (_value(small, "--model.teacher") == tuned["hf"]) is better  # the better of the two on validation
 

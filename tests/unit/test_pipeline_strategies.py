@@ -20,14 +20,15 @@ FIX = Path(__file__).resolve().parents[1] / "fixtures"
 
 def test_the_built_in_strategies_run_in_declared_order_start_before_after():
     loaded = strategies.load(refresh=True)
-    assert list(loaded)[:8] == ["select", "vocab", "dapt", "tapt", "contrastive", "tsdae", "self_train", "soup"]
+    built_in = ["select", "vocab", "dapt", "tapt", "contrastive", "tsdae", "self_train", "larger_teacher", "soup"]
+    assert list(loaded)[:9] == built_in
     kinds = [s.kind for s in loaded.values()]
     assert kinds == sorted(kinds, key=lambda k: k != "start")  # every start strategy before every after one
     assert loaded["tapt"].builds_on == ("dapt", "vocab") and loaded["dapt"].builds_on == ("select", "vocab")
     defaults = {n: s.enabled(s.default()) for n, s in loaded.items()}
     assert defaults == {
         "select": False, "vocab": False, "dapt": True, "tapt": False, "contrastive": False, "tsdae": False,
-        "self_train": False, "soup": True,
+        "self_train": False, "larger_teacher": False, "soup": True,
     }  # fmt: skip
 
 

@@ -10,21 +10,24 @@ distilled (:mod:`domainbert.distill.teacher`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from domainbert.errors import DomainBertError
 from domainbert.pipeline.strategies.base import BASELINE, Candidate, Context, Strategy, finetune_stage, stage_config
 
-NAME = "teacher"
-"""The strategy's name and its config key: ``teacher: {model: <folder>}``."""
+NAME = "larger_teacher"
+"""The strategy's name and its config key: ``larger_teacher: {model: <folder>}``."""
 
-DISTILLED = "distilled from teacher"
-"""The report's row of the base-size student the teacher taught."""
+DISTILLED = "distilled from the larger teacher"
+"""The report's row of the base-size student the larger teacher taught."""
 
 
 @dataclass
-class TeacherSpec:
+class LargerTeacherSpec:
     """A larger model, fine-tuned on the task, that teaches the base model's size and the small student."""
 
+    enabled: bool | Literal["auto"] = "auto"
+    """Run it: true, false, or auto (when ``model`` is given)."""
     model: str | None = None
     """The larger encoder (a local folder, an installed package's ``pkg:`` name, or a hub name); None: off."""
     args: list[str] = field(default_factory=list)
@@ -33,26 +36,28 @@ class TeacherSpec:
     """Overrides of its distillation into the base model's size (after the built-in ``stages/distill.yaml``)."""
 
 
-class Teacher(Strategy, name=NAME, kind="after", order=95, settings=TeacherSpec):
+class LargerTeacher(Strategy, name=NAME, kind="after", order=85, settings=LargerTeacherSpec):
     """A larger teacher: fine-tuned on the task, distilled into the base model's size, and teaching the student.
 
-    Off unless teacher.model is set. The larger model is fine-tuned (seed 0 of seeds) with the fine-tuning stage;
+    Off unless larger_teacher.model is set. The larger model is fine-tuned (seed 0 of seeds) with the fine-tuning stage;
     it then teaches a copy of the baseline's best run (the base model's size, with the corpus as transfer set) in a
     candidate of its own, "distilled from teacher", which competes on validation; and it teaches the pipeline's
     small student in place of the chosen model.
     """
 
-    def enabled(self, settings: TeacherSpec) -> bool:
-        return bool(settings.model)
+    def enabled(self, settings: LargerTeacherSpec) -> bool:
+        return settings.enabled is True or (settings.enabled == "auto" and bool(settings.model))
 
-    def check(self, ctx: Context, settings: TeacherSpec) -> None:
+    def check(self, ctx: Context, settings: LargerTeacherSpec) -> None:
+        if not settings.model:
+            raise DomainBertError("pipeline: larger_teacher.enabled: true needs larger_teacher.model (its folder)")
         if ctx.task.text_pair_column:
             raise DomainBertError(
-                "pipeline: teacher.model reads single texts (a teacher with another tokenizer reads the student's "
-                "tokens as text); unset text_pair_column or teacher.model"
+                "pipeline: larger_teacher.model reads single texts (a teacher with another tokenizer reads the "
+                "student's tokens as text); unset text_pair_column or larger_teacher.model"
             )
 
-    def run(self, ctx: Context, settings: TeacherSpec) -> list[Candidate]:
+    def run(self, ctx: Context, settings: LargerTeacherSpec) -> list[Candidate]:
         """Fine-tune the larger model, then distil it into the baseline's size; the distilled candidate."""
         from domainbert.pipeline.recipe import best_run, transfer_args
         from domainbert.pipeline.specs import DistillSpec
@@ -102,4 +107,4 @@ def small_student_args(ctx: Context, chosen: dict) -> tuple[list[str], list[str]
     return [tuned["hf"]], ["--model.student", chosen["hf"], "--model.gamma", "0"]
 
 
-STRATEGY = Teacher()
+STRATEGY = LargerTeacher()
