@@ -8,6 +8,7 @@ fine-tuning of the base model and of every starting model they offer, over the s
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from domainbert.core.stats import mean_std
@@ -242,7 +243,7 @@ def distill_teachers(results: dict[str, list[dict]], chosen: str, best: dict, sp
 
 
 def transfer_args(spec: DistillSpec, ctx: Context) -> list[str]:
-    """The distillation's ``--data.transfer.*`` options: the corpus as its transfer set, when it is on.
+    """The distillation's ``--data.transfer`` option: the corpus as its transfer set, when it is on.
 
     With ``source: nearest`` the documents are first chosen by ``domainbert select`` (stage ``select-transfer``):
     ``ceil(documents / training texts)`` neighbours per training text.
@@ -254,9 +255,8 @@ def transfer_args(spec: DistillSpec, ctx: Context) -> list[str]:
         raise DomainBertError("pipeline: distill.transfer.enabled: true needs corpus (the documents to add)")
     if transfer.source == "nearest":
         corpus, column = nearest_transfer(ctx, transfer.documents), "text"
-    documents = "null" if transfer.documents is None else str(transfer.documents)
-    args = ["--data.transfer.path", corpus, "--data.transfer.documents", documents]
-    return args + ["--data.transfer.text_column", column]
+    settings = {"path": corpus, "documents": transfer.documents, "text_column": column}
+    return ["--data.transfer", json.dumps(settings)]
 
 
 def nearest_transfer(ctx: Context, documents: int | None) -> str:

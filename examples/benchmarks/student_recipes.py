@@ -68,7 +68,8 @@ def data_args(folder: Path, quick: bool) -> list[str]:
 
 def arm_args(arm: str, args: argparse.Namespace, corpus: Path) -> list[str]:
     """The distillation options of ``arm`` (beyond the task's files and the seed)."""
-    transfer = ["--data.transfer.path", str(corpus), "--data.transfer.documents", str(args.documents)]
+    documents = None if args.documents == 0 else args.documents
+    transfer = ["--data.transfer", json.dumps({"path": str(corpus), "documents": documents})]
     if arm == "task":
         return ["--model.teacher", args.teacher]
     if arm == "corpus":
@@ -136,7 +137,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--large", default="", help="a fine-tuned larger teacher for the large3/large6 arms")
     parser.add_argument("--arms", default="task,corpus", help=f"comma-separated, of {', '.join(ARMS)}")
     parser.add_argument("--seeds", default="0,1,2", help="distillation seeds")
-    parser.add_argument("--documents", type=int, default=8000, help="corpus documents in the transfer set")
+    parser.add_argument("--documents", type=int, default=8000, help="corpus documents in the transfer set (0: all)")
     parser.add_argument("--epochs", type=int, default=1, help="distillation epochs")
     parser.add_argument("--out", default="runs/student_recipes", help="where the runs go (resumable)")
     parser.add_argument("--quick", action="store_true", help="the tiny model on the fixtures, 4 steps a run")

@@ -27,8 +27,8 @@ def test_the_student_learns_from_the_seeds_ensemble_on_the_task_and_corpus_docum
     inputs = _inputs(out, "distill")
     seeds = [json.loads((out / "state.json").read_text())[f"finetune-baseline-seed{s}"]["hf"] for s in (0, 1)]
     assert _value(inputs, "--model.teacher") == "[" + ",".join(seeds) + "]"
-    assert _value(inputs, "--data.transfer.path") == str(FIX / "corpus.txt")
-    assert _value(inputs, "--data.transfer.documents") == "20"
+    transfer = json.loads(_value(inputs, "--data.transfer"))
+    assert transfer == {"path": str(FIX / "corpus.txt"), "documents": 20, "text_column": "text"}
     log = (out / "distill" / "log.txt").read_text()
     assert "transfer set: 20 documents of" in log
 
@@ -38,7 +38,7 @@ def test_without_a_corpus_the_student_learns_from_the_task_alone(tiny_bert, tmp_
     spec = DistillSpec(DISTILL, ["--trainer.max_steps=2"])
     tiny_pipeline(tiny_bert, out, [0], corpus=None, distill=spec, export=StageSpec(enabled=False))
     inputs = _inputs(out, "distill")
-    assert "--data.transfer.path" not in inputs
+    assert "--data.transfer" not in inputs
     assert (
         _value(inputs, "--model.teacher")
         == json.loads((out / "state.json").read_text())["finetune-baseline-seed0"]["hf"]
@@ -73,5 +73,20 @@ def test_nearest_documents_as_transfer_set_are_chosen_by_the_base_models_embeddi
     select = state["select-transfer"]
     assert _value(select["inputs"], "--k") == "2"  # 120 documents over 60 training texts
     inputs = _inputs(out, "distill")
-    assert _value(inputs, "--data.transfer.path") == select["corpus"]
+    assert json.loads(_value(inputs, "--data.transfer"))["path"] == select["corpus"]
     assert (out / "select-transfer" / "corpus.jsonl").is_file()
+
+
+def test_the_whole_corpus_as_transfer_set(tiny_bert, tmp_path):
+    out = tmp_path / "p"
+    spec = DistillSpec(DISTILL, ["--trainer.max_steps=2"], transfer=TransferSpec(documents=None))
+    tiny_pipeline(tiny_bert, out, [0], distill=spec, export=StageSpec(enabled=False))
+    assert json.loads(_value(_inputs(out, "distill"), "--data.transfer"))["documents"] is None
+    task = {
+        json.loads(line)["text"].casefold()
+        for f in ("cls_train", "cls_val", "cls_test")
+        for line in (FIX / f"{f}.jsonl").open()
+    }
+    corpus = [line for line in (FIX / "corpus.txt").read_text().splitlines() if line.strip()]
+    kept = [line for line in corpus if " ".join(line.split()).casefold() not in task]
+    assert f"transfer set: {len(kept)} documents of" in (out / "distill" / "log.txt").read_text()
