@@ -256,7 +256,7 @@ def transfer_args(spec: DistillSpec, ctx: Context) -> list[str]:
     if transfer.source == "nearest":
         corpus, column = nearest_transfer(ctx, transfer.documents), "text"
     settings = {"path": corpus, "documents": transfer.documents, "text_column": column}
-    return ["--data.transfer", json.dumps(settings)]
+    return ["--data.transfer", json.dumps(settings), f"--trainer.max_epochs={transfer.epochs}"]
 
 
 def nearest_transfer(ctx: Context, documents: int | None) -> str:

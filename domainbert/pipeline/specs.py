@@ -162,6 +162,9 @@ class TransferSpec:
     """Add corpus documents to the distillation's training rows: true, false, or auto (when ``corpus`` is given)."""
     documents: int | None = 8000
     """How many corpus documents; None: all of them."""
+    epochs: int = 1
+    """Distillation epochs with the transfer set (its rows outnumber the task's; the stage's own epochs are for the
+    task's rows alone). ``distill.args`` still win."""
     source: Literal["sample", "nearest"] = "sample"
     """Which documents: ``sample`` (a seeded random sample of the corpus) or ``nearest`` (those nearest the task's
     training texts by the base model's embeddings, ``domainbert select``, about ``documents`` of them: the same
@@ -176,6 +179,8 @@ class TransferSpec:
                 f"pipeline: distill.transfer.documents={self.documents!r}: expected a positive number, or null for "
                 "the whole corpus"
             )
+        if isinstance(self.epochs, bool) or not isinstance(self.epochs, int) or self.epochs < 1:
+            raise DomainBertError(f"pipeline: distill.transfer.epochs={self.epochs!r}: expected a positive number")
 
 
 @dataclass

@@ -64,6 +64,12 @@ def test_transfer_documents_must_be_positive(documents):
         TransferSpec(documents=documents)
 
 
+@pytest.mark.parametrize("epochs", [0, -2, 1.5, False])
+def test_transfer_epochs_must_be_positive(epochs):
+    with pytest.raises(DomainBertError, match=r"distill\.transfer\.epochs="):
+        TransferSpec(epochs=epochs)
+
+
 class _Stopped(Exception):
     pass
 
