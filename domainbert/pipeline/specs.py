@@ -162,7 +162,7 @@ class TransferSpec:
     """Add corpus documents to the distillation's training rows: true, false, or auto (when ``corpus`` is given)."""
     documents: int | None = 8000
     """How many corpus documents; None: all of them."""
-    epochs: int = 1
+    epochs: int = 2
     """Distillation epochs with the transfer set (its rows outnumber the task's; the stage's own epochs are for the
     task's rows alone). ``distill.args`` still win."""
     source: Literal["sample", "nearest"] = "sample"
