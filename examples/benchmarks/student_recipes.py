@@ -3,8 +3,9 @@
 Each arm is one distillation (the pipeline's own stage, ``domainbert/pipeline/stages/distill.yaml``, run by the
 pipeline's stage worker) of a fine-tuned teacher into a student, with one of these recipes:
 
-- ``task``: the task's labelled rows only (the recipe before transfer sets);
-- ``corpus``: the task's rows plus ``--documents`` corpus documents as transfer set (``data.transfer``);
+- ``task``: the task's labelled rows only (the recipe before transfer sets), ``--task-epochs`` epochs (the stage's 4);
+- ``corpus``: the task's rows plus ``--documents`` corpus documents as transfer set (``data.transfer``), ``--epochs``
+  epochs (the pipeline's ``distill.transfer.epochs``, 2);
 - ``ensemble``: as ``corpus``, taught by the teachers of ``--ensemble`` together (their probabilities averaged);
 - ``large3`` / ``large6``: as ``corpus``, taught by the larger fine-tuned teacher of ``--large`` (its own tokenizer:
   logits only) into ``--teacher`` cut to 3 layers, or kept at its 6 (the base model's size).
@@ -138,7 +139,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--arms", default="task,corpus", help=f"comma-separated, of {', '.join(ARMS)}")
     parser.add_argument("--seeds", default="0,1,2", help="distillation seeds")
     parser.add_argument("--documents", type=int, default=8000, help="corpus documents in the transfer set (0: all)")
-    parser.add_argument("--epochs", type=int, default=1, help="distillation epochs")
+    parser.add_argument("--epochs", type=int, default=2, help="distillation epochs with a transfer set")
+    parser.add_argument("--task-epochs", type=int, default=4, help="distillation epochs of the task arm")
     parser.add_argument("--out", default="runs/student_recipes", help="where the runs go (resumable)")
     parser.add_argument("--quick", action="store_true", help="the tiny model on the fixtures, 4 steps a run")
     args = parser.parse_args(argv)
@@ -160,15 +162,15 @@ def main(argv: list[str] | None = None) -> dict:
     if not args.teacher:
         raise SystemExit("--teacher is required (a fine-tuned classifier's folder)")
     data = data_args(folder, args.quick)
-    stop = (
-        ["--trainer.max_steps=4", "--model.student_layers=1"] if args.quick else [f"--trainer.max_epochs={args.epochs}"]
-    )
+    quick = ["--trainer.max_steps=4", "--model.student_layers=1"]
     teacher = {**evaluate(out / "teacher-eval", args.teacher, data), "seed": 0}
     rows = [row("teacher", [teacher], teacher, None)]
     runs: dict[str, list[dict]] = {}
     for arm in args.arms.split(","):
         runs[arm] = []
         for seed in seed_rows.parse_seeds(args.seeds):
+            epochs = args.task_epochs if arm == "task" else args.epochs
+            stop = quick if args.quick else [f"--trainer.max_epochs={epochs}"]
             options = [*arm_args(arm, args, corpus), *data, *stop, "--seed_everything", str(seed)]
             where = out / f"{arm}-seed{seed}"
             record = run_worker(where, "--test", STAGES / "distill.yaml", options, where.with_suffix(".log"))
