@@ -146,6 +146,18 @@ def clean_tmp_files(folder: str | os.PathLike, dead_only: bool = True) -> list[P
     return removed
 
 
+def _check_protected(target: Path, what: str = "") -> None:
+    """Raise, naming ``what`` and ``target``, when ``target`` is the root, a home or a project folder."""
+    from domainbert.core.protected import protected
+
+    reason = protected(target)
+    if reason is not None:
+        where = f"{what}: " if what else ""
+        raise DomainBertError(
+            f"{where}{target}: {reason}; it is never an output, even with --overwrite: name a new folder"
+        )
+
+
 def check_replaceable(target: Path, replace_foreign: bool = False) -> None:
     """Raise unless ``target`` is absent, an empty folder, or a folder that :func:`atomic_dir` wrote.
 
@@ -159,11 +171,7 @@ def check_replaceable(target: Path, replace_foreign: bool = False) -> None:
     Raises:
         DomainBertError: naming ``target``.
     """
-    from domainbert.core.protected import protected
-
-    reason = protected(target)
-    if reason is not None:
-        raise DomainBertError(f"{target}: {reason}; it is never an output, even with --overwrite: name a new folder")
+    _check_protected(target)
     if not target.exists() and not target.is_symlink():
         return
     if target.is_symlink() or not target.is_dir():
@@ -341,8 +349,9 @@ def check_output(
     """
     if str(out).strip() == "":
         raise DomainBertError(f"{what} is empty: name a new folder for the outputs")
-    check_not_input(out, inputs, what)
     target = Path(os.path.abspath(os.path.expanduser(out)))
+    _check_protected(target, what)  # first: the root or a home holds every input too
+    check_not_input(out, inputs, what)
     try:
         check_replaceable(target, replace_foreign=overwrite)
     except DomainBertError as err:

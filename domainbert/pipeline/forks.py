@@ -160,6 +160,7 @@ def run(argv: list[str], log: Path) -> int:
         KeyboardInterrupt: the pipeline was stopped (Ctrl-C, ``SIGTERM``) while the stage ran; the stage's process
             group was ended first (``SIGTERM``, then ``SIGKILL`` after :data:`GRACE` seconds).
     """
+    global _failed
     Path(log).write_bytes(b"")
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}  # as a new interpreter's: DDP ranks and subprocesses inherit it
     request = ("run", list(argv), str(log), env, os.getcwd())
@@ -177,8 +178,10 @@ def run(argv: list[str], log: Path) -> int:
             break
         except (EOFError, OSError):
             stop()
-            if attempt:
-                return _server_died(log, None)
+            if attempt:  # it dies before serving: the stages start as new interpreters, which report the cause
+                _failed = True
+                print("[pipeline] the stage server ended at its start; training stages start as new interpreters")
+                raise OSError("the stage server ended at its start") from None
     try:
         return _expect(server.conn.recv(), "exit")
     except (EOFError, OSError):

@@ -37,8 +37,11 @@ def main(argv: list[str]) -> int:
     sys.stdin.close()
     os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
     conn = Connection(fd)
-    for name in PRELOAD:
-        importlib.import_module(name)
+    try:
+        for name in PRELOAD:
+            importlib.import_module(name)
+    except Exception:  # noqa: BLE001 - a broken install: the stages start as new interpreters and say why
+        return 1
     try:
         deliver_challenge(conn, key)  # the pipeline holds the key...
         answer_challenge(conn, key)  # ...and so does this server

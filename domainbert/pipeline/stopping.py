@@ -44,13 +44,17 @@ def _handler(signum: int, frame) -> None:
 
 @contextlib.contextmanager
 def stopped_by_signals() -> Iterator[None]:
-    """Turn :data:`SIGNALS` into :class:`Stopped` inside the block (main thread only; elsewhere nothing changes)."""
+    """Turn :data:`SIGNALS` into :class:`Stopped` inside the block (main thread only; elsewhere nothing changes).
+
+    A signal the process ignores (``nohup`` ignores ``SIGHUP``) stays ignored.
+    """
     global _received
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     _received = None
-    before = {sig: signal.signal(sig, _handler) for sig in SIGNALS}
+    ignored = {sig for sig in SIGNALS if signal.getsignal(sig) == signal.SIG_IGN}  # ``nohup``, a background job
+    before = {sig: signal.signal(sig, _handler) for sig in SIGNALS if sig not in ignored}
     try:
         yield
     finally:

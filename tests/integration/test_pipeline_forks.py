@@ -213,6 +213,7 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+@pytest.mark.slow  # pipelines killed mid-stage: the multi-process tier
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL])
 def test_a_pipeline_ended_by_a_signal_takes_its_stage_and_server_with_it(tiny_bert, tmp_path, monkeypatch, sig):
@@ -245,6 +246,7 @@ def test_a_pipeline_ended_by_a_signal_takes_its_stage_and_server_with_it(tiny_be
     assert again.wait(60) == 143
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_second_pipeline_on_the_same_out_is_refused_in_one_line(tiny_bert, tmp_path, monkeypatch):
     _sleeper(tmp_path, monkeypatch)
