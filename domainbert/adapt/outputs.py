@@ -1,20 +1,17 @@
-"""The outputs of the adaptation tools (probe, select, pseudolabel, soup), checked before any work starts.
+"""The outputs of the adaptation tools (probe, select, pseudolabel, soup, vocab), checked before any work starts.
 
-One rule for every tool: an output is new, empty, or marked as domainbert's (it holds
-:data:`~domainbert.core.files.MARKER`), and never one of the tool's inputs nor a folder holding one. It is
-checked, and shown to be writable, before a model is loaded or a text embedded, so that a mistyped ``--out``
-costs one line and no minutes, and a read-only disk is one line rather than a traceback after the work.
+Every tool follows the one rule of :func:`domainbert.core.files.check_output`: an output is new, empty, or marked as
+domainbert's (it holds :data:`~domainbert.core.files.MARKER`), never one of the tool's inputs (nor inside or
+holding one), never the root, a home or a project folder, even with ``--overwrite``. It is checked, and shown to be
+writable, before a model is loaded or a text embedded, so that a mistyped ``--out`` costs one line and no minutes,
+and a read-only disk is one line rather than a traceback after the work.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
-
-from domainbert.errors import DomainBertError
 
 
 def input_paths(*specs: str | os.PathLike | Iterable[str | os.PathLike] | None) -> list[str]:
@@ -35,24 +32,8 @@ def input_paths(*specs: str | os.PathLike | Iterable[str | os.PathLike] | None) 
     return found
 
 
-def check_writable(folder: Path, what: str, target: Path | None = None) -> None:
-    """Raise one line, naming ``target`` (default ``folder``), unless a file can be created in ``folder``.
-
-    A read-only disk or a denied permission is found here, before the work, not when the outputs are written.
-    """
-    from domainbert.core.files import write_error
-
-    try:
-        fd, name = tempfile.mkstemp(prefix=f".write-test.tmp-{os.getpid()}-", dir=folder)
-    except OSError as err:
-        raise write_error(err, what, target or folder) from err
-    os.close(fd)
-    with contextlib.suppress(OSError):
-        os.unlink(name)
-
-
 def claim_output_folder(tool: str, out: str | os.PathLike, inputs: Iterable[str]) -> Path:
-    """The output folder of ``tool``, created and marked, once it is known to be new, empty or domainbert's.
+    """The output folder of ``tool``, created and marked, once it is known to follow the rule.
 
     Args:
         tool: the subcommand, for the message (``pseudolabel``).
@@ -65,33 +46,15 @@ def claim_output_folder(tool: str, out: str | os.PathLike, inputs: Iterable[str]
     """
     from domainbert.core.files import claim_folder
 
-    folder = claim_folder(out, inputs, f"{tool}: --out")
-    check_writable(folder, f"{tool}'s output folder")
-    return folder
+    return claim_folder(out, inputs, f"{tool}: --out")
 
 
-def check_output_dir(tool: str, out: str | os.PathLike, inputs: Iterable[str]) -> Path:
-    """Check the folder a tool writes whole at its end (``atomic_dir``), before the work: what it would replace.
-
-    The folder must be absent, empty or one domainbert wrote, none of the inputs nor hold one, and its parent
-    must be writable (the parent is created).
+def check_output_dir(tool: str, out: str | os.PathLike, inputs: Iterable[str], overwrite: bool = False) -> Path:
+    """Check the folder a tool writes whole at its end (``atomic_dir``), before the work; its absolute path.
 
     Raises:
-        DomainBertError: one line naming ``out`` and what is wrong.
+        DomainBertError: one line naming ``out`` and what is wrong (see :func:`~domainbert.core.files.check_output`).
     """
-    from domainbert.core.files import check_not_input, check_replaceable, write_error
+    from domainbert.core.files import check_output
 
-    if str(out).strip() == "":
-        raise DomainBertError(f"{tool}: --out is empty: name a new folder for the output")
-    check_not_input(out, inputs, f"{tool}: --out")
-    target = Path(os.path.abspath(out))
-    try:
-        check_replaceable(target)
-    except DomainBertError as err:
-        raise DomainBertError(f"{tool}: --out: {err}") from None
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise write_error(err, f"{tool}'s output folder", target) from err
-    check_writable(target.parent, f"{tool}'s output folder", target)
-    return target
+    return check_output(out, inputs, f"{tool}: --out", overwrite=overwrite)

@@ -426,11 +426,15 @@ def _texts(spec: str | list[str], text_column: str, text_mode: str, limit: int |
                 yield text
 
 
-def _check_out(out: str, overwrite: bool) -> Path:
-    path = Path(out).expanduser()
-    if path.exists() and (not path.is_dir() or any(path.iterdir())) and not overwrite:
-        raise DomainBertError(f"{out}: already exists and is not empty; choose another --out or pass --overwrite true")
-    return path
+def _check_out(out: str, overwrite: bool, inputs: Iterable[str | list[str] | None]) -> Path:
+    """``--out``, checked before any work (:func:`~domainbert.adapt.outputs.check_output_dir`).
+
+    New, empty or written by domainbert; with ``--overwrite true`` a folder of the user's too, but never an input,
+    the root, a home or a project folder.
+    """
+    from domainbert.adapt.outputs import check_output_dir, input_paths
+
+    return check_output_dir("vocab", out, input_paths(*inputs), overwrite=overwrite)
 
 
 def _describe(spec: str | list[str]) -> str:
@@ -481,20 +485,21 @@ def extend_command(
         model: the starting checkpoint: a save_pretrained folder, or a hub name.
         corpus: text files (one document a line), JSONL/CSV/Parquet files with a text column, globs, folders
             or a saved datasets folder; a list in brackets for several.
-        out: the folder to write; it must not exist or be empty unless --overwrite.
+        out: the folder to write: new, empty or written by domainbert (unless --overwrite); never an input, the
+            root, a home or a project folder.
         top_k: how many words to add at most.
         min_freq: the fewest occurrences a word needs.
         text_column: the column holding the text (plain text files have the column "text").
         text_mode: for .txt files: "line" (a document a line) or "paragraph" (blank-line separated).
         coverage_lines: how many corpus records to measure tokens per word on (null: all of them).
-        overwrite: replace a non-empty --out.
+        overwrite: replace a folder of your own at --out (never an input, a home, the root or a project).
     """
     from transformers import AutoModelForMaskedLM
 
     from domainbert.core.hf import export_hf, load_model, load_tokenizer
 
     t0 = time.perf_counter()
-    dest = _check_out(out, overwrite)
+    dest = _check_out(out, overwrite, (model, corpus))
 
     def texts(limit: int | None = None) -> Iterator[str]:
         return _texts(corpus, text_column, text_mode, limit)
@@ -608,19 +613,20 @@ def train_command(
     Args:
         corpus: text files (one document a line), JSONL/CSV/Parquet files with a text column, globs, folders
             or a saved datasets folder; a list in brackets for several.
-        out: the folder to write; it must not exist or be empty unless --overwrite.
+        out: the folder to write: new, empty or written by domainbert (unless --overwrite); never an input, the
+            root, a home or a project folder.
         vocab_size: the vocabulary size to reach (a small corpus may yield fewer).
         lowercase: lowercase and strip accents (an uncased model).
         min_frequency: the fewest occurrences a merge needs.
         max_length: the tokenizer's model_max_length (the model's positions).
         text_column: the column holding the text (plain text files have the column "text").
         text_mode: for .txt files: "line" (a document a line) or "paragraph" (blank-line separated).
-        overwrite: replace a non-empty --out.
+        overwrite: replace a folder of your own at --out (never an input, a home, the root or a project).
     """
     from domainbert.core.files import atomic_dir
 
     t0 = time.perf_counter()
-    dest = _check_out(out, overwrite)
+    dest = _check_out(out, overwrite, (corpus,))
     _check_not_empty(_texts(corpus, text_column, text_mode), corpus)
     tok = train_wordpiece(_texts(corpus, text_column, text_mode), vocab_size, lowercase, min_frequency, max_length)
     with atomic_dir(dest, replace_foreign=overwrite) as tmp:

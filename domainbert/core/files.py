@@ -146,8 +146,22 @@ def clean_tmp_files(folder: str | os.PathLike, dead_only: bool = True) -> list[P
     return removed
 
 
+def _check_protected(target: Path, what: str = "") -> None:
+    """Raise, naming ``what`` and ``target``, when ``target`` is the root, a home or a project folder."""
+    from domainbert.core.protected import protected
+
+    reason = protected(target)
+    if reason is not None:
+        where = f"{what}: " if what else ""
+        raise DomainBertError(
+            f"{where}{target}: {reason}; it is never an output, even with --overwrite: name a new folder"
+        )
+
+
 def check_replaceable(target: Path, replace_foreign: bool = False) -> None:
     """Raise unless ``target`` is absent, an empty folder, or a folder that :func:`atomic_dir` wrote.
+
+    Never the root, a home or a project folder (:func:`~domainbert.core.protected.protected`), whatever it holds.
 
     Args:
         target: the folder to be replaced.
@@ -157,6 +171,7 @@ def check_replaceable(target: Path, replace_foreign: bool = False) -> None:
     Raises:
         DomainBertError: naming ``target``.
     """
+    _check_protected(target)
     if not target.exists() and not target.is_symlink():
         return
     if target.is_symlink() or not target.is_dir():
@@ -278,10 +293,11 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
 
 
 def check_not_input(out: str | os.PathLike, inputs: Iterable[str | os.PathLike | None], what: str = "--out") -> None:
-    """Raise unless the output ``out`` is none of ``inputs`` and holds none of them.
+    """Raise unless the output ``out`` is none of ``inputs``, holds none of them and lies inside none of them.
 
-    A tool's output must never be one of its own inputs: ``soup --out A`` with ``A`` among ``--models``, or
-    ``select --out F`` where the corpus is ``F/corpus.jsonl``, would replace what the user gave it.
+    A tool's output must never be one of its own inputs: ``soup --out A`` with ``A`` among ``--models``, ``select
+    --out F`` where the corpus is ``F/corpus.jsonl``, or ``vocab extend --out M/new`` inside its ``--model M`` would
+    replace or change what the user gave it.
 
     Args:
         out: the output file or folder.
@@ -291,23 +307,74 @@ def check_not_input(out: str | os.PathLike, inputs: Iterable[str | os.PathLike |
     Raises:
         DomainBertError: naming the option, the output and the input it would overwrite.
     """
-    target = Path(os.path.abspath(out)).resolve()
+    target = Path(os.path.abspath(os.path.expanduser(out))).resolve()
     for given in inputs:
         if given is None or str(given) == "":
             continue
-        source = Path(os.path.abspath(given)).resolve()
+        source = Path(os.path.abspath(os.path.expanduser(given))).resolve()
         if source == target or source.is_relative_to(target):
             raise DomainBertError(
                 f"{what} {out} would overwrite the input {given}: a command's output is never one of its inputs; "
                 "choose a new output path"
             )
+        if target.is_relative_to(source) and source.is_dir():
+            raise DomainBertError(
+                f"{what} {out} lies inside the input {given}: a command's output is never written into one of its "
+                "inputs; choose a new output path"
+            )
+
+
+def check_output(
+    out: str | os.PathLike,
+    inputs: Iterable[str | os.PathLike | None] = (),
+    what: str = "--out",
+    overwrite: bool = False,
+) -> Path:
+    """The one rule of every command's output folder, checked before any work; the folder's absolute path.
+
+    The output is new, empty, or marked as domainbert's (it holds :data:`MARKER`); with ``overwrite`` (the user's
+    ``--overwrite true``) any other folder too. Whatever the options, it is never one of the command's inputs, nor
+    inside one or holding one, never the root, a home folder or a project folder
+    (:func:`~domainbert.core.protected.protected`), never a file, and never a folder holding the working directory
+    when it would be replaced; the nearest existing folder on its path must be writable. Nothing is created.
+
+    Args:
+        out: the output folder (``~`` is the home folder).
+        inputs: the command's input files and folders (``None`` entries and hub names are skipped).
+        what: the option or field that names ``out``, for the message (``export: --out``).
+        overwrite: accept a folder domainbert did not write (it will be replaced).
+
+    Raises:
+        DomainBertError: one line naming ``what``, ``out`` and what is wrong.
+    """
+    if str(out).strip() == "":
+        raise DomainBertError(f"{what} is empty: name a new folder for the outputs")
+    target = Path(os.path.abspath(os.path.expanduser(out)))
+    _check_protected(target, what)  # first: the root or a home holds every input too
+    check_not_input(out, inputs, what)
+    try:
+        check_replaceable(target, replace_foreign=overwrite)
+    except DomainBertError as err:
+        raise DomainBertError(f"{what}: {err}") from None
+    existing = target
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    try:  # a read-only disk, a denied folder or a file in the way: one line now, not a traceback after the work
+        if not existing.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, f"{existing} is a file, not a folder")
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as err:
+        raise write_error(err, f"{what} folder", target) from err
+    return target
 
 
 def claim_folder(out: str | os.PathLike, inputs: Iterable[str | os.PathLike | None] = (), what: str = "out") -> Path:
     """Create or reuse the output folder ``out`` of a command that writes into it piece by piece; return it.
 
-    The folder must be new, empty, or one that domainbert marked as its own (it holds :data:`MARKER`), and hold
-    none of the command's inputs; it is then marked, so that a rerun (a resumed pipeline) may use it again.
+    The folder follows :func:`check_output` (new, empty, or marked as domainbert's: it holds :data:`MARKER`; never
+    an input, the root, a home or a project folder); it is then marked, so that a rerun (a resumed pipeline) may use
+    it again.
 
     Args:
         out: the output folder.
@@ -319,12 +386,8 @@ def claim_folder(out: str | os.PathLike, inputs: Iterable[str | os.PathLike | No
     """
     if str(out).strip() == "":
         raise DomainBertError(f"{what} is empty: name a new folder for the outputs (for example runs/pipeline)")
-    check_not_input(out, inputs, what)
-    folder = Path(out)
-    try:
-        check_replaceable(folder)
-    except DomainBertError as err:
-        raise DomainBertError(f"{what}: {err}") from None
+    check_output(out, inputs, what)
+    folder = Path(os.path.expanduser(out))  # relative stays relative: a rerun names the same paths
     try:
         folder.mkdir(parents=True, exist_ok=True)
         marker = folder / MARKER

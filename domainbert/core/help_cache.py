@@ -5,7 +5,8 @@ its inputs change. The first ``domainbert fit --help`` builds the text and keeps
 calls print it without importing Lightning. ``python -m domainbert.core.help_cache`` builds all four in one process
 (``make setup`` ends with it), so even the first call after an install is served.
 
-A kept text is served only while every input is unchanged, so a stale text is never shown:
+A kept text is served only while every input is unchanged, so a stale text is never shown, and an entry that is not
+one this module wrote (edited, cut short) is built again; a served text is printed without terminal escape sequences:
 
 - the domainbert source files the build imported (path, size, modification time), recorded with the text: an
   edit of any other file (a training module, the pipeline) keeps it;
@@ -22,6 +23,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import sys
 from collections.abc import Callable, Iterator
 from importlib import metadata
@@ -91,12 +93,49 @@ def _entry(command: str) -> Path:
 
 
 def cached(command: str) -> str | None:
-    """The kept help text of ``command``, or None when there is none or any of its inputs changed."""
-    with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
+    """The kept help text of ``command``; None when none is kept, an input changed, or the entry is malformed.
+
+    A malformed entry (not the JSON :func:`store` writes: edited, cut short) is never trusted: the text is built
+    again and replaces it.
+    """
+    try:
         entry = json.loads(_entry(command).read_text(encoding="utf-8"))
-        if entry["key"] == key(command) and all(_stamp(s[0]) == s for s in entry["sources"]):
-            return str(entry["text"])
+    except (OSError, ValueError):
+        return None
+    if not _well_formed(entry) or entry["key"] != key(command):
+        return None
+    if all(_stamp(s[0]) == s for s in entry["sources"]):
+        return entry["text"]
     return None
+
+
+def _well_formed(entry: object) -> bool:
+    """Whether ``entry`` is ``{"key": str, "sources": [[str, int, int], ...], "text": str}``, as stored."""
+    if not isinstance(entry, dict) or not isinstance(entry.get("key"), str) or not isinstance(entry.get("text"), str):
+        return False
+    sources = entry.get("sources")
+    return isinstance(sources, list) and all(
+        isinstance(s, list)
+        and len(s) == 3
+        and isinstance(s[0], str)
+        and s[0] != ""
+        and all(isinstance(n, int) and not isinstance(n, bool) for n in s[1:])
+        for s in sources
+    )
+
+
+#: Terminal control sequences (CSI, OSC, other escapes) and control characters but tab and newline.
+_CONTROL = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI: colours, cursor moves, clearing
+    r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC: window titles, hyperlinks, clipboard
+    r"|\x1b[@-_]?"  # other escapes
+    r"|[\x00-\x08\x0b-\x1f\x7f-\x9f]"  # control characters (tab and newline kept)
+)
+
+
+def plain(text: str) -> str:
+    """``text`` without terminal escape sequences or control characters (tabs and newlines kept)."""
+    return _CONTROL.sub("", text)
 
 
 def store(command: str, text: str, inputs: list[list]) -> None:
@@ -146,7 +185,9 @@ def serve(argv: list[str], build: Callable[[list[str]], None]) -> None:
     """
     command = argv[0]
     text = cached(command)
-    if text is None:
+    if text is not None:
+        text = plain(text)  # a kept file is data: it never moves the cursor or retitles the terminal
+    else:
         text, code = build_text(argv, build)
         if code not in (0, None):
             sys.stdout.write(text)

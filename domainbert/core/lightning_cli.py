@@ -238,6 +238,11 @@ class DomainBertCLI(LightningCLI):
         family = _run_family(cfg)
         writable_folder(family, "--trainer.default_root_dir")
         version = self._resume_version if self._resume_version is not None else next_version(family)
+        first = all(os.environ.get(k, "0") == "0" for k in ("RANK", "LOCAL_RANK", "NODE_RANK"))  # ranks share it
+        if first and self._resume_version is None and "://" not in str(family):  # a new run folder, as every output
+            from domainbert.core.files import check_output
+
+            check_output(family / f"version_{version}", what="the run folder")
         if given is False:
             kwargs.setdefault("default_root_dir", str(family / f"version_{version}"))
         else:

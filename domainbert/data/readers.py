@@ -20,6 +20,7 @@ from pathlib import Path
 
 import datasets
 
+from domainbert.core.digest import files_digest
 from domainbert.errors import DomainBertError
 
 log = logging.getLogger(__name__)
@@ -209,10 +210,16 @@ def read(
         kwargs["sample_by"] = {"line": "line", "paragraph": "paragraph"}[text_mode]
     if kind == "csv" and any(suffix(f) == ".tsv" for f in files):
         kwargs["sep"] = "\t"
+    content = files_digest(files)  # the cache is keyed by the bytes: an edit with its mtime restored is read anew
     try:
         with _no_download_counts():
             ds = datasets.load_dataset(
-                kind, data_files=[str(f) for f in files], split="train", cache_dir=cache_dir, **kwargs
+                kind,
+                name=f"content-{content}",
+                data_files=[str(f) for f in files],
+                split="train",
+                cache_dir=cache_dir,
+                **kwargs,
             )
     except Exception as err:  # noqa: BLE001 - datasets raises many types; name the files
         if "corresponds to no data" in str(err):  # e.g. a CSV with a header only, a JSONL of blank lines

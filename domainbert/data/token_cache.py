@@ -4,8 +4,9 @@ Every split goes through :func:`tokenize`, a ``Dataset.map`` whose ``new_fingerp
 the cache file, ``cache-<fingerprint>.arrow`` beside the read file's arrow cache) is built here from what decides
 the output, never from ``datasets``' pickle hash of the encoder and its tokenizer:
 
-- the input's own ``datasets`` fingerprint (the file as read: its path and modification time, the reading options
-  and any transform before tokenizing), so an edited file is tokenized again;
+- the input's own ``datasets`` fingerprint (the file as read: its content, through the digest of its bytes that
+  :func:`domainbert.data.readers.read` names the read split by, its path, the reading options and any transform
+  before tokenizing), so an edited file is tokenized again, even with its modification time restored;
 - the tokenizer's content (:func:`tokenizer_fingerprint`): its class, its whole ``tokenizer.json`` (vocabulary,
   normalizer, pre-tokenizer, post-processor; the truncation and padding a previous call left on it are ignored),
   its special and added tokens, its truncation and padding sides and the inputs it returns, never its folder's name
@@ -17,13 +18,17 @@ the output, never from ``datasets``' pickle hash of the encoder and its tokenize
 
 Every reuse prints one line, in the style of :mod:`domainbert.core.embed_cache`, e.g. ``[cache] tokenized
 train.jsonl (1,149 rows, max_length 128) reused from ~/.cache/huggingface/datasets/json/…/cache-1f2e….arrow``. A
-hit is read from the files themselves: the result's cache files all existed before the call. A split tokenized now
+hit is read from the files themselves: the result's cache files all existed before the call. Each file written is
+recorded beside it (``domainbert-tokenized-<fingerprint>.json``: its size and digest); a kept file that does not
+match its record (cut short, replaced) or that ``datasets`` cannot read is removed and the split tokenized again,
+with one line naming it. A split tokenized now
 says nothing more than the ``Tokenizing`` progress bar of ``datasets`` (shown on a terminal), so a first run's output
 stays a handful of lines; nor does a split that ``datasets`` keeps in memory (caching disabled, an in-memory input).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import inspect
@@ -129,6 +134,9 @@ def fingerprint(ds: datasets.Dataset, encoder, **map_options) -> str:
 def tokenize(ds: datasets.Dataset, encoder, source: str, **map_options) -> datasets.Dataset:
     """``ds.map(encoder, **map_options)`` under a stable fingerprint; a reuse says so in one ``[cache]`` line.
 
+    A kept file is reused only when it is the file written here (its size and digest, recorded beside it when it was
+    written); one cut short, replaced or unreadable is tokenized again, with one line naming it.
+
     Args:
         ds: the split as read.
         encoder: the batched encoder (with a ``tokenizer`` and, for the log line, a ``max_length`` attribute).
@@ -137,15 +145,86 @@ def tokenize(ds: datasets.Dataset, encoder, source: str, **map_options) -> datas
     """
     from domainbert.core.embed_cache import say
 
+    key = fingerprint(ds, encoder, **map_options)
     folder = cache_folder(ds)
+    if folder is not None:
+        _drop_damaged(folder, key, source, verify=True)
     before = set(os.listdir(folder)) if folder is not None else set()
-    out = ds.map(encoder, new_fingerprint=fingerprint(ds, encoder, **map_options), **map_options)
+    try:
+        out = ds.map(encoder, new_fingerprint=key, **map_options)
+    except Exception:  # noqa: BLE001 - pyarrow/datasets on a kept file that no record vouches for
+        if folder is None or not _drop_damaged(folder, key, source, verify=False):
+            raise
+        before = set()
+        out = ds.map(encoder, new_fingerprint=key, **map_options)
     files = [Path(f["filename"]) for f in out.cache_files]
     if folder is not None and files and all(f.parent == folder and f.name in before for f in files):
         length = getattr(encoder, "max_length", None)
         size = f"max_length {length}" if length else "untruncated"
         say(f"[cache] tokenized {Path(source).name} ({len(ds):,} rows, {size}) reused from {shown(files)}")
+    if folder is not None and files and all(f.parent == folder and key in f.name for f in files):
+        _record(folder, key, files)
     return out
+
+
+def _kept(folder: Path, key: str) -> list[Path]:
+    """The files ``datasets`` keeps for the map under ``key`` (one, or a shard per process)."""
+    return sorted(folder.glob(f"cache-{key}*.arrow"))
+
+
+def _record_path(folder: Path, key: str) -> Path:
+    return folder / f"domainbert-tokenized-{key}.json"
+
+
+def _record(folder: Path, key: str, files: list[Path]) -> None:
+    """Record the size and digest of the files just written (or first vouched for) under ``key``."""
+    from domainbert.core.digest import file_digest
+    from domainbert.core.files import atomic_write_text
+
+    path = _record_path(folder, key)
+    with contextlib.suppress(OSError):
+        entry = {f.name: [f.stat().st_size, file_digest(f)] for f in files}
+        if not path.is_file() or json.loads(path.read_text(encoding="utf-8")) != entry:
+            atomic_write_text(path, json.dumps(entry, sort_keys=True) + "\n")
+
+
+def _drop_damaged(folder: Path, key: str, source: str, verify: bool) -> bool:
+    """Remove the kept files of ``key`` when damaged; whether any were removed (each removal says one line).
+
+    With ``verify``, damaged means not what the record says (cut short, replaced, a shard missing); files without a
+    record (an older domainbert's) are left to ``datasets``. Without, every kept file of ``key`` goes (``datasets``
+    could not read it).
+    """
+    from domainbert.core.digest import file_digest
+    from domainbert.core.embed_cache import say
+
+    kept, record = _kept(folder, key), _record_path(folder, key)
+    if not kept:  # nothing kept (or removed by ``cleanup_cache_files``): a record alone vouches for nothing
+        with contextlib.suppress(OSError):
+            record.unlink()
+        return False
+    if verify:
+        try:
+            entry = json.loads(record.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return False
+        except (OSError, ValueError):
+            entry = None
+        try:
+            ok = isinstance(entry, dict) and sorted(entry) == [f.name for f in kept]
+            ok = ok and all(entry[f.name] == [f.stat().st_size, file_digest(f)] for f in kept)
+        except OSError:
+            ok = False
+        if ok:
+            return False
+    for f in kept:
+        with contextlib.suppress(OSError):
+            f.unlink()
+    with contextlib.suppress(OSError):
+        record.unlink()
+    name = Path(source).name
+    say(f"[cache] tokenized {name}: the kept file {shown(kept)} was cut short or replaced; tokenizing again")
+    return True
 
 
 def cache_folder(ds: datasets.Dataset) -> Path | None:

@@ -102,7 +102,8 @@ def export(
 
     Args:
         model: the Hugging Face folder to deploy (e.g. a distillation run's ``hf/``).
-        out: the output folder; existing variant folders in it are replaced once the new ones are complete.
+        out: the output folder: new, empty, or one domainbert wrote (never an input, the root, a home or a project
+            folder); existing variant folders in it are replaced once the new ones are complete.
         teacher: the teacher's folder: measured beside the variants, and its soft targets join the re-fit.
         data: labelled test file (JSONL/CSV/...) for the task metric and the latency inputs.
         train: labelled training file for the head importance and the re-fit (needed by ``prune_heads``).
@@ -144,6 +145,10 @@ def export(
     Returns:
         The summary report (also written to ``out/report.json``).
     """
+    from domainbert.core.files import claim_folder
+
+    inputs = [p for p in (model, teacher, data, train, predictions, teacher_predictions) if p and Path(p).exists()]
+    out = claim_folder(out, inputs, "export: --out")  # before any work: new, empty or domainbert's; no input
     with _threads(threads), reusing_freed_memory():
         torch.manual_seed(seed)
         base, tokenizer, _ = load_variant(model, trust_pickle=trust_pickle)

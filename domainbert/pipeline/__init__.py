@@ -161,6 +161,7 @@ def pipeline(
         return _recipe(ctx, probe, distill, export)
     finally:
         stop_forks()  # the training stages' server (:mod:`domainbert.pipeline.forks`), if it runs
+        ctx.runner.close()  # out is free for another pipeline
 
 
 def _recipe(ctx, probe: ProbeSpec, distill: DistillSpec, export: StageSpec) -> Path:
@@ -376,4 +377,12 @@ def main(argv: list[str] | None = None) -> None:
         raise DomainBertError(f"pipeline: {first} (`domainbert pipeline --help` lists every option)") from None
     kwargs = parser.instantiate_classes(cfg).as_dict()
     kwargs.pop("config", None)
-    pipeline(**kwargs)
+    from domainbert.pipeline.stopping import one_line, stopped_by_signals
+
+    try:
+        with stopped_by_signals():  # SIGTERM and SIGHUP stop it as Ctrl-C does: the stage ends with it
+            pipeline(**kwargs)
+    except KeyboardInterrupt as err:
+        line, code = one_line(err, kwargs.get("out", ""))
+        print(line, file=sys.stderr, flush=True)
+        sys.exit(code)

@@ -15,10 +15,12 @@ same way (see :mod:`domainbert.pipeline.inprocess`).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -74,6 +76,54 @@ def claim_out(out: str | os.PathLike, inputs: Iterable[str | os.PathLike | None]
     return claim_folder(out, inputs=inputs, what="out")
 
 
+#: The lock file in ``out`` that one pipeline holds while it runs (see :func:`lock_out`).
+LOCK = ".pipeline.lock"
+
+_HELD: dict[str, int] = {}
+"""The locks this process holds: ``{lock file: its descriptor}``."""
+
+
+def lock_out(out: Path) -> int:
+    """Take the pipeline's lock on ``out`` (``<out>/.pipeline.lock``): the open file's descriptor, held till exit.
+
+    The lock is ``flock``'s: the kernel releases it when the process ends, however it ends, so a killed pipeline
+    leaves no stale lock; the file keeps the holder's pid for the message.
+
+    Raises:
+        DomainBertError: another pipeline, alive, holds ``out`` (one line naming it and its pid).
+    """
+    import fcntl
+
+    path = out / LOCK
+    key = str(path.resolve())
+    if key in _HELD:  # this process holds it already (a Runner made again on the same folder)
+        return _HELD[key]
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as err:
+        raise DomainBertError(f"out: cannot create the lock {path}: {err.strerror or err}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise DomainBertError(
+            f"out: {out} is in use by another pipeline (pid {holder}); two pipelines never write one folder: wait "
+            "for it to end, or choose another out"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    _HELD[key] = fd
+    return fd
+
+
+def unlock_out(out: Path) -> None:
+    """Release the lock this process holds on ``out``, if any."""
+    fd = _HELD.pop(str((out / LOCK).resolve()), None)
+    if fd is not None:
+        os.close(fd)
+
+
 class Runner:
     """Runs each stage once; a rerun skips a finished stage unless its inputs (its command line) changed."""
 
@@ -88,6 +138,7 @@ class Runner:
         if isolate not in ISOLATE:
             raise DomainBertError(f"pipeline: isolate={isolate!r}; expected one of {list(ISOLATE)}")
         self.out = claim_out(out, inputs)
+        lock_out(self.out)  # one pipeline at a time in a folder
         self.isolate = isolate
         self.state_file = self.out / "state.json"
         self.state: dict[str, Any] = read_state(self.state_file)
@@ -95,6 +146,10 @@ class Runner:
         """The stages of this invocation, in order (the report shows these, not older ones in ``state.json``)."""
         self._started: dict[str, float] = {}
         """When each stage of this invocation was launched (``time.time()``): the start of its parts."""
+
+    def close(self) -> None:
+        """Release ``out`` (the pipeline's lock) for another process; the process's end does too."""
+        unlock_out(self.out)
 
     def _save(self) -> None:
         atomic_write_text(self.state_file, json.dumps(self.state, indent=2, sort_keys=True) + "\n")
@@ -141,7 +196,7 @@ class Runner:
         The stage's marks (``<out>/<stage>/marks.json``, which its run writes) become its record's ``parts`` in
         :meth:`_finish`.
         """
-        from domainbert.pipeline.inprocess import run_in_process
+        from domainbert.pipeline.stopping import Stopped, received
         from domainbert.pipeline.timing import MARKS
 
         folder = self.out / stage
@@ -153,16 +208,15 @@ class Runner:
         where = "" if inline is None else " (the stage runs in the pipeline's process)"
         print(f"[{stage}] running: {' '.join(shown)}\n[{stage}] log: {log}{where}", flush=True)
         t0 = time.time()
-        if fork is not None:
-            from domainbert.pipeline.forks import run as run_forked
-
-            code = run_forked(fork, log)
-        elif inline is not None:
-            code = run_in_process(inline, log, shown)
-        else:
-            with open(log, "w", encoding="utf-8") as fh:
-                env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-                code = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env).returncode
+        try:
+            code = self._launch(cmd, log, inline, shown, fork)
+        except KeyboardInterrupt as err:  # Ctrl-C, SIGTERM, SIGHUP: the stage was ended; the record says so
+            self._stopped(stage, err, log, time.time() - t0)
+            raise
+        if received() is not None:  # the stage (an inline one: Lightning turns Ctrl-C into an exit) saw it first
+            err = Stopped(received())
+            self._stopped(stage, err, log, time.time() - t0)
+            raise err
         seconds = time.time() - t0
         self._started[stage] = t0
         if code != 0:
@@ -174,6 +228,33 @@ class Runner:
                 "Fix the cause and run the same command again: finished stages are skipped."
             )
         return seconds
+
+    @staticmethod
+    def _launch(cmd: list[str], log: Path, inline: Callable[[], Any] | None, shown: list[str], fork: list[str] | None):
+        """Run the stage as :meth:`_run` says; its exit status."""
+        from domainbert.pipeline.inprocess import run_in_process
+
+        if fork is not None:
+            from domainbert.pipeline.forks import run as run_forked
+
+            try:
+                return run_forked(fork, log)
+            except OSError:  # no server (it said so in one line): a new interpreter instead
+                pass
+        if inline is not None:
+            return run_in_process(inline, log, shown)
+        with open(log, "w", encoding="utf-8") as fh:
+            env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+            return subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env).returncode
+
+    def _stopped(self, stage: str, err: KeyboardInterrupt, log: Path, seconds: float) -> None:
+        """Record ``stage`` as stopped by the signal of ``err`` (which learns the stage's name)."""
+        name = signal.Signals(getattr(err, "signum", signal.SIGINT)).name
+        with contextlib.suppress(AttributeError):
+            err.stage = stage
+        self.state[stage] = {"status": "stopped", "signal": name, "log": str(log), "seconds": round(seconds, 1)}
+        with contextlib.suppress(DomainBertError):
+            self._save()
 
     def parts(self, stage: str, seconds: float) -> dict[str, float] | None:
         """The seconds of each part of ``stage``, which just ran for ``seconds``, from its marks (None: no marks).

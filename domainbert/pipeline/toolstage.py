@@ -40,6 +40,9 @@ def run_tool(args: list[str], marks: str | Path) -> None:
 
 
 if __name__ == "__main__":
+    from domainbert.core.lifetime import die_with_parent
+
+    die_with_parent()  # a tool stage of its own ends with the pipeline, however it ends
     if len(sys.argv) < 3:
         raise SystemExit("usage: python -m domainbert.pipeline.toolstage MARKS.json <tool> <options>")
     run_tool(sys.argv[2:], sys.argv[1])

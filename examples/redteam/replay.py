@@ -22,7 +22,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: the repository root on the path, for ``examples.redteam``
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from examples.redteam import attacks_inputs, attacks_outputs, attacks_runs, fixtures  # noqa: E402
+from examples.redteam import attacks_inputs, attacks_outputs, attacks_runs, attacks_safety, fixtures  # noqa: E402
 from examples.redteam.verdict import Attack, run  # noqa: E402
 
 
@@ -37,6 +37,7 @@ def attacks() -> list[Attack]:
         *attacks_inputs.data_files(),
         *attacks_inputs.options(),
         *attacks_inputs.tools(),
+        *attacks_safety.safety(),
     ]
 
 

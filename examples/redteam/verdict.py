@@ -62,6 +62,7 @@ class Attack:
         phase: 1 for attacks that need the outputs of phase 0 (a fitted run).
         folder: the id of the attack whose folder this one shares (default: its own).
         timeout: seconds before the attack counts as a hang.
+        env: variables set for the command (placeholders allowed), over the replay's offline environment.
     """
 
     id: str
@@ -80,6 +81,7 @@ class Attack:
     phase: int = 0
     folder: str | None = None
     timeout: float = 300.0
+    env: dict[str, str] = field(default_factory=dict)
 
 
 def digests(paths: list[Path]) -> dict[str, str | None]:
@@ -130,10 +132,11 @@ def run(attack: Attack, values: dict[str, str], root: Path) -> tuple[str, str, R
     before = digests(protect)
     argv = [a.format(**values) for a in attack.argv]
     cmd = [sys.executable, *argv] if attack.python else [sys.executable, "-m", "domainbert", *argv]
+    env = {**environment(root), **{k: v.format(**values) for k, v in attack.env.items()}}
     start = time.monotonic()
     try:
         proc = subprocess.run(
-            cmd, cwd=work, env=environment(root), capture_output=True, text=True, timeout=attack.timeout, check=False
+            cmd, cwd=work, env=env, capture_output=True, text=True, timeout=attack.timeout, check=False
         )
         result = Result(proc.returncode, proc.stdout + proc.stderr, time.monotonic() - start, work, values)
     except subprocess.TimeoutExpired:

@@ -120,3 +120,61 @@ def test_ddp_masked_lm_matches_one_process_within_mask_noise(tiny_bert, corpus_f
     loss_one = last_metric(run_dir(tmp_path / "one"), "val/loss")
     print(f"MLM val/loss after 8 steps: ddp {loss_ddp:.5f}, one process {loss_one:.5f}")
     assert loss_ddp == pytest.approx(loss_one, rel=0.03)
+
+
+def two_nodes(args: list[str], cwd: Path = ROOT) -> str:
+    """Run ``domainbert fit`` as two nodes of one process each on this machine; the output of both.
+
+    Each node is started by hand, as ``torchrun --nnodes 2`` or SLURM would start it: the same command with
+    ``NODE_RANK`` 0 and 1, ``LOCAL_RANK=0``, ``WORLD_SIZE=2`` and one rendezvous address (Lightning then creates no
+    process of its own).
+    """
+    cmd = [sys.executable, "-m", "domainbert", *args]
+    cmd += ["--trainer.strategy", "ddp", "--trainer.num_nodes", "2", "--trainer.devices", "1"]
+    cmd += ["--trainer.accelerator", "cpu"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1"}
+    env.update(MASTER_PORT=str(_free_port()), WORLD_SIZE="2", LOCAL_RANK="0")
+    procs = [
+        subprocess.Popen(
+            cmd,
+            cwd=cwd,
+            env={**env, "NODE_RANK": str(node)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for node in (0, 1)
+    ]
+    outs = []
+    for proc in procs:
+        try:
+            outs.append(proc.communicate(timeout=300)[0])
+        except subprocess.TimeoutExpired:
+            for p in procs:
+                p.kill()
+            raise
+    for node, (proc, out) in enumerate(zip(procs, outs, strict=True)):
+        assert proc.returncode == 0, f"node {node}:\n{out[-4000:]}"
+    return "\n".join(outs)
+
+
+def test_two_nodes_of_one_process_match_one_process_with_the_same_global_batch(tiny_bert, tmp_path):
+    val = tmp_path / "val.jsonl"  # an even number of rows, as the two-device test's
+    val.write_text("".join((FIX / "cls_val.jsonl").read_text().splitlines(keepends=True)[:14]))
+    common = ["fit", "--config", TINY_CLS, "--model.init_from", str(tiny_bert), "--data.val", str(val)]
+    common += ["--data.train", str(FIX / "cls_train.jsonl")]
+    common += ["--data.test", "null", "--data.predict", "null", "--trainer.max_steps", "4", "--trainer.max_epochs", "1"]
+    common += ["--model.hidden_dropout", "0", "--model.attention_dropout", "0", "--model.classifier_dropout", "0"]
+    common += ["--model.learning_rate", "1e-3"]
+    out = two_nodes([*common, "--data.batch_size", "8", "--trainer.default_root_dir", str(tmp_path / "nodes")])
+    main([*common, "--data.batch_size", "16", "--trainer.default_root_dir", str(tmp_path / "one")])
+
+    a = load_file(str(check_one_export(tmp_path / "nodes", out) / "model.safetensors"))
+    b = load_file(str(run_dir(tmp_path / "one") / "hf" / "model.safetensors"))
+    assert a.keys() == b.keys()
+    assert last_metric(run_dir(tmp_path / "nodes"), "val/loss") == pytest.approx(
+        last_metric(run_dir(tmp_path / "one"), "val/loss"), rel=5e-3
+    )
+    diff = max((a[k] - b[k]).abs().max().item() for k in a)
+    print(f"two nodes vs one process: max weight difference {diff:.2g}")
+    assert diff < 1e-4

@@ -58,7 +58,7 @@ def test_extend_refuses_to_overwrite(tiny_bert, corpus_file, tmp_path):
     out.mkdir()
     (out / "keep.txt").write_text("mine")
     args = ["extend", "--model", str(tiny_bert), "--corpus", str(corpus_file), "--top_k", "2", "--min_freq", "5"]
-    with pytest.raises(DomainBertError, match="already exists"):
+    with pytest.raises(DomainBertError, match="exists and was not written by domainbert"):
         vocab.main([*args, "--out", str(out)])
     assert (out / "keep.txt").read_text() == "mine"
     vocab.main([*args, "--out", str(out), "--overwrite", "true"])

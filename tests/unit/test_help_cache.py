@@ -123,3 +123,37 @@ def test_warm_keeps_every_command_not_kept_yet(monkeypatch):
 )
 def test_only_a_bare_help_is_served_from_the_cache(argv, bare):
     assert help_cache.is_bare_help(argv) is bare
+
+
+@pytest.mark.parametrize("sources", [[[]], [""], [["domainbert/cli.py"]], "x", [[1, 2, 3]], [["", 0, 0]]])
+def test_a_malformed_entry_is_built_again_and_replaced(capsys, sources):
+    import json
+
+    entry = help_cache._entry("fit")
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    entry.write_text(json.dumps({"key": help_cache.key("fit"), "sources": sources, "text": "stale\n"}))
+    calls: list = []
+    for _ in range(2):
+        with pytest.raises(SystemExit) as done:
+            help_cache.serve(["fit", "--help"], _build_printing("usage: domainbert fit\n", calls))
+        assert done.value.code == 0
+        assert capsys.readouterr().out == "usage: domainbert fit\n"
+    assert len(calls) == 1  # built once, then served from the replaced entry
+    assert isinstance(json.loads(entry.read_text())["sources"][0], list)
+
+
+def test_a_kept_text_is_printed_without_terminal_escape_sequences(capsys):
+    import json
+
+    calls: list = []
+    with pytest.raises(SystemExit):
+        help_cache.serve(["fit", "--help"], _build_printing("usage: domainbert fit\n", calls))
+    capsys.readouterr()
+    entry = help_cache._entry("fit")
+    kept = json.loads(entry.read_text())
+    kept["text"] = "usage:\x1b]0;owned\x07 domainbert\x1b[2J\x1b[31m fit\x1b[0m\r\x08\n\ttab\n"
+    entry.write_text(json.dumps(kept))
+    with pytest.raises(SystemExit):
+        help_cache.serve(["fit", "--help"], _build_printing("never built\n", calls))
+    assert capsys.readouterr().out == "usage: domainbert fit\n\ttab\n"
+    assert len(calls) == 1

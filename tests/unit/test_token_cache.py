@@ -114,3 +114,63 @@ def test_shown_names_the_home_folder_and_the_shards_pattern(monkeypatch, tmp_pat
     assert token_cache.shown([one]) == "~/ds/cache-ab12.arrow"
     shards = [tmp_path / "ds" / f"cache-ab12_0000{i}_of_00002.arrow" for i in range(2)]
     assert token_cache.shown(shards) == "~/ds/cache-ab12_*.arrow"
+
+
+def test_a_file_edited_with_its_modification_time_restored_is_read_and_tokenized_anew(tiny_bert, tmp_path):
+    tok = AutoTokenizer.from_pretrained(tiny_bert)
+    train = tmp_path / "train.jsonl"
+    train.write_bytes(TRAIN.read_bytes())
+    first = _module(tok, tmp_path / "ds", train=train)
+    first.setup("fit")
+    stamp = train.stat()
+    rows = TRAIN.read_text(encoding="utf-8").splitlines()
+    edited = "\n".join([rows[1], rows[0], *rows[2:]]) + "\n"  # same bytes, same size: two rows swapped
+    assert len(edited.encode()) == stamp.st_size and edited != TRAIN.read_text(encoding="utf-8")
+    train.write_text(edited, encoding="utf-8")
+    os.utime(train, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))  # the modification time put back
+    second = _module(tok, tmp_path / "ds", train=train)
+    second.setup("fit")
+    assert second.datasets["train"]["input_ids"][0] == first.datasets["train"]["input_ids"][1]
+    assert second.datasets["train"]["input_ids"][1] == first.datasets["train"]["input_ids"][0]
+    assert second.raw("train")[0] == first.raw("train")[1], "the read rows, not only the tokenized ones, are new"
+
+
+@pytest.mark.parametrize("damage", ["cut", "replaced"])
+def test_a_kept_split_cut_short_or_replaced_is_tokenized_again_in_one_line(tiny_bert, tmp_path, capsys, damage):
+    tok = AutoTokenizer.from_pretrained(tiny_bert)
+    first = _module(tok, tmp_path / "ds")
+    first.setup("fit")
+    want = first.datasets["train"]["input_ids"]
+    kept = first.datasets["train"].cache_files[0]["filename"]
+    other = first.datasets["validation"].cache_files[0]["filename"]
+    data = open(kept, "rb").read()
+    with open(kept, "wb") as fh:
+        fh.write(data[: len(data) // 2] if damage == "cut" else open(other, "rb").read())
+    capsys.readouterr()
+    for _ in range(2):  # the next run tokenizes again; the one after reuses the new file
+        again = _module(tok, tmp_path / "ds")
+        again.setup("fit")
+        assert again.datasets["train"]["input_ids"] == want
+    lines = [line for line in _lines(capsys) if "cls_train" in line]
+    assert lines[0] == (
+        f"[cache] tokenized cls_train.jsonl: the kept file {token_cache.shown([kept])} was cut short or replaced; "
+        "tokenizing again"
+    )
+    assert len(lines) == 2 and "reused from" in lines[1]
+
+
+def test_a_kept_file_without_a_record_that_cannot_be_read_is_tokenized_again(tiny_bert, tmp_path, capsys):
+    tok = AutoTokenizer.from_pretrained(tiny_bert)
+    first = _module(tok, tmp_path / "ds")
+    first.setup("fit")
+    want = first.datasets["train"]["input_ids"]
+    kept = first.datasets["train"].cache_files[0]["filename"]
+    for record in (tmp_path / "ds").rglob("domainbert-tokenized-*.json"):
+        record.unlink()  # as an older domainbert left its files
+    with open(kept, "r+b") as fh:
+        fh.truncate(100)
+    capsys.readouterr()
+    again = _module(tok, tmp_path / "ds")
+    again.setup("fit")
+    assert again.datasets["train"]["input_ids"] == want
+    assert any("was cut short or replaced; tokenizing again" in line for line in _lines(capsys))
