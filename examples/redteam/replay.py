@@ -37,6 +37,7 @@ def attacks() -> list[Attack]:
         *attacks_inputs.data_files(),
         *attacks_inputs.options(),
         *attacks_inputs.tools(),
+        *attacks_inputs.plugins(),
     ]
 
 
