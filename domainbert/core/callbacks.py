@@ -223,6 +223,9 @@ class TrainingGuard(L.Callback):
     - With ``nonfinite: stop`` (the default), a non-finite training loss, a NaN or inf in the weights (checked before
       each validation and when training ends: a learning rate far too high overflows them with finite gradients)
       or a non-finite validation metric also stops training with an error, so no such model is exported.
+    - A run whose training loss rose by orders of magnitude (its last value over :data:`DIVERGED_RATIO` times its
+      first, and above 1) or ended non-finite (``nonfinite: skip`` or ``ignore``) diverged: :attr:`divergence` says
+      so once training ends, the fit's last line repeats it, and the export's model card carries it.
     - With ``reseed_every_step`` the global RNG is seeded from ``(seed, batch index)`` before each training batch,
       so dropout draws after a resume from a mid-epoch checkpoint equal those of an uninterrupted run.
     - With ``release_memory`` the heap's free memory goes back to the system after every evaluation batch
@@ -252,6 +255,9 @@ class TrainingGuard(L.Callback):
             raise DomainBertError(f"--guard.nonfinite={nonfinite!r}: expected stop, skip or ignore")
         self.nonfinite, self.reseed_every_step = nonfinite, reseed_every_step
         self.skipped = 0
+        self.divergence: str | None = None
+        self._first: tuple[int, torch.Tensor] | None = None  # (step, loss) of the first training batch
+        self._last: tuple[int, torch.Tensor] | None = None  # and of the latest
         self._trim = malloc_trim() if release_memory else None
 
     def _release(self, *args, **kwargs) -> None:
@@ -260,6 +266,9 @@ class TrainingGuard(L.Callback):
 
     on_validation_batch_end = on_test_batch_end = on_predict_batch_end = _release
 
+    def on_fit_start(self, trainer, pl_module) -> None:
+        self.divergence, self._first, self._last = None, None, None
+
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if self.reseed_every_step:
             base = int(os.environ.get("PL_GLOBAL_SEED", "0"))
@@ -267,6 +276,9 @@ class TrainingGuard(L.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+        if isinstance(loss, torch.Tensor) and loss.numel() == 1:  # kept as a tensor: no device sync per step
+            self._last = (trainer.global_step, loss.detach())
+            self._first = self._first or self._last
         if self.nonfinite == "stop" and isinstance(loss, torch.Tensor) and not bool(torch.isfinite(loss).all()):
             self._stop(trainer, f"the training loss is {float(loss.detach().float().mean())}")
 
@@ -282,8 +294,18 @@ class TrainingGuard(L.Callback):
             self._stop(trainer, "validation gave " + ", ".join(f"{k}={v}" for k, v in sorted(bad.items())))
 
     def on_train_end(self, trainer, pl_module) -> None:
+        if self._first is not None and self._last is not None:
+            (first_step, first), (last_step, last) = self._first, self._last
+            self.divergence = divergence(float(first), first_step, float(last), last_step)
         if self.nonfinite == "stop":
             self._check_weights(trainer, pl_module)
+
+    def on_fit_end(self, trainer, pl_module) -> None:
+        if self.divergence and trainer.is_global_zero:  # after the final metrics and the export's line
+            print(
+                f"Training diverged: {self.divergence}. Whatever this run exported is likely useless: "
+                "lower --model.learning_rate (or check the data) and train again"
+            )
 
     def _check_weights(self, trainer, pl_module) -> None:
         bad = nonfinite_weights(pl_module)
@@ -322,6 +344,26 @@ class TrainingGuard(L.Callback):
             f"non-finite loss or gradients at step {trainer.global_step}; last good checkpoint: "
             f"{last or 'none saved yet'}. Lower the learning rate, check the data, or set guard.nonfinite=skip"
         )
+
+
+#: A training loss that ends this many times above its first value (and above 1) means the run diverged.
+DIVERGED_RATIO = 100.0
+
+
+def divergence(first: float, first_step: int, last: float, last_step: int) -> str | None:
+    """How a run diverged, from its first and last training loss; None when it did not.
+
+    Diverged: the last loss is not finite, or it is over :data:`DIVERGED_RATIO` times the first (positive) one and
+    above 1, so a loss that started near 0 and stays small is no divergence.
+    """
+    if not math.isfinite(last):
+        return f"the training loss is {last} at step {last_step} (it was {first:.4g} at step {first_step})"
+    if first > 0 and last > 1.0 and last > DIVERGED_RATIO * first:
+        return (
+            f"the training loss rose from {first:.4g} at step {first_step} to {last:.4g} at step {last_step} "
+            f"({last / first:.3g} times)"
+        )
+    return None
 
 
 def _all_finite(grads: list[torch.Tensor]) -> bool:

@@ -228,6 +228,8 @@ def build_card(module, extra: dict[str, Any] | None = None) -> ModelCard:
     keys = {k: v for k, v in hp.items() if isinstance(v, (int, float, str, bool)) or v is None}
     lines = [f"# {stage} export", "", f"- **Base model:** {base_line(source, base)}", f"- **Stage:** {stage}"]
     lines += [f"- **Data:** {data_desc or 'see the run config'}"]
+    if diverged := training_divergence(trainer):
+        lines += [f"- **Warning: training diverged.** {diverged[0].upper()}{diverged[1:]}; lower the learning rate"]
     if labels := card_labels(module):
         lines += [f"- **Labels** (in the head's order): {', '.join(f'`{x}`' for x in labels)}"]
     lines += ["", *usage_lines(module, task), "## Hyperparameters", "", "```json"]
@@ -245,6 +247,12 @@ def build_card(module, extra: dict[str, Any] | None = None) -> ModelCard:
     for k, v in (extra or {}).items():
         lines += [f"## {k}", "", str(v), ""]
     return ModelCard(f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(lines))
+
+
+def training_divergence(trainer) -> str | None:
+    """How the fit diverged, as its ``TrainingGuard`` found when training ended (its ``divergence``); else None."""
+    callbacks = (getattr(trainer, "callbacks", None) or []) if trainer is not None else []
+    return next((d for cb in callbacks if isinstance(d := getattr(cb, "divergence", None), str) and d), None)
 
 
 def base_line(source: str | None, base: str | None) -> str:

@@ -262,6 +262,16 @@ class DomainBertCLI(LightningCLI):
             extra.append(progress_bar())
         return [*given, *extra]
 
+    def fit(self, **kwargs: Any) -> None:
+        """``trainer.fit``; a run too short for its ``val_check_interval`` is one line saying what to change."""
+        try:
+            self.trainer.fit(**kwargs)
+        except ValueError as err:
+            short = too_short_for_validation(self.trainer)
+            if short is None:
+                raise
+            raise DomainBertError(short) from err
+
     def after_instantiate_classes(self) -> None:
         strategy = getattr(getattr(self, "trainer", None), "strategy", None)
         if strategy is not None and type(strategy.checkpoint_io).__name__ == "TorchCheckpointIO":  # the default
@@ -311,6 +321,17 @@ class _AppendingWriter(AppendToMetricsFile, ExperimentWriter):
 
 #: loggers whose folder is ``save_dir/name/version_<version>``: the run's version is given to them.
 _VERSIONED = (CSVLogger, TensorBoardLogger)
+#: ``save_dir`` of a logger named without it (``--trainer.logger CSVLogger``): the run's root, filled in by
+#: :func:`run_loggers`, as for a ``save_dir`` left unset in a config.
+RUN_ROOT = "<default_root_dir>"
+#: the package each logger needs, for a logger whose package is missing (``pip install <it>``)
+LOGGER_PACKAGES = {
+    "TensorBoardLogger": "tensorboard",
+    "WandbLogger": "wandb",
+    "MLFlowLogger": "mlflow",
+    "CometLogger": "comet-ml",
+    "NeptuneLogger": "neptune",
+}
 
 
 def run_loggers(given: Any, family: Path, version: int, resume: bool = False) -> list:
@@ -336,13 +357,65 @@ def run_loggers(given: Any, family: Path, version: int, resume: bool = False) ->
         if issubclass(cls, _VERSIONED):
             layout["version"] = version
         for key, value in layout.items():
-            if key in params and init.get(key, params[key].default) in (params[key].default, None):
+            if key in params and init.get(key, params[key].default) in (params[key].default, None, RUN_ROOT):
                 init[key] = value
-        logger = cls(**init)
+        logger = _instantiate_logger(cls, init)
         if isinstance(logger, CSVLogger) and Path(logger.log_dir) == Path(ours.log_dir):
             continue  # the user's CSVLogger in the run's own folder: ours already writes metrics.csv there
         loggers.append(logger)
     return loggers
+
+
+def _instantiate_logger(cls: type, init: dict) -> Any:
+    """``cls(**init)``; a logger whose package is not installed is one line naming it (``pip install ...``)."""
+    try:
+        return cls(**init)
+    except ImportError as err:  # ModuleNotFoundError, or a logger's own check of its package
+        package = LOGGER_PACKAGES.get(cls.__name__) or (err.name or "").split(".")[0] or "its package"
+        raise DomainBertError(
+            f"--trainer.logger {cls.__name__}: the package {package!r} is not installed (pip install {package})"
+        ) from err
+
+
+def rooted_loggers(args: list[str]) -> list[str]:
+    """``args`` with the ``save_dir`` of a ``CSVLogger``/``TensorBoardLogger`` named without one set to the run's root.
+
+    Both loggers require a ``save_dir``; named alone (``--trainer.logger CSVLogger``, by short name or class path),
+    the parser would refuse them ("required: save_dir"), although an unset ``save_dir`` is the run's root. Their
+    ``save_dir`` becomes :data:`RUN_ROOT`, which :func:`run_loggers` makes the run's root.
+    """
+    out = list(args)
+    given = any(a.split("=", 1)[0] in _SAVE_DIR_FLAGS for a in out)
+    for i in range(len(out) - 1, -1, -1):
+        flag, _, value = out[i].partition("=")
+        if flag != "--trainer.logger":
+            continue
+        value = value or (out[i + 1] if "=" not in out[i] and i + 1 < len(out) else "")
+        if value.rsplit(".", 1)[-1] in ("CSVLogger", "TensorBoardLogger") and not given:
+            out.insert(i + (1 if "=" in out[i] else 2), f"--trainer.logger.init_args.save_dir={RUN_ROOT}")
+        break  # the last --trainer.logger is the one that counts
+    return out
+
+
+_SAVE_DIR_FLAGS = ("--trainer.logger.save_dir", "--trainer.logger.init_args.save_dir", "--trainer.logger.init_args")
+
+
+def too_short_for_validation(trainer: L.Trainer) -> str | None:
+    """What to change when an epoch has fewer training batches than ``val_check_interval`` (None when it has not).
+
+    Lightning refuses such a fit with a ValueError once it has counted the batches (``fit_loop.max_batches``); this
+    says the same in the options' own names.
+    """
+    every, batches = trainer.val_check_interval, trainer.fit_loop.max_batches
+    if isinstance(every, bool) or not isinstance(every, int) or trainer.check_val_every_n_epoch is None:
+        return None
+    if not isinstance(batches, int) or every <= batches:
+        return None
+    return (
+        f"--trainer.val_check_interval={every}: the run is shorter than that, an epoch has only {batches} training "
+        f"batch(es); set --trainer.val_check_interval to {batches} or less (or 1.0, once an epoch), set "
+        "--trainer.check_val_every_n_epoch=null to count it in steps across epochs, or give more training data"
+    )
 
 
 def _command_line_model_options(args: Any, cfg: Namespace) -> dict[str, Any]:
@@ -569,7 +642,7 @@ def cli_main(args: list[str] | None = None, run: bool = True) -> DomainBertCLI:
         from domainbert.core.quiet import quiet_libraries
 
         quiet_libraries()
-    return DomainBertCLI(args=expand_help_names(expand_short_names(args)), run=run)
+    return DomainBertCLI(args=rooted_loggers(expand_help_names(expand_short_names(args))), run=run)
 
 
 def _one_log_handler() -> None:

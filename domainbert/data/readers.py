@@ -168,6 +168,25 @@ def check_utf8(path: Path, chunk: int = 1 << 20) -> None:
         raise DomainBertError(f"{path}: ends in the middle of a UTF-8 character") from None
 
 
+def check_parquet(path: Path) -> None:
+    """Refuse a file that does not begin and end with Parquet's ``PAR1`` (a cut-off download, or not Parquet).
+
+    Its metadata sit at its end: a Parquet file cut off anywhere has lost them, and no row of it can be trusted.
+    """
+    size = path.stat().st_size
+    with open(path, "rb") as fh:
+        head = fh.read(4)
+        fh.seek(max(size - 4, 0))
+        tail = fh.read(4)
+    if head != b"PAR1":
+        raise DomainBertError(f"{path}: not a Parquet file (it does not start with PAR1)")
+    if size < 12 or tail != b"PAR1":
+        raise DomainBertError(
+            f"{path}: the Parquet file is truncated: it lacks its footer (PAR1) after {size} bytes "
+            "(copy or download it again)"
+        )
+
+
 def read(
     spec: PathSpec,
     columns: Sequence[str] = (),
@@ -205,6 +224,8 @@ def read(
             raise DomainBertError(f"{f}: the file is empty")
         if kind in ("text", "json", "csv"):
             check_utf8(f)
+        elif kind == "parquet" and f.suffix.lower() == ".parquet":  # compressed: the decompressor checks
+            check_parquet(f)
     kwargs = {}
     if kind == "text":
         kwargs["sample_by"] = {"line": "line", "paragraph": "paragraph"}[text_mode]

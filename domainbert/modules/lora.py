@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from typing import Literal
 
 from torch import nn
 
@@ -20,6 +21,9 @@ from domainbert.core import settings
 from domainbert.core.families import FAMILIES, family
 from domainbert.errors import DomainBertError
 from domainbert.modules.tasks import Task, spec
+
+#: The ``bias`` values peft's LoRA takes.
+BIASES = ("none", "all", "lora_only")
 
 
 @dataclass
@@ -38,7 +42,15 @@ class LoraSettings:
     alpha: int = 16
     dropout: float = 0.1
     target_modules: list[str] | None = None
-    bias: str = "none"
+    bias: Literal["none", "all", "lora_only"] = "none"
+
+    def __post_init__(self) -> None:
+        """Refuse a ``bias`` peft does not know (a traceback from inside peft otherwise).
+
+        Raises:
+            SettingError: naming ``bias`` and the three choices.
+        """
+        settings.one_of(self.bias, "bias", BIASES)
 
 
 def as_settings(value: LoraSettings | dict | None) -> LoraSettings | None:
@@ -171,8 +183,9 @@ def _wrap(model: nn.Module, config) -> nn.Module:
         with warnings.catch_warnings():  # peft 0.21 reads transformers 5's deprecated ``is_gradient_checkpointing``
             warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing", category=FutureWarning)
             return get_peft_model(model, config)
-    except ValueError as err:
-        raise DomainBertError(f"lora: {err}") from err
+    except (ValueError, TypeError, KeyError, NotImplementedError) as err:  # peft's refusals of a setting
+        detail = " ".join(str(err).split()) or type(err).__name__
+        raise DomainBertError(f"lora: peft refused the settings: {detail}") from err
 
 
 def is_peft(model: nn.Module) -> bool:

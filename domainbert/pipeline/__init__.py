@@ -361,8 +361,12 @@ def build_parser(argv: list[str]):
 def main(argv: list[str] | None = None) -> None:
     """``domainbert pipeline --config configs/pipeline/<model>_<data>.yaml``; ``--help`` lists every option."""
     from argparse import ArgumentError
+    from dataclasses import is_dataclass
+
+    from jsonargparse import Namespace
 
     from domainbert.errors import DomainBertError
+    from domainbert.pipeline import strategies
 
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(argv)
@@ -375,8 +379,11 @@ def main(argv: list[str] | None = None) -> None:
             raise DomainBertError(FINETUNE_ENABLED) from None
         first = " ".join(message.split())
         raise DomainBertError(f"pipeline: {first} (`domainbert pipeline --help` lists every option)") from None
+    # the strategies' settings go over as dicts: ``settings_of`` makes them, naming a refused value as the option
+    given = {name: cfg.pop(name) for name, s in strategies.load().items() if name in cfg and is_dataclass(s.settings)}
     kwargs = parser.instantiate_classes(cfg).as_dict()
     kwargs.pop("config", None)
+    kwargs.update({name: v.as_dict() if isinstance(v, Namespace) else v for name, v in given.items()})
     from domainbert.pipeline.stopping import one_line, stopped_by_signals
 
     try:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from domainbert.core.settings import finite, whole_number
+
 
 @dataclass
 class StageSpec:
@@ -39,6 +41,16 @@ class WatchSpec:
     """Fine-tune the stage's model only when its best probe beats the base model's by more than ``margin``."""
     margin: float = 0.0
     """How much the best probe must beat the base model's by (a negative margin opens the gate always)."""
+
+    def __post_init__(self) -> None:
+        """Refuse values the watch or the gate cannot use (a pipeline names them as ``<stage>.watch.<field>``).
+
+        Raises:
+            SettingError: ``every_n_steps`` or ``patience`` below 1, or a ``margin`` that is not a finite number.
+        """
+        whole_number(self.every_n_steps, "watch.every_n_steps", 1, none="from the stage's max_steps")
+        whole_number(self.patience, "watch.patience", 1, none="never stop early")
+        finite(self.margin, "watch.margin")
 
 
 @dataclass

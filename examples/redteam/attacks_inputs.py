@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import gzip
+import io
 import json
 import os
 import random
 from pathlib import Path
 
 from examples.redteam import fixtures
-from examples.redteam.attacks_outputs import CLS, PIPE
+from examples.redteam.attacks_outputs import CLS, PIPE, PIPE_OUTPUTS
+from examples.redteam.attacks_runs import RUNS, metrics_written
 from examples.redteam.verdict import Attack, Result
 
 #: ``fit`` with the shared data but the training file replaced by ``--data.train``
@@ -67,6 +70,31 @@ def _predictions(expected_rows: int):
     return check
 
 
+def _cut(name: str):
+    """A setup: ``name`` (``.jsonl.gz``, ``.csv.gz`` or ``.parquet``) of labelled rows, cut off half-way."""
+
+    def setup(work: Path, values: dict) -> None:
+        rows = fixtures.labelled_rows()
+        if name.endswith(".parquet"):
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            buf = io.BytesIO()
+            pq.write_table(pa.Table.from_pylist(rows), buf)
+            data = buf.getvalue()
+        elif ".csv" in name:
+            data = gzip.compress(("text,label\n" + "".join(f'"{r["text"]}",{r["label"]}\n' for r in rows)).encode())
+        else:
+            data = gzip.compress("".join(json.dumps(r) + "\n" for r in rows).encode())
+        fixtures.cut(work / name, data)
+
+    return setup
+
+
+#: 30 corpus lines: with 3 held out and one document an example, 4 batches of 8, fewer than val_check_interval 10
+SHORT_CORPUS = "".join(f"document {i} about sockets and packages\n" for i in range(30))
+
+
 def data_files() -> list[Attack]:
     """Hostile data files: empty, wrong columns, unseen labels, a BOM, a broken line, a folder, a loop, unicode."""
     return [
@@ -94,6 +122,17 @@ def data_files() -> list[Attack]:
         Attack("unicode-paths", "new",
                [*FIT, "--data.train", "données é 日本/train ü.jsonl", "--trainer.default_root_dir", "runs ü 日本"],
                "rc 0", expect="ok", setup=_unicode),
+        Attack("train-truncated-jsonl-gz", "new", [*FIT, "--data.train", "t.jsonl.gz"],
+               "one line: truncated, naming the file", names=["t.jsonl.gz", "truncated"], setup=_cut("t.jsonl.gz")),
+        Attack("train-truncated-csv-gz", "new", [*FIT, "--data.train", "t.csv.gz"],
+               "one line: truncated, naming the file", names=["t.csv.gz", "truncated"], setup=_cut("t.csv.gz")),
+        Attack("train-cut-parquet", "new", [*FIT, "--data.train", "t.parquet"],
+               "one line: truncated, naming the file", names=["t.parquet", "truncated"], setup=_cut("t.parquet")),
+        Attack("fit-corpus-shorter-than-val-check", "new",
+               ["fit", "--config", "{cfg_mlm}", "--model.init_from", "{bert}", "--data.train", "short.txt",
+                "--data.packing", "false"],
+               "one line: what to change", names=["val_check_interval", "4 or less", "check_val_every_n_epoch"],
+               setup=_write("short.txt", SHORT_CORPUS)),
         Attack("predict-empty-txt", "new",
                ["predict", "--model", "classification", "--model.init_from", "{clsA}", "--data", "classification",
                 "--data.predict", "empty.txt"], "one line naming empty.txt", names=["empty.txt"],
@@ -138,6 +177,20 @@ def options() -> list[Attack]:
                protect=["{work}/notes.txt"]),
         Attack("unknown-command", "new", ["fitt", "--config", "{cfg_cls}"], "one line naming the command",
                names=["fitt"]),
+        Attack("lora-bias-sideways", "new", [*FIT, "--data.train", "{train}", "--model.lora", "{bias: sideways}"],
+               "one line naming lora bias and its choices", names=["bias", "sideways", "lora_only"]),
+        *(Attack(f"pipeline-watch-{key.replace('_', '-')}-{name}", "new", [*PIPE, f"--dapt.watch.{key}", value,
+                 "--out", "p"], f"one line naming dapt.watch.{key}", names=[f"dapt.watch.{key}"],
+                 absent=[f"{{work}}/p/{p}" for p in PIPE_OUTPUTS])
+          for key, value, name in (("every_n_steps", "0", "0"), ("every_n_steps", "-3", "negative"),
+                                   ("patience", "0", "0"), ("margin", ".nan", "nan"))),
+        Attack("fit-logger-csv-short-name", "new", [*FIT, "--data.train", "{train}", "--trainer.logger", "CSVLogger"],
+               "rc 0: save_dir the run's root, metrics.csv in the run folder", expect="ok",
+               check=metrics_written(f"{RUNS}/version_0")),
+        Attack("fit-logger-tensorboard-missing", "new",
+               [*FIT, "--data.train", "{train}", "--trainer.logger", "TensorBoardLogger"],
+               "one line: pip install tensorboard (rc 0 where it is installed)", expect="any",
+               names=["pip install tensorboard"], check=metrics_written(f"{RUNS}/version_0")),
     ]  # fmt: skip
 
 
@@ -174,3 +227,58 @@ def tools() -> list[Attack]:
 def _other_labels(work: Path, values: dict) -> None:
     if not (work / "other").exists():
         fixtures._tiny_builders().tiny_classifier(Path(values["bert"]), work / "other", 2, ["x", "y"])
+
+
+#: a distribution whose datamodule exits at import, another under a built-in short name, a strategy named like an
+#: option of the pipeline's parser
+PLUGINS = (
+    "[domainbert.datamodules]\nevil = evil_exits:DataModule\nclassification = evil_taken:DataModule\n\n"
+    "[domainbert.strategies]\nprinter = evil_strategy:Printer\n"
+)
+EVIL_STRATEGY = """
+from dataclasses import dataclass
+from domainbert.pipeline.strategies.base import Strategy
+
+@dataclass
+class Spec:
+    enabled: bool = False
+
+class Printer(Strategy, name="print_config", settings=Spec):
+    \"\"\"Named like an option of the pipeline's parser.\"\"\"
+"""
+
+
+def _plugins(work: Path, values: dict) -> None:
+    taken = "import pathlib\npathlib.Path(__file__).with_name('imported').touch()\nDataModule = object\n"
+    fixtures.plugin(work / "site", PLUGINS, evil_exits="import sys\nsys.exit(3)\n", evil_taken=taken,
+                    evil_strategy=EVIL_STRATEGY)  # fmt: skip
+
+
+def _warned(*needles: str, check=None):
+    """A check: rc 0, every needle in the output (the plugins' warnings), and ``check`` when given."""
+
+    def judge(res: Result) -> tuple[bool, str]:
+        missing = [n for n in needles if n not in res.out]
+        if res.rc != 0 or missing:
+            return False, f"rc {res.rc}" + (f"; does not say {missing[0]!r}" if missing else "")
+        return check(res) if check else (True, f"rc 0; warned: {', '.join(needles)}")
+
+    return judge
+
+
+def plugins() -> list[Attack]:
+    """Plugins that exit at import, take a built-in short name, or are named like a pipeline option."""
+    exits = "'evil' (evilplug: evil_exits:DataModule) failed to import and is skipped: SystemExit: 3"
+    taken = "'classification' (evilplug: evil_taken:DataModule; kept: domainbert: "
+    return [
+        Attack("plugin-exits-datamodules", "new", ["datamodules"], "rc 0; the listing, one warning per plugin",
+               expect="custom", check=_warned(exits, taken, "classification  domainbert.data.classification."),
+               setup=_plugins, path=["{work}/site"], absent=["{work}/site/imported"]),
+        Attack("plugin-exits-fit", "new", [*FIT, "--data.train", "{train}"], "rc 0; the broken plugin named",
+               expect="custom", check=_warned(exits, taken, check=metrics_written(f"{RUNS}/version_0")),
+               setup=_plugins, path=["{work}/site"], absent=["{work}/site/imported"]),
+        Attack("plugin-strategy-print-config", "new", ["pipeline", "--help"], "rc 0; the plugin named, skipped",
+               expect="custom", check=_warned("'printer' (evilplug: evil_strategy:Printer) named 'print_config'",
+                                              "usage: domainbert pipeline"),
+               setup=_plugins, path=["{work}/site"]),
+    ]  # fmt: skip

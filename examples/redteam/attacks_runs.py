@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from pathlib import Path
 
 from examples.redteam import fixtures
@@ -80,7 +81,8 @@ def _same_logits(res: Result) -> tuple[bool, str]:
 
 
 def finite_or_refused(res: Result) -> tuple[bool, str]:
-    """A run at an absurd learning rate: refused in one line, or every exported weight and final metric finite."""
+    """A run at an absurd learning rate: refused in one line, or every exported weight and final metric finite, and
+    a final training loss that blew up (over 100) said in the last lines and in every export's model card."""
     if res.rc != 0:
         lines = res.error_lines()
         return len(lines) == 1, (lines or ["no error line"])[0]
@@ -91,6 +93,16 @@ def finite_or_refused(res: Result) -> tuple[bool, str]:
     bad = [str(w) for w in weights if not all(t.isfinite().all() for t in load_file(w).values())]
     nan = any(w in line.lower() for line in final for w in ("nan", "inf"))
     note = f"rc 0; {len(weights)} export(s); {final[-1] if final else 'no final metrics'}"
+    loss = re.search(r"train/loss ([0-9.e+-]+)", final[-1]) if final else None
+    if loss and float(loss.group(1)) > 100:  # diverged: the end of the output and the cards must say so
+        tail = res.out.strip().splitlines()[-3:]
+        cards = [w.parent / "README.md" for w in weights]
+        unsaid = [str(c) for c in cards if "training diverged" not in (c.read_text() if c.is_file() else "")]
+        if not any("training diverged" in line.lower() for line in tail):
+            return False, note + "; the divergence is not said in the last lines"
+        if unsaid:
+            return False, note + f"; the card {unsaid[0]} does not say the training diverged"
+        note += "; the divergence said in the last lines and the card"
     return not bad and not nan, note + (f"; NON-FINITE weights in {bad[0]}" if bad else "")
 
 
@@ -108,9 +120,11 @@ def item14() -> list[Attack]:
                ["pseudolabel", "--model", "{bert}", "--corpus", "{corpus}", "--task", "{train}", "--out", "o"],
                "refused: no trained head", absent=["{work}/o/train.jsonl"]),
         Attack("fit-lr-1e3-cls", "14", ["fit", *CLS, "--model.learning_rate", "1e3", "--trainer.max_steps", "6"],
-               "refused, or nothing non-finite exported", expect="custom", check=finite_or_refused),
+               "refused, or nothing non-finite exported and a divergence said", expect="custom",
+               check=finite_or_refused),
         Attack("fit-lr-1e3-mlm", "14", ["fit", *MLM, "--model.learning_rate", "1e3", "--trainer.max_steps", "6"],
-               "refused, or nothing non-finite exported", expect="custom", check=finite_or_refused),
+               "refused, or nothing non-finite exported and a divergence said", expect="custom",
+               check=finite_or_refused),
         Attack("pipeline-seeds-empty", "14", ["pipeline", "--config", "p.yaml", *PIPE[1:], "--out", "p"],
                "one line: seeds is empty", names=["seeds"], setup=_write_yaml("seeds: []\n"),
                absent=[f"{{work}}/p/{p}" for p in PIPE_OUTPUTS]),

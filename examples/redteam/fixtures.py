@@ -80,6 +80,31 @@ def truncated_gzip(path: Path, lines: int = 5000) -> Path:
     return path
 
 
+def cut(path: Path, data: bytes) -> Path:
+    """``data`` cut off half-way at ``path`` (a compressed or Parquet file whose download broke off)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data[: len(data) // 2])
+    return path
+
+
+def labelled_rows(n: int = 400) -> list[dict]:
+    """``n`` classification rows with the fixtures' labels, text that compresses poorly enough to cut mid-stream."""
+    return [{"text": f"row {i} about {LABELS[i % 3]}, checksum {i * 7919 % 100003:05d}", "label": LABELS[i % 3]}
+            for i in range(n)]  # fmt: skip
+
+
+def plugin(site: Path, entry_points: str, **modules: str) -> Path:
+    """A distribution ``evilplug`` in ``site`` (for ``PYTHONPATH``): its ``entry_points.txt`` and its modules."""
+    info = site / "evilplug-0.1.dist-info"
+    if not info.exists():
+        info.mkdir(parents=True)
+        (info / "METADATA").write_text("Metadata-Version: 2.1\nName: evilplug\nVersion: 0.1\n")
+        (info / "entry_points.txt").write_text(entry_points)
+        for name, code in modules.items():
+            (site / f"{name}.py").write_text(code)
+    return site
+
+
 def jsonl(path: Path, rows: list[dict]) -> Path:
     """Write ``rows`` as JSON lines."""
     path.parent.mkdir(parents=True, exist_ok=True)

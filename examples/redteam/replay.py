@@ -38,6 +38,7 @@ def attacks() -> list[Attack]:
         *attacks_inputs.options(),
         *attacks_inputs.tools(),
         *attacks_safety.safety(),
+        *attacks_inputs.plugins(),
     ]
 
 

@@ -59,6 +59,8 @@ class Attack:
         absent: paths that must not exist afterwards (a payload's marker, a file written outside the output).
         secrets: strings that must never be printed.
         python: ``argv`` is ``python -c`` arguments instead of ``domainbert`` ones.
+        path: folders put before the others on the command's ``PYTHONPATH`` (placeholders allowed): a planted
+            plugin's distribution, say.
         phase: 1 for attacks that need the outputs of phase 0 (a fitted run).
         folder: the id of the attack whose folder this one shares (default: its own).
         timeout: seconds before the attack counts as a hang.
@@ -78,6 +80,7 @@ class Attack:
     absent: list[str] = field(default_factory=list)
     secrets: list[str] = field(default_factory=list)
     python: bool = False
+    path: list[str] = field(default_factory=list)
     phase: int = 0
     folder: str | None = None
     timeout: float = 300.0
@@ -133,6 +136,7 @@ def run(attack: Attack, values: dict[str, str], root: Path) -> tuple[str, str, R
     argv = [a.format(**values) for a in attack.argv]
     cmd = [sys.executable, *argv] if attack.python else [sys.executable, "-m", "domainbert", *argv]
     env = {**environment(root), **{k: v.format(**values) for k, v in attack.env.items()}}
+    env["PYTHONPATH"] = os.pathsep.join([*(p.format(**values) for p in attack.path), env["PYTHONPATH"]])
     start = time.monotonic()
     try:
         proc = subprocess.run(

@@ -128,3 +128,34 @@ def test_fit_prints_each_info_line_once_and_no_argv_warning(tiny_bert, corpus_fi
     assert not [line for line in err.splitlines() if line.startswith("INFO: ")]  # Lightning's own second handler
     info = [line for line in err.splitlines() if line.startswith("INFO ")]
     assert info and len(info) == len(set(info))
+
+
+def test_a_csv_logger_named_alone_gets_the_run_root_and_the_run_name(tiny_bert, corpus_file, tmp_path, capsys):
+    """The docs' promise: an unset ``save_dir`` is ``<default_root_dir>``, an unset ``name`` the run name."""
+    from domainbert.core.lightning_cli import cli_main
+
+    args = ["--trainer.logger", "CSVLogger", "--trainer.max_steps", "2", "--trainer.val_check_interval", "2"]
+    cli = cli_main(_fit(TINY, tiny_bert, tmp_path, *args, corpus=corpus_file))
+    run = tmp_path / "tiny_debug" / "version_0"
+    assert [Path(lg.log_dir) for lg in cli.trainer.loggers] == [run]  # the user's CSVLogger is the run's own folder
+    assert (run / "metrics.csv").exists() and (run / "hf" / "model.safetensors").exists()
+    assert "save_dir: <default_root_dir>" in (run / "config.yaml").read_text()  # reruns into its own root
+    assert "error" not in capsys.readouterr().err
+
+
+def test_a_tensorboard_logger_without_tensorboard_is_one_line_naming_the_package(
+    tiny_bert, corpus_file, tmp_path, capsys, monkeypatch
+):
+    from lightning.fabric.loggers import tensorboard
+
+    monkeypatch.setattr(tensorboard, "_TENSORBOARD_AVAILABLE", False)  # as where neither is installed
+    monkeypatch.setattr(tensorboard, "_TENSORBOARDX_AVAILABLE", False)
+    with pytest.raises(SystemExit) as done:
+        main(_fit(TINY, tiny_bert, tmp_path, "--trainer.logger", "TensorBoardLogger", corpus=corpus_file))
+    assert done.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.splitlines()[-1] == (
+        "domainbert: error: --trainer.logger TensorBoardLogger: the package 'tensorboard' is not installed "
+        "(pip install tensorboard)"
+    )
+    assert "Traceback" not in err and not (tmp_path / "tiny_debug" / "version_0").exists()

@@ -89,3 +89,17 @@ def test_fit_help_documents_resuming_and_the_modules(capsys, monkeypatch):
     ckpt = text[text.index("--ckpt_path CKPT_PATH Resume") :][:400]
     assert "``last`` (the newest checkpoint" in ckpt and "hpc" not in ckpt and "registry" not in ckpt
     assert "The main advantage is:" not in text  # Lightning's cut docstring is no heading
+
+
+def test_a_classifier_whose_loss_rose_by_orders_of_magnitude_says_so_last_and_in_its_card(
+    tiny_bert, tmp_path, capsys, monkeypatch
+):
+    """A finite divergence (1e3 on a classifier): exported, but the last line and the model card say so."""
+    monkeypatch.chdir(ROOT)  # the config's data paths
+    config = str(ROOT / "configs/finetune/tiny_classification.yaml")
+    args = ["fit", "--config", config, "--model.init_from", str(tiny_bert), "--trainer.default_root_dir", str(tmp_path)]
+    main([*args, "--model.learning_rate", "1e3", "--trainer.max_steps", "6", "--data.predict", "null"])
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith("Training diverged: the training loss rose from ") and "--model.learning_rate" in last
+    card = next(tmp_path.rglob("hf/README.md")).read_text()
+    assert "- **Warning: training diverged.** The training loss rose from " in card

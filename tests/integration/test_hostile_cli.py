@@ -127,3 +127,17 @@ def test_tool_subcommands_reject_abbreviated_options(capsys, args, abbrev):
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and f"unrecognized arguments: {abbrev} " in err
+
+
+@pytest.mark.faults(bad_inputs=1)
+def test_a_run_shorter_than_its_val_check_interval_is_one_line_saying_what_to_change(tiny_bert, tmp_path, capsys):
+    """30 documents, 3 held out, one an example, 8 a batch: 4 training batches an epoch, fewer than 10."""
+    short = tmp_path / "short.txt"
+    short.write_text("".join(f"document {i} about sockets and packages\n" for i in range(30)))
+    line = _fails(capsys, [*_base("fit", tiny_bert, short, tmp_path / "runs"), "--data.packing", "false"])
+    assert line == (
+        "domainbert: error: --trainer.val_check_interval=10: the run is shorter than that, an epoch has only 4 "
+        "training batch(es); set --trainer.val_check_interval to 4 or less (or 1.0, once an epoch), set "
+        "--trainer.check_val_every_n_epoch=null to count it in steps across epochs, or give more training data"
+    )
+    assert not (tmp_path / "runs" / "tiny_debug" / "version_0").exists()  # the failed start left no folder

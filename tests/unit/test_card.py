@@ -115,3 +115,13 @@ def test_a_local_base_model_is_named_as_a_local_folder_not_on_the_hub(tmp_path):
     assert "- **Base model:** local folder `dapt_hf`, not on the Hub" in card.text
     module, _ = fake_module(tmp_path / "run2")
     assert "- **Base model:** `sentence-transformers/all-MiniLM-L6-v2`" in model_card(module)
+
+
+def test_the_card_of_a_run_that_diverged_says_so(tmp_path):
+    module, _ = fake_module(tmp_path)
+    text = model_card(module)
+    assert "diverged" not in text
+    said = "the training loss rose from 1.1 at step 1 to 1.2e+08 at step 6 (1.09e+08 times)"
+    module._trainer.callbacks.append(SimpleNamespace(divergence=said))
+    line = next(x for x in model_card(module).splitlines() if "diverged" in x)
+    assert line == f"- **Warning: training diverged.** T{said[1:]}; lower the learning rate"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import inspect
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -421,3 +422,73 @@ def test_the_guard_and_the_export_refuse_nonfinite_weights(tmp_path):
     module.export_hf = lambda path: pytest.fail("a non-finite model was exported")
     with pytest.raises(DomainBertError, match="not exported to .*hf: the model's weights are not finite"):
         HFExport(restore_best=False).on_fit_end(trainer, module)
+
+
+# -- loggers ----------------------------------------------------------------------------------------------------------
+
+
+SAVE_DIR = "--trainer.logger.init_args.save_dir=<default_root_dir>"
+
+
+@pytest.mark.parametrize(
+    "args,expected",
+    [
+        (["--trainer.logger", "CSVLogger"], ["--trainer.logger", "CSVLogger", SAVE_DIR]),
+        (
+            ["--trainer.logger=TensorBoardLogger", "--x", "1"],
+            ["--trainer.logger=TensorBoardLogger", SAVE_DIR, "--x", "1"],
+        ),
+        (
+            ["--trainer.logger", "lightning.pytorch.loggers.CSVLogger", "--trainer.logger.name", "n"],
+            ["--trainer.logger", "lightning.pytorch.loggers.CSVLogger", SAVE_DIR, "--trainer.logger.name", "n"],
+        ),
+    ],
+)
+def test_a_versioned_logger_named_alone_gets_the_run_root_as_its_save_dir(args, expected):
+    from domainbert.core.lightning_cli import rooted_loggers
+
+    assert rooted_loggers(["fit", *args]) == ["fit", *expected]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--trainer.logger", "CSVLogger", "--trainer.logger.save_dir", "logs"],
+        ["--trainer.logger", "CSVLogger", "--trainer.logger.init_args.save_dir=logs"],
+        ["--trainer.logger", "false"],
+        ["--trainer.logger", "WandbLogger"],
+        ["--trainer.max_steps", "3"],
+    ],
+)
+def test_a_logger_given_its_save_dir_or_of_another_kind_is_left_as_given(args):
+    from domainbert.core.lightning_cli import rooted_loggers
+
+    assert rooted_loggers(["fit", *args]) == ["fit", *args]
+
+
+def test_the_run_root_placeholder_becomes_the_runs_root_and_the_run_name_the_loggers_name(tmp_path):
+    from lightning.pytorch.loggers import CSVLogger
+
+    from domainbert.core.lightning_cli import RUN_ROOT, run_loggers
+
+    given = {"class_path": "lightning.pytorch.loggers.CSVLogger", "init_args": {"save_dir": RUN_ROOT}}
+    loggers = run_loggers(given, tmp_path / "runs" / "cls", 3)
+    assert [Path(lg.log_dir) for lg in loggers] == [tmp_path / "runs" / "cls" / "version_3"]  # the same folder: one
+    given["init_args"]["name"] = "elsewhere"
+    theirs = run_loggers(given, tmp_path / "runs" / "cls", 3)[1]
+    assert isinstance(theirs, CSVLogger) and Path(theirs.log_dir) == tmp_path / "runs" / "elsewhere" / "version_3"
+
+
+def test_a_logger_whose_package_is_missing_is_one_line_naming_it(tmp_path, monkeypatch):
+    from lightning.fabric.loggers import tensorboard
+
+    from domainbert.core.lightning_cli import run_loggers
+
+    monkeypatch.setattr(tensorboard, "_TENSORBOARD_AVAILABLE", False)  # as where neither is installed
+    monkeypatch.setattr(tensorboard, "_TENSORBOARDX_AVAILABLE", False)
+    given = {"class_path": "lightning.pytorch.loggers.TensorBoardLogger", "init_args": {"save_dir": "x"}}
+    with pytest.raises(DomainBertError) as err:
+        run_loggers(given, tmp_path / "runs" / "cls", 0)
+    assert str(err.value) == (
+        "--trainer.logger TensorBoardLogger: the package 'tensorboard' is not installed (pip install tensorboard)"
+    )

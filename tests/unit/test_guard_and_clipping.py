@@ -273,3 +273,43 @@ def test_a_finite_gradient_whose_sum_overflows_passes_the_guard():
     guard = TrainingGuard(nonfinite="skip", release_memory=False)
     assert _step(guard, opt).logged == [] and guard.skipped == 0
     assert all(g is None or torch.isfinite(g).all() for g in _grads(opt))
+
+
+# -- divergence ---------------------------------------------------------------------------------------------
+
+
+def _guarded_fit(losses: list[float], nonfinite: str = "ignore") -> tuple[TrainingGuard, SimpleNamespace]:
+    """A guard that saw these training losses, one a step, and the end of training (no model)."""
+    guard = TrainingGuard(nonfinite=nonfinite, reseed_every_step=False, release_memory=False)
+    trainer = SimpleNamespace(global_step=0, is_global_zero=True, checkpoint_callbacks=[])
+    guard.on_fit_start(trainer, None)
+    for loss in losses:
+        trainer.global_step += 1
+        guard.on_train_batch_end(trainer, None, {"loss": torch.tensor(loss)}, None, 0)
+    guard.on_train_end(trainer, None)
+    return guard, trainer
+
+
+def test_a_loss_that_rose_by_orders_of_magnitude_is_a_divergence_said_after_the_fit(capsys):
+    guard, trainer = _guarded_fit([1.1, 4.0, 3.0e5, 1.2e8])
+    assert guard.divergence == "the training loss rose from 1.1 at step 1 to 1.2e+08 at step 4 (1.09e+08 times)"
+    guard.on_fit_end(trainer, None)
+    said = capsys.readouterr().out.strip()
+    assert said.startswith(f"Training diverged: {guard.divergence}. ") and "--model.learning_rate" in said
+    assert "\n" not in said
+
+
+def test_a_non_finite_last_loss_is_a_divergence_when_the_guard_lets_it_through():
+    guard, _ = _guarded_fit([0.7, float("inf")])
+    assert guard.divergence == "the training loss is inf at step 2 (it was 0.7 at step 1)"
+
+
+@pytest.mark.parametrize(
+    "losses",
+    [[1.1, 0.4, 0.02], [1.1, 2.5, 90.0], [0.001, 0.5], [0.0, 0.3]],
+    ids=["falling", "rising-under-100x", "small-but-100x", "from-zero"],
+)
+def test_a_loss_that_fell_or_rose_less_is_no_divergence(losses, capsys):
+    guard, trainer = _guarded_fit(losses)
+    guard.on_fit_end(trainer, None)
+    assert guard.divergence is None and capsys.readouterr().out == ""

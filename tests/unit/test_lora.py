@@ -83,3 +83,23 @@ def test_merged_leaves_plain_models_alone(tiny_bert):
 def test_unknown_family_asks_for_targets():
     with pytest.raises(DomainBertError, match="target_modules"):
         target_modules("gpt2")
+
+
+def test_a_bias_peft_does_not_know_is_one_line_naming_the_option_and_the_choices():
+    from domainbert.modules.lora import as_settings
+
+    with pytest.raises(DomainBertError) as err:
+        as_settings({"bias": "sideways"})
+    assert str(err.value) == "lora.bias='sideways': expected one of none, all, lora_only"
+
+
+def test_what_peft_itself_refuses_is_one_domainbert_error(tiny_bert, monkeypatch):
+    """A refusal from inside peft (a NotImplementedError, say) is a DomainBertError, not a traceback."""
+    import peft
+
+    def refuse(model, config):
+        raise NotImplementedError(f"Requested bias: {config.bias}, is not implemented.")
+
+    monkeypatch.setattr(peft, "get_peft_model", refuse)
+    with pytest.raises(DomainBertError, match=r"^lora: peft refused the settings: Requested bias: all, is not impl"):
+        SequenceClassificationModule(str(tiny_bert), num_labels=2, lora=LoraSettings(bias="all"))

@@ -159,3 +159,34 @@ def test_help_says_what_runs_by_default(capsys):
     assert "--finetune.enabled" not in text and "Always runs" in text
     assert "--isolate {training,all,none}" in text and "default: training" in text
     assert not re.search(r"type: \w+Spec \| null, default: null", text)  # no stage's default is null any more
+
+
+@pytest.mark.parametrize(
+    "option,value,said",
+    [
+        ("--dapt.watch.every_n_steps", "0", "dapt.watch.every_n_steps=0: expected a whole number >= 1, or null"),
+        ("--dapt.watch.every_n_steps", "-4", "dapt.watch.every_n_steps=-4: expected a whole number >= 1, or null"),
+        ("--tapt.watch.patience", "0", "tapt.watch.patience=0: expected a whole number >= 1, or null (never stop"),
+        ("--dapt.watch.margin", ".nan", "dapt.watch.margin=nan: expected a finite number"),
+    ],
+)
+def test_watch_values_that_cannot_work_are_refused_up_front_naming_the_pipeline_option(
+    tmp_path, monkeypatch, option, value, said
+):
+    """Unchecked, 0 became the default, and the others failed inside the stage naming the callback (or, a NaN
+    margin, closed the gate for good)."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(DomainBertError) as err:
+        main(["--base_model", "m", "--task_train", "t", "--task_val", "v", "--out", "p", option, value])
+    assert str(err.value).startswith(f"pipeline: {said}")
+    assert "\n" not in str(err.value) and not (tmp_path / "p").exists()
+
+
+def test_watch_values_from_python_are_named_as_the_option_they_were_given_as(tmp_path):
+    from domainbert.pipeline import WatchSpec
+
+    with pytest.raises(DomainBertError, match=r"^pipeline: dapt\.watch\.patience=0: expected a whole number >= 1"):
+        refused_pipeline(tmp_path, dapt={"enabled": True, "watch": {"patience": 0}})
+    with pytest.raises(DomainBertError, match=r"^watch\.margin=inf: expected a finite number$"):
+        WatchSpec(margin=float("inf"))
+    assert not (tmp_path / "p").exists()

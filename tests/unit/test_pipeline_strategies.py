@@ -150,8 +150,10 @@ def test_plugins_load_through_their_entry_points_and_a_bad_one_is_named_and_skip
     with pytest.warns(UserWarning) as caught:
         loaded = strategies.load(refresh=True)
     messages = " ".join(str(w.message) for w in caught)
-    assert "'broken' (no_such_module_xyz:Thing) failed to import" in messages
-    assert "'taken' is skipped: its name 'dapt' is taken" in messages and "'notone' is skipped" in messages
+    assert "'broken' (unknown distribution: no_such_module_xyz:Thing) failed to import" in messages
+    assert "names taken: 'taken' (unknown distribution: " in messages
+    assert "named 'dapt': a built-in strategy" in messages
+    assert "'notone' (unknown distribution: pathlib:Path) is skipped" in messages
     assert list(loaded)[-1] == "soup" and list(loaded)[6] == "echo"  # a start plugin runs after the built-in ones
     assert isinstance(loaded["echo"], _Echo) and "echo (start [" in strategies.listing(loaded)
     monkeypatch.undo()

@@ -20,6 +20,7 @@ import typing
 import warnings
 from typing import Any
 
+from domainbert.core.settings import SettingError
 from domainbert.errors import DomainBertError
 from domainbert.pipeline.strategies.base import Context, Strategy
 
@@ -28,7 +29,7 @@ GROUP = "domainbert.strategies"
 RESERVED = frozenset(
     {"base_model", "task_train", "task_val", "task_test", "corpus", "corpus_text_column", "text_column",
      "text_pair_column", "label_column", "out", "seeds", "metric", "isolate", "probe", "finetune", "distill",
-     "export", "config", "baseline"}
+     "export", "config", "baseline", "print_config", "help"}
 )  # fmt: skip
 
 _loaded: dict[str, Strategy] | None = None
@@ -51,8 +52,9 @@ def builtins() -> dict[str, Strategy]:
 def load(refresh: bool = False) -> dict[str, Strategy]:
     """Every strategy, by name: the built-in ones, then the plugins (start strategies before after strategies).
 
-    A plugin that fails to import, is not a :class:`Strategy`, or takes a name already taken is warned about and
-    skipped.
+    A plugin that fails to import or is not a :class:`Strategy` is warned about and skipped; so are plugins whose
+    names are taken (by a built-in strategy, an earlier plugin, or an option of the pipeline's own, such as
+    ``print_config``), all named in one warning line.
     """
     global _loaded
     if _loaded is not None and not refresh:
@@ -60,26 +62,46 @@ def load(refresh: bool = False) -> dict[str, Strategy]:
     from domainbert.core.plugins import load_entry_points
 
     found = builtins()
-    objects, _ = load_entry_points(GROUP, "strategy")
+    origins: dict[str, str] = {}
+    objects, _ = load_entry_points(GROUP, "strategy", origins)
+    taken = []
     for entry, obj in objects.items():
-        strategy = obj() if isinstance(obj, type) and issubclass(obj, Strategy) else obj
-        problem = _problem(entry, strategy, found)
+        try:
+            strategy = obj() if isinstance(obj, type) and issubclass(obj, Strategy) else obj
+        except Exception as err:  # noqa: BLE001 - a plugin's own constructor: skipped, not a crash
+            strategy = err
+        problem = _problem(strategy)
         if problem:
-            warnings.warn(f"domainbert: the strategy plugin {entry!r} is skipped: {problem}", stacklevel=2)
-            continue
-        found[strategy.name] = strategy
+            warnings.warn(
+                f"domainbert: the strategy plugin {entry!r} ({origins[entry]}) is skipped: {problem}", stacklevel=2
+            )
+        elif strategy.name in found or strategy.name in RESERVED:
+            owner = _owner(strategy.name, found)
+            taken.append(f"{entry!r} ({origins[entry]}) named {strategy.name!r}: {owner}")
+        else:
+            found[strategy.name] = strategy
+    if taken:
+        warnings.warn(f"domainbert: strategy plugins skipped, their names taken: {'; '.join(taken)}", stacklevel=2)
     _loaded = dict(sorted(found.items(), key=lambda item: item[1].kind != "start"))  # stable: start ones first
     return _loaded
 
 
-def _problem(entry: str, strategy, found: dict[str, Strategy]) -> str | None:
-    """Why a plugin's object cannot be a strategy; None when it can."""
+def _owner(name: str, found: dict[str, Strategy]) -> str:
+    """Who holds ``name`` already: the pipeline's own option, a built-in strategy, or an earlier plugin."""
+    if name in RESERVED:
+        return "a pipeline option"
+    module = type(found[name]).__module__
+    return "a built-in strategy" if module.startswith(__name__ + ".") else f"the plugin {module}"
+
+
+def _problem(strategy) -> str | None:
+    """Why a plugin's object cannot be a strategy (a taken name aside); None when it can."""
+    if isinstance(strategy, Exception):
+        return f"making it failed: {type(strategy).__name__}: {strategy}"
     if not isinstance(strategy, Strategy):
         return f"{strategy!r} is not a domainbert.pipeline.strategies.base.Strategy (subclass it)"
     if not strategy.name.isidentifier():
         return f"its name {strategy.name!r} is not an identifier (it is a config key)"
-    if strategy.name in found or strategy.name in RESERVED:
-        return f"its name {strategy.name!r} is taken (by a built-in strategy or a pipeline option)"
     if strategy.kind not in ("start", "after"):
         return f"its kind {strategy.kind!r} is neither 'start' nor 'after'"
     return None
@@ -101,7 +123,8 @@ def settings_of(strategies: dict[str, Strategy], given: dict[str, Any]) -> dict[
     a strategy whose settings extend it) is converted, its other fields at their defaults.
 
     Raises:
-        DomainBertError: a key that names no installed strategy, or settings of the wrong kind.
+        DomainBertError: a key that names no installed strategy, settings of the wrong kind, or a value the
+            settings refuse (named as the option, ``dapt.watch.patience``).
     """
     unknown = sorted(set(given) - set(strategies))
     if unknown:
@@ -133,6 +156,8 @@ def _coerce(name: str, strategy: Strategy, value: Any) -> Any:
             return cls(**fields)
     except TypeError:
         pass
+    except SettingError as err:  # the settings refuse a value: named as the pipeline option it was given as
+        raise DomainBertError(f"pipeline: {err.within(name)}") from None
     raise DomainBertError(f"pipeline: {name}: expected {cls.__name__} settings or a dict of its fields, got {value!r}")
 
 

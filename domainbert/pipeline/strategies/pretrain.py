@@ -61,7 +61,7 @@ def pretrain(
 def watch_args(ctx: Context, watch: WatchSpec, config: str, args: list[str]) -> list[str]:
     """``--trainer.callbacks+=<ProbeWatch>``: the task's files and columns, the metric, the checks' schedule."""
     task = ctx.task
-    every = watch.every_n_steps or every_n_steps(max_steps(config, args))
+    every = watch.every_n_steps if watch.every_n_steps is not None else every_n_steps(max_steps(config, args))
     init = {"train": task.train, "val": task.val, "every_n_steps": every, "patience": watch.patience}
     init.update(metric=ctx.metric, text_column=task.text_column, text_pair_column=task.text_pair_column)
     init.update(label_column=task.label_column)
