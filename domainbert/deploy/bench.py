@@ -180,6 +180,12 @@ class EvalSet:
             labels=labels,
         )
 
+    def b32_padding(self) -> float:
+        """The share of the batch-32 latency inputs that is padding (rows padded to the longest in their batch)."""
+        masks = [b["attention_mask"] for b in self.b32 if "attention_mask" in b]
+        total = sum(m.numel() for m in masks)
+        return round(1 - sum(int(m.sum()) for m in masks) / total, 3) if total else 0.0
+
 
 def measure(runner, evalset: EvalSet, known: dict | None = None) -> dict[str, Any]:
     """Latency per example at batch 1 and 32 (ms), and the task metric when there are labels.
