@@ -160,8 +160,8 @@ def export(
             unpickling (which can run code): only for folders you trust.
         max_drop: the recommendation's rule: the fastest variant (ms/example at batch 32) whose macro-F1 is at most
             this many points below the best variant's; None: no limit on the drop.
-        max_ms: the recommendation's other rule: the fastest... among those at most this many ms/example at batch
-            32 (with ``max_drop``: both hold); None: no limit on latency.
+        max_ms: the recommendation's latency limit: only variants at most this many ms/example at batch 32 (with
+            ``max_drop``, both limits hold); None: no limit.
         predictions: the model's test predictions over ``data`` from a pass already made (a JSON file of
             ``{"gold", "pred", "labels"}``, as the pipeline's training stages write ``test_predictions.json``): the
             model's fp32 row takes its task metric from them instead of a pass of its own over the rows (which runs

@@ -23,13 +23,15 @@ def tradeoff_figure(rows: list[dict], recommended: str | None = None):
     points = [r for r in rows if r.get("latency_ms_b32") is not None and r.get("f1_macro") is not None]
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     colors = {"teacher": "#d62", "probe": "#888"}
-    for r in points:
+    rec = None
+    for i, r in enumerate(sorted(points, key=lambda r: r["latency_ms_b32"])):
         x, y = r["latency_ms_b32"], r["f1_macro"]
         ax.scatter([x], [y], color=colors.get(r.get("role"), "#37a"), zorder=3)
-        ax.annotate(label(r), (x, y), textcoords="offset points", xytext=(5, 4), fontsize=8)
+        below = i % 2  # neighbours in latency alternate above and below their point, so their labels part
+        ax.annotate(label(r), (x, y), textcoords="offset points", xytext=(5, -11 if below else 4), fontsize=8)
         if r["variant"] == recommended:
+            rec = label(r)
             ax.scatter([x], [y], s=220, facecolors="none", edgecolors="#2a2", linewidths=2, zorder=4)
-            ax.annotate("recommended", (x, y), textcoords="offset points", xytext=(5, -12), fontsize=8, color="#2a2")
     if points:
         xs, ys = [r["latency_ms_b32"] for r in points], [r["f1_macro"] for r in points]
         pad_y = max(0.01, (max(ys) - min(ys)) * 0.15)
@@ -37,7 +39,8 @@ def tradeoff_figure(rows: list[dict], recommended: str | None = None):
         ax.set_xlim(0, max(xs) * 1.25)
     ax.set_xlabel("ms/example at batch 32 (lower is faster)")
     ax.set_ylabel("macro-F1 on --data")
-    ax.set_title("Deployment variants: latency against macro-F1", fontsize=10)
+    circled = f"; circled: recommended ({rec})" if rec else ""
+    ax.set_title(f"Deployment variants: latency against macro-F1{circled}", fontsize=9)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     return fig
