@@ -187,21 +187,31 @@ def recommendation_lines(rec: dict | None) -> list[str]:
 
 
 def slower_note(row: dict) -> str:
-    """Why an ONNX int8 row is slower per example at batch 32 than at batch 1."""
-    pad = row.get("b32_padding")
-    share = f" ({pad:.0%} of the batch-32 inputs here)" if pad is not None else ""
-    return (
+    """Why a row (ONNX int8) is slower per example at batch 32 than at batch 1, from what the export measured.
+
+    A batch of 32 is padded to its longest row; the export times the same rows batched in order of length
+    (``latency_ms_b32_by_length``): when that is no slower than batch 1, padding is the cost; when it still is,
+    padding does not explain it, and what is left is the int8 graph's own work per batch (its activations are
+    quantized at run time, over the whole batch).
+    """
+    head = (
         f"**Note:** {row['label']} takes {row['latency_ms_b32']} ms/example at batch 32 against "
-        f"{row['latency_ms_b1']} at batch 1. {PADDING_CAUSE.format(share=share)}"
+        f"{row['latency_ms_b1']} at batch 1."
     )
-
-
-#: Why a batch of 32 can cost an int8 ONNX graph more per example than one row at a time (measured:
-#: docs/benchmarks page of the export).
-PADDING_CAUSE = (
-    "A batch of 32 is padded to its longest row{share}, and the padding is computed like text; rows of similar "
-    "length batched together (or batch 1) do not pay it."
-)
+    pad, by_length = row.get("b32_padding"), row.get("latency_ms_b32_by_length")
+    padded = f"Each batch of 32 is padded to its longest row ({pad:.0%} of its inputs here are padding)"
+    if pad is None:
+        return f"{head} Each batch of 32 is padded to its longest row."
+    if by_length is None:
+        return f"{head} {padded}."
+    sorted_pad = row.get("b32_padding_by_length") or 0.0
+    same = f"the same rows batched in order of length ({sorted_pad:.0%} padding) take {by_length} ms/example"
+    if by_length <= row["latency_ms_b1"]:
+        return f"{head} {padded}, and padding is the cost: {same}. Batch rows of similar length when serving."
+    return (
+        f"{head} {padded}, but padding does not explain it: {same}. The rest is the int8 graph's own work per batch "
+        "(its activations are quantized at run time, per batch)."
+    )
 
 
 def _scope(rows: list[dict]) -> str:
