@@ -1,11 +1,14 @@
 """``domainbert export``: deployment variants of a model (pruned, int8, bf16, ONNX), their checks and report.
 
 - ``command``: the options, :func:`~domainbert.deploy.command.main` and the ``export()`` steps;
-- ``variants``: writing each variant's folder, with its check and report row;
-- ``load``: :func:`load_variant`, reading any variant back without running code from the folder;
+- ``formats``: the table of export formats (name → writer, loader, runner), one module per format, extended by
+  plugins under the entry-point group ``domainbert.export_formats``; ``folders``: what their folders share;
+- ``variants``: writing each variant's folder through its format, measuring it, and its report row;
+- ``load``: :func:`load_variant`, reading any variant back through the table without running code from the folder;
 - ``prune``: head importance, head pruning and the re-fit; ``quantize``: int8 and bf16 copies;
 - ``onnx_export``: ONNX export, onnxruntime runner and int8 quantization; ``bench``: latency and task metrics;
-- ``report``: the report rows, each folder's ``report.json``/``report.md`` and the summary.
+- ``report``: the report rows, each folder's ``report.json``/``report.md`` and the summary; ``recommend``: the
+  variant to ship under a macro-F1 drop or latency limit; ``plot``: latency against macro-F1.
 
 ``domainbert.deploy.load_variant`` is imported on first use, so ``import domainbert.deploy`` stays cheap.
 """

@@ -145,6 +145,8 @@ class EvalSet:
     num_labels: int | None
     repeats: int
     labels: list[int] | None = None
+    b32_by_length: list[dict] | None = None
+    """The batch-32 latency rows again, batched in order of length (little padding): what tells padding's cost."""
 
     @classmethod
     def build(
@@ -171,14 +173,28 @@ class EvalSet:
             repeats: timing passes; the median is reported.
         """
         timed = (texts * (1 + latency_examples // len(texts)))[: max(latency_examples, 32)]
+        b32_rows = timed[: max(32, latency_examples // 32 * 32)]
+        lengths = [len(ids) for ids in tokenizer(b32_rows, truncation=True, max_length=max_length)["input_ids"]]
+        by_length = [t for _, t in sorted(zip(lengths, b32_rows), key=lambda p: p[0])]
         return cls(
             metric_batches=None if labels is None else metric_batches(tokenizer, texts, labels, batch_size, max_length),
             b1=encode(tokenizer, timed[: min(latency_examples, 32)], 1, max_length),
-            b32=encode(tokenizer, timed[: max(32, latency_examples // 32 * 32)], 32, max_length),
+            b32=encode(tokenizer, b32_rows, 32, max_length),
             num_labels=num_labels,
             repeats=repeats,
             labels=labels,
+            b32_by_length=encode(tokenizer, by_length, 32, max_length),
         )
+
+    def b32_padding(self, by_length: bool = False) -> float:
+        """The share of the batch-32 latency inputs that is padding (rows padded to the longest in their batch).
+
+        ``by_length``: of the same rows batched in order of length (:attr:`b32_by_length`).
+        """
+        batches = self.b32_by_length if by_length else self.b32
+        masks = [b["attention_mask"] for b in batches or [] if "attention_mask" in b]
+        total = sum(m.numel() for m in masks)
+        return round(1 - sum(int(m.sum()) for m in masks) / total, 3) if total else 0.0
 
 
 def measure(runner, evalset: EvalSet, known: dict | None = None) -> dict[str, Any]:

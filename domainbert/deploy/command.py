@@ -2,7 +2,7 @@
 
 From a Hugging Face folder (for example a distillation run's ``hf/`` export) it writes, under ``--out``:
 
-- ``student/``: the model itself, re-saved with its tokenizer;
+- ``student/``: the model itself, re-saved with its tokenizer (whatever its role);
 - ``pruned/`` (``--prune_heads F``): the model with the fraction ``F`` of its attention heads removed, lowest
   importance first (Michel et al., 2019: the importance of a head is the expected absolute gradient of the
   loss with respect to a mask on its output), then re-fitted for ``--refit_steps`` steps on ``--train``
@@ -21,11 +21,24 @@ From a Hugging Face folder (for example a distillation run's ``hf/`` export) it 
   fused attention, residual-LayerNorm and GELU kernels (``--onnx_fuse``, :mod:`domainbert.deploy.onnx_fuse`),
   which only onnxruntime runs; ``--onnx_fuse false`` keeps the exporter's portable graph.
 
+Each format is one module of :mod:`domainbert.deploy.formats` (its writer, loader and runner), in a table that
+other packages extend through the entry-point group ``domainbert.export_formats``; ``--formats [name, ...]`` writes
+any of them by name.
+
+With ``--teacher``, the teacher is measured beside the variants (``teacher/``: its report), and its own int8 and
+ONNX int8 are written too when the model gets them (``teacher_int8/``, ``teacher_onnx_int8/``;
+``--teacher_variants false``: not): a fine-tuned teacher's int8 can be faster than a student and better. With
+``--probe`` (a frozen-embedding probe classifier's folder), the probe is measured too (``probe/``). Rows are named
+by role: the model's (``--role``; ``student`` with a teacher, else ``model``), ``teacher``, ``probe``.
+
 Each variant's folder gets ``report.json`` and ``report.md``: parameter count, weight-file size, CPU latency
-per example at batch 1 and batch 32, and accuracy / macro-F1 on ``--data`` (sequence classification). The
-top-level ``report.json`` / ``report.md`` put all variants side by side, with the teacher when ``--teacher``
-is given, and say which of bf16 and int8 is faster on this machine. Every folder and file is written
-atomically. The measurements reuse freed memory from batch to batch (glibc; :mod:`domainbert.core.cpu_memory`).
+per example at batch 1 and batch 32, and accuracy / macro-F1 on ``--data`` (and on ``--val`` when given). The
+top-level ``report.json`` / ``report.md`` put all variants side by side, with the difference from the teacher in
+macro-F1 points, recommend the variant to ship (the fastest at batch 32 within ``--max_drop`` points of the best,
+and at most ``--max_ms`` ms/example; on ``--val`` when given, else on ``--data``:
+:mod:`domainbert.deploy.recommend`), plot latency against macro-F1 (``tradeoff.png``), and say which of bf16 and
+int8 is faster on this machine. Every folder and file is written atomically. The measurements reuse freed memory
+from batch to batch (glibc; :mod:`domainbert.core.cpu_memory`).
 
 Load any variant back with :func:`domainbert.deploy.load.load_variant`. Nothing in a folder can make loading run
 code: torchao's ``model_int8.pt`` (a pickle) loads only with ``--trust_pickle true`` / ``load_variant(...,
@@ -35,7 +48,6 @@ trust_pickle=True)``.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import logging
 import sys
 from collections.abc import Callable, Iterable
@@ -47,19 +59,12 @@ import torch
 from torch import nn
 
 from domainbert.core.cpu_memory import reusing_freed_memory
-from domainbert.deploy.bench import EvalSet, encode, known_metrics
+from domainbert.deploy.bench import EvalSet, encode, known_metrics, metric_batches
+from domainbert.deploy.formats import ExportFormat, enabled
 from domainbert.deploy.load import load_variant
 from domainbert.deploy.prune import prune_and_refit
-from domainbert.deploy.quantize import to_bf16
 from domainbert.deploy.report import summary, summary_markdown, write_summary
-from domainbert.deploy.variants import (
-    Outputs,
-    hf_variant,
-    int8_variant,
-    onnx_int8_variant,
-    onnx_variant,
-    teacher_variant,
-)
+from domainbert.deploy.variants import Outputs, measured_in_place, write_variant
 from domainbert.errors import DomainBertError
 
 log = logging.getLogger(__name__)
@@ -72,11 +77,14 @@ def export(
     model: str,
     out: str,
     teacher: str | None = None,
+    probe: str | None = None,
     data: str | None = None,
+    val: str | None = None,
     train: str | None = None,
     text_column: str = "text",
     label_column: str = "label",
     max_length: int = 128,
+    role: str | None = None,
     int8: bool = False,
     int8_backend: Literal["auto", "torchao", "torch"] = "auto",
     int8_per_channel: bool = True,
@@ -84,6 +92,8 @@ def export(
     onnx: bool = False,
     onnx_opset: int | None = None,
     onnx_fuse: bool = True,
+    formats: list[str] | None = None,
+    teacher_variants: bool = True,
     prune_heads: float = 0.0,
     importance_batches: int = 8,
     refit_steps: int = 0,
@@ -95,21 +105,31 @@ def export(
     threads: int | None = None,
     seed: int = 0,
     trust_pickle: bool = False,
+    max_drop: float | None = 1.0,
+    max_ms: float | None = None,
     predictions: str | None = None,
     teacher_predictions: str | None = None,
+    probe_predictions: str | None = None,
 ) -> dict:
-    """Write the deployment variants of ``model`` under ``out``, each with its report.
+    """Write the deployment variants of ``model`` under ``out``, each with its report, and recommend one.
 
     Args:
         model: the Hugging Face folder to deploy (e.g. a distillation run's ``hf/``).
         out: the output folder: new, empty, or one domainbert wrote (never an input, the root, a home or a project
             folder); existing variant folders in it are replaced once the new ones are complete.
-        teacher: the teacher's folder: measured beside the variants, and its soft targets join the re-fit.
+        teacher: the teacher's folder: measured beside the variants (row ``teacher``), its soft targets join the
+            re-fit, and with ``teacher_variants`` its own int8 and onnx_int8 are written too.
+        probe: a frozen-embedding probe classifier's folder (the pipeline's ``probe/hf``): measured beside the
+            variants as row ``probe``, the floor every variant is checked against.
         data: labelled test file (JSONL/CSV/...) for the task metric and the latency inputs.
+        val: labelled validation file: every variant's task metric on it too (``val_f1_macro``...), and the
+            recommendation is made on it instead of on ``data``.
         train: labelled training file for the head importance and the re-fit (needed by ``prune_heads``).
-        text_column: the text column of ``data`` and ``train``.
+        text_column: the text column of ``data``, ``val`` and ``train``.
         label_column: the label column (names as in the model's ``id2label``).
         max_length: truncation length of the inputs.
+        role: what ``model`` is, the label of its rows (``student int8``...); default: ``student`` when a
+            ``teacher`` is given, else ``model``. Its fp32 folder is ``student/`` either way.
         int8: write ``int8/``, dynamic int8 quantization of the Linear layers (``model_int8.pt``, for PyTorch), and
             ``onnx_int8/``, the same quantization of the ONNX export (onnxruntime's ``quantize_dynamic``), which any
             ONNX runtime loads without pickles (needs onnxruntime; skipped with a warning without it).
@@ -122,31 +142,42 @@ def export(
         onnx_fuse: rewrite the ONNX graphs (``onnx/``, ``onnx_int8/``) into onnxruntime's fused attention,
             residual-LayerNorm and GELU kernels (needs onnxruntime and onnxscript; the graphs then run only in
             onnxruntime); false: the exporter's portable graph as it is.
+        formats: more formats to write, by name: built-in (``bf16``, ``int8``, ``onnx``, ``onnx_int8``) or
+            installed under the entry-point group ``domainbert.export_formats``.
+        teacher_variants: with ``teacher``, also write the teacher's quantized variants (``teacher_int8/``,
+            ``teacher_onnx_int8/``) when the model gets them: a teacher's int8 can beat a student that is no faster.
         prune_heads: fraction of attention heads to prune by importance (0 = none); writes ``pruned/``, which
             then is the base of the int8, bf16 and ONNX variants.
         importance_batches: training batches used to score the heads.
         refit_steps: optimizer steps of re-fitting after pruning.
         refit_lr: learning rate of the re-fit.
         batch_size: batch size of the metric pass, the importance pass and the re-fit.
-        limit: use at most this many examples of ``data``.
+        limit: use at most this many examples of ``data`` (and of ``val``).
         latency_examples: examples timed one by one for the batch-1 latency (and batched by 32 for batch 32).
         repeats: timing passes; the median is reported.
         threads: CPU threads for PyTorch and onnxruntime (default: PyTorch's default).
         seed: random seed (re-fit order and dropout).
         trust_pickle: let ``--model`` and ``--teacher`` be torchao int8 folders, whose weights load only by a full
             unpickling (which can run code): only for folders you trust.
+        max_drop: the recommendation's rule: the fastest variant (ms/example at batch 32) whose macro-F1 is at most
+            this many points below the best variant's; None: no limit on the drop.
+        max_ms: the recommendation's latency limit: only variants at most this many ms/example at batch 32 (with
+            ``max_drop``, both limits hold); None: no limit.
         predictions: the model's test predictions over ``data`` from a pass already made (a JSON file of
             ``{"gold", "pred", "labels"}``, as the pipeline's training stages write ``test_predictions.json``): the
-            ``student`` row takes its task metric from them instead of a pass of its own over the rows (which runs
+            model's fp32 row takes its task metric from them instead of a pass of its own over the rows (which runs
             after all, with a warning, when the file's gold labels or label names are not those of ``data`` and the
             model). Latency is still measured.
         teacher_predictions: the same for the teacher's row.
+        probe_predictions: the same for the probe's row.
 
     Returns:
-        The summary report (also written to ``out/report.json``).
+        The summary report (also written to ``out/report.json``), with its ``recommendation``.
     """
     from domainbert.core.files import claim_folder
+    from domainbert.deploy.recommend import check_rule
 
+    check_rule(max_drop, max_ms)
     inputs = [p for p in (model, teacher, data, train, predictions, teacher_predictions) if p and Path(p).exists()]
     out = claim_folder(out, inputs, "export: --out")  # before any work: new, empty or domainbert's; no input
     with _threads(threads), reusing_freed_memory():
@@ -155,32 +186,68 @@ def export(
         base = base.float().eval()
         label2id = _label2id(base.config)
         _check_pruning(prune_heads, train, label2id)
+        chosen = enabled({"int8": int8, "bf16": bf16, "onnx": onnx}, formats)
         read = partial(_read_split, text_column=text_column, label_column=label_column, label2id=label2id)
         texts, labels = _eval_texts(read, data, limit, latency_examples)
         num_labels = len(label2id) if label2id else None
         evalset = EvalSet.build(tokenizer, texts, labels, num_labels, batch_size, max_length, latency_examples, repeats)
         common = {"examples": len(texts), "data": data, "limit": limit, "threads": torch.get_num_threads()}
-        common["max_length"] = max_length
-        outs = Outputs(Path(out), tokenizer, evalset, common, threads, onnx_opset, onnx_fuse)
+        common.update(max_length=max_length, val=val, b32_padding=evalset.b32_padding())
+        options = {"int8_backend": int8_backend, "int8_per_channel": int8_per_channel, "threads": threads}
+        options.update(onnx_opset=onnx_opset, onnx_fuse=onnx_fuse)
+        outs = Outputs(Path(out), tokenizer, evalset, common, options)
+        outs.val_batches = _val_batches(read, val, limit, tokenizer, batch_size, max_length, num_labels)
         known = partial(_known, labels=None if limit else labels, num_labels=num_labels)
+        role = role or ("student" if teacher is not None else "model")
         teacher_model = None
         if teacher is not None:
-            teacher_model = _load_teacher(teacher, tokenizer, model, trust_pickle)
-            teacher_variant(outs, teacher, teacher_model, known(teacher_predictions, teacher_model.config))
-        hf_variant(outs, "student", base, extra={"source": str(model)}, known=known(predictions, base.config))
+            teacher_model = _load_other(teacher, tokenizer, model, trust_pickle)
+            measured_in_place(
+                outs, "teacher", "teacher", teacher, teacher_model, known(teacher_predictions, teacher_model.config)
+            )
+        probe_model = _load_probe(probe, tokenizer, model)
+        if probe_model is not None:
+            measured_in_place(outs, "probe", "probe", probe, probe_model, known(probe_predictions, probe_model.config))
+            del probe_model
+        extra = {"source": str(model)}
+        write_variant(outs, "fp32", base, "student", role, extra=extra, known=known(predictions, base.config))
         deployed = base
         if prune_heads > 0:
             batches = _train_batches(read(train, limit=None), tokenizer, batch_size, max_length, seed)
             deployed, extra = prune_and_refit(
                 base, batches, prune_heads, importance_batches, refit_steps, refit_lr, teacher_model
             )
-            hf_variant(outs, "pruned", deployed, extra=extra)
-        int8_options = {"backend": int8_backend, "per_channel": int8_per_channel} if int8 else None
-        _deployed_variants(outs, deployed, bf16, int8_options, onnx)
-        result = summary(outs.rows)
+            write_variant(outs, "fp32", deployed, "pruned", role, extra=extra)
+        _write_formats(outs, deployed, chosen, role)
+        if teacher_model is not None and teacher_variants:
+            _write_formats(outs, teacher_model, [f for f in chosen if f.teacher], "teacher", prefix="teacher_")
+        result = summary(outs.rows, max_drop=max_drop, max_ms=max_ms)
         write_summary(outs.out, result)
         print(summary_markdown(result))
         return result
+
+
+def _write_formats(outs: Outputs, model: nn.Module, chosen: list[ExportFormat], role: str, prefix: str = "") -> None:
+    """Write ``model`` in each format of ``chosen``, in order (``<prefix><format>/``); warn of those that cannot be."""
+    ctx = outs.context()
+    for fmt in chosen:
+        missing = fmt.available()
+        if missing:
+            log.warning(
+                "%s is not installed: no %s%s/ variant (pip install %s)", missing[0], prefix, fmt.name, *missing
+            )
+            continue
+        write_variant(outs, fmt, model, f"{prefix}{fmt.name}", role, ctx=ctx)
+
+
+def _val_batches(read: Callable, val: str | None, limit, tokenizer, batch_size: int, max_length: int, num_labels):
+    """The labelled batches of ``val`` for every row's validation metric; None without ``val`` or labels."""
+    if val is None or not num_labels:
+        return None
+    texts, labels = read(val, limit=limit)
+    if not texts:
+        raise DomainBertError(f"{val}: no examples")
+    return metric_batches(tokenizer, texts, labels, batch_size, max_length)
 
 
 def _known(path: str | None, config, labels: list[int] | None, num_labels: int | None) -> dict | None:
@@ -212,13 +279,24 @@ def _eval_texts(read: Callable, data: str | None, limit: int | None, latency_exa
     return texts, labels
 
 
-def _load_teacher(teacher: str, tokenizer, model: str, trust_pickle: bool) -> nn.Module:
-    """The teacher in float32 eval mode, checked to share the model's tokenizer."""
+def _load_other(folder: str, tokenizer, model: str, trust_pickle: bool) -> nn.Module:
+    """The teacher (or probe) at ``folder`` in float32 eval mode, checked to share the model's tokenizer."""
     from domainbert.distill.student import check_same_tokenizer
 
-    teacher_model, teacher_tokenizer, _ = load_variant(teacher, trust_pickle=trust_pickle)
-    check_same_tokenizer(teacher_tokenizer, tokenizer, teacher, model)
-    return teacher_model.float().eval()
+    other, other_tokenizer, _ = load_variant(folder, trust_pickle=trust_pickle)
+    check_same_tokenizer(other_tokenizer, tokenizer, folder, model)
+    return other.float().eval()
+
+
+def _load_probe(probe: str | None, tokenizer, model: str) -> nn.Module | None:
+    """The probe classifier at ``probe`` (None without one, or with a warning when its tokenizer is another)."""
+    if probe is None:
+        return None
+    try:
+        return _load_other(probe, tokenizer, model, trust_pickle=False)
+    except DomainBertError as err:
+        log.warning("--probe %s is not measured: %s", probe, err)
+        return None
 
 
 def _train_batches(split, tokenizer, batch_size: int, max_length: int, seed: int) -> list[dict]:
@@ -227,24 +305,6 @@ def _train_batches(split, tokenizer, batch_size: int, max_length: int, seed: int
     batches = encode(tokenizer, texts, batch_size, max_length, labels)
     order = torch.randperm(len(batches), generator=torch.Generator().manual_seed(seed)).tolist()
     return [batches[i] for i in order]
-
-
-def _deployed_variants(outs: Outputs, model: nn.Module, bf16: bool, int8: dict | None, onnx: bool):
-    """The variants of the deployed model (the pruned one, if any): ``bf16/``, ``int8/``, ``onnx/``, ``onnx_int8/``.
-
-    ``int8``: None for no int8 variants, else their options (``backend``, ``per_channel``).
-    """
-    if bf16:
-        hf_variant(outs, "bf16", to_bf16(model), bf16=True, extra={"runtime": "bf16 weights + CPU autocast"})
-    if int8:
-        int8_variant(outs, model, int8["backend"], per_channel=int8["per_channel"])
-    if onnx:
-        onnx_variant(outs, model)
-    if int8 and importlib.util.find_spec("onnxruntime") is None:
-        log.warning("onnxruntime is not installed: no onnx_int8/ variant (pip install onnxruntime)")
-    elif int8:
-        fp32 = outs.out / "onnx" / "model.onnx" if onnx else None
-        onnx_int8_variant(outs, model, fp32, per_channel=int8["per_channel"])
 
 
 @contextlib.contextmanager
@@ -303,7 +363,9 @@ def main(argv: list[str] | None = None) -> None:
     """``domainbert export``: parse the options (``--help`` lists them) and run :func:`export`."""
     from domainbert.core.tool_cli import run_function
 
-    flags = ("int8", "int8_per_channel", "bf16", "onnx", "onnx_fuse", "trust_pickle")
+    flags = ("int8", "int8_per_channel", "bf16", "onnx", "onnx_fuse", "trust_pickle", "teacher_variants")
     argv = _flag_values(list(sys.argv[1:] if argv is None else argv), flags)
-    description = "Write a model's deployment variants (HF, pruned, int8, bf16, ONNX), each with a report."
+    description = (
+        "Write a model's deployment variants (HF, pruned, int8, bf16, ONNX), each with a report; recommend one."
+    )
     run_function(export, argv, prog="domainbert export", description=description)

@@ -64,7 +64,7 @@ def write_report(folder: Path, report: dict) -> None:
 
 
 def with_ratios(rows: list[dict], base: str) -> list[dict]:
-    """Add speed-up, size and F1 columns relative to the row named ``base``."""
+    """Add speed-up and size columns relative to the row named ``base`` (its ``variant``)."""
     ref = next((r for r in rows if r["variant"] == base), None)
     if ref is None:
         return rows
@@ -76,18 +76,47 @@ def with_ratios(rows: list[dict], base: str) -> list[dict]:
                 r[f"speedup_{k[-3:].strip('_')}_vs_{base}"] = round(ref[k] / r[k], 2)
         if r.get("size_mb") and ref.get("size_mb"):
             r[f"size_vs_{base}"] = round(r["size_mb"] / ref["size_mb"], 3)
-        if r.get("f1_macro") is not None and ref.get("f1_macro"):
-            r[f"f1_vs_{base}"] = round(r["f1_macro"] / ref["f1_macro"], 4)
         out.append(r)
     return out
 
 
-def summary(rows: list[dict], base: str = "student") -> dict:
-    """The side-by-side report: every row with ratio columns, and which of bf16 / int8 is faster at batch 32."""
-    rows = with_ratios(rows, base)
-    if any(r["variant"] == "teacher" for r in rows):
+def with_points(rows: list[dict], base: str, metric: str = "f1_macro") -> list[dict]:
+    """Add ``<metric>_points_vs_<base>``: the difference from the row ``base``'s score, in points (× 100)."""
+    ref = next((r for r in rows if r["variant"] == base and r.get(metric) is not None), None)
+    if ref is None:
+        return rows
+    key = f"{metric}_points_vs_{base}"
+    return [{**r, key: round((r[metric] - ref[metric]) * 100, 2)} if r.get(metric) is not None else r for r in rows]
+
+
+def slower_at_b32(rows: list[dict]) -> list[str]:
+    """The ONNX int8 rows slower per example at batch 32 than at batch 1 (their ``variant``)."""
+    return [
+        r["variant"]
+        for r in rows
+        if r.get("format") == "onnx_int8" and r.get("latency_ms_b32") and r.get("latency_ms_b1")
+        if r["latency_ms_b32"] > r["latency_ms_b1"]
+    ]
+
+
+def summary(rows: list[dict], base: str = "student", max_drop: float | None = 1.0, max_ms: float | None = None):
+    """The side-by-side report: every row with its label and comparison columns, the recommendation, the verdicts.
+
+    Args:
+        rows: the variants' rows.
+        base: the row the speed-up and size columns compare with (the model's own fp32 folder, ``student``).
+        max_drop: the recommendation's drop limit in macro-F1 points (:func:`~domainbert.deploy.recommend.recommend`).
+        max_ms: its latency limit in ms/example at batch 32.
+    """
+    from domainbert.deploy.recommend import label, recommend
+
+    rows = [{**r, "label": label(r)} for r in with_ratios(rows, base)]
+    teacher = any(r["variant"] == "teacher" for r in rows)
+    if teacher:
         rows = with_ratios(rows, "teacher")
-    result: dict[str, Any] = {"variants": rows, "base": base}
+    rows = with_points(rows, "teacher" if teacher else base)
+    result: dict[str, Any] = {"variants": rows, "base": base, "points_vs": "teacher" if teacher else base}
+    result["recommendation"] = recommend(rows, max_drop=max_drop, max_ms=max_ms)
     by = {r["variant"]: r for r in rows}
     if "int8" in by and "bf16" in by:
         i, b = by["int8"]["latency_ms_b32"], by["bf16"]["latency_ms_b32"]
@@ -96,6 +125,9 @@ def summary(rows: list[dict], base: str = "student") -> dict:
             f"at batch 32 {result['faster_at_b32']} is faster on this CPU: int8 {i} ms/example, bf16 {b} ms/example"
             f" ({_cpu_note()})"
         )
+    slower = slower_at_b32(rows)
+    if slower:
+        result["slower_at_b32"] = slower
     return result
 
 
@@ -108,20 +140,78 @@ def _cpu_note() -> str:
 
 
 def summary_markdown(result: dict) -> str:
-    """The Markdown of :func:`summary`."""
+    """The Markdown of :func:`summary`: the table, the recommendation and its rule, the notes, the plot."""
     rows = result["variants"]
     base = result["base"]
-    cols = list(COLUMNS) + [
-        (f"speedup_b32_vs_{base}", f"speed-up b32 vs {base}"),
-        (f"size_vs_{base}", f"size vs {base}"),
-        (f"f1_vs_{base}", f"F1 vs {base}"),
-    ]
-    if any(r["variant"] == "teacher" for r in rows):
-        cols += [("speedup_b32_vs_teacher", "speed-up b32 vs teacher"), ("f1_vs_teacher", "F1 vs teacher")]
+    by = {r["variant"]: r for r in rows}
+    base_label = by[base]["label"] if base in by else base
+    cols = [("label", "variant")] + COLUMNS[1:]
+    if any(r.get("val_f1_macro") is not None for r in rows):
+        cols.append(("val_f1_macro", "val macro-F1"))
+    points = result.get("points_vs", base)
+    points_label = by[points]["label"] if points in by else points
+    cols += [(f"speedup_b32_vs_{base}", f"speed-up b32 vs {base_label}"), (f"size_vs_{base}", f"size vs {base_label}")]
+    if "teacher" in by:
+        cols.append(("speedup_b32_vs_teacher", "speed-up b32 vs teacher"))
+    cols.append((f"f1_macro_points_vs_{points}", f"Δ macro-F1 (points) vs {points_label}"))
     lines = ["# Deployment variants", "", _scope(rows), "", _table(rows, cols), ""]
+    lines += recommendation_lines(result.get("recommendation"))
     if "verdict" in result:
         lines += [f"**bf16 or int8:** {result['verdict']}.", ""]
+    for variant in result.get("slower_at_b32", []):
+        lines += [slower_note(by[variant]), ""]
+    if result.get("plot"):
+        lines += [f"![latency against macro-F1]({result['plot']})", ""]
     return "\n".join(lines)
+
+
+def recommendation_lines(rec: dict | None) -> list[str]:
+    """The recommendation's paragraph (and its warning below the probe), for the export's and pipeline's reports."""
+    from domainbert.deploy.recommend import below_probe_line
+
+    if not rec:
+        return []
+    if rec.get("variant") is None:
+        return [f"**Recommended:** none: {rec['why']}.", ""]
+    where = f" (`{rec['path']}`)" if rec.get("path") else ""
+    lines = [f"**Recommended:** **{rec['label']}**{where}: {rec['why']}."]
+    if rec["split"] == "test":
+        on = f" `{rec['data']}`" if rec.get("data") else ""
+        lines.append(
+            f"The variants have no validation scores (`--val`), so this choice is made on the export's test data{on}."
+        )
+    warning = below_probe_line(rec)
+    if warning:
+        lines.append(f"> **{warning}**.")
+    return [*lines, ""]
+
+
+def slower_note(row: dict) -> str:
+    """Why a row (ONNX int8) is slower per example at batch 32 than at batch 1, from what the export measured.
+
+    A batch of 32 is padded to its longest row; the export times the same rows batched in order of length
+    (``latency_ms_b32_by_length``): when that is no slower than batch 1, padding is the cost; when it still is,
+    padding does not explain it, and what is left is the int8 graph's own work per batch (its activations are
+    quantized at run time, over the whole batch).
+    """
+    head = (
+        f"**Note:** {row['label']} takes {row['latency_ms_b32']} ms/example at batch 32 against "
+        f"{row['latency_ms_b1']} at batch 1."
+    )
+    pad, by_length = row.get("b32_padding"), row.get("latency_ms_b32_by_length")
+    padded = f"Each batch of 32 is padded to its longest row ({pad:.0%} of its inputs here are padding)"
+    if pad is None:
+        return f"{head} Each batch of 32 is padded to its longest row."
+    if by_length is None:
+        return f"{head} {padded}."
+    sorted_pad = row.get("b32_padding_by_length") or 0.0
+    same = f"the same rows batched in order of length ({sorted_pad:.0%} padding) take {by_length} ms/example"
+    if by_length <= row["latency_ms_b1"]:
+        return f"{head} {padded}, and padding is the cost: {same}. Batch rows of similar length when serving."
+    return (
+        f"{head} {padded}, but padding does not explain it: {same}. The rest is the int8 graph's own work per batch "
+        "(its activations are quantized at run time, per batch)."
+    )
 
 
 def _scope(rows: list[dict]) -> str:
@@ -134,6 +224,12 @@ def _scope(rows: list[dict]) -> str:
 
 
 def write_summary(out: Path, result: dict) -> None:
-    """The top-level ``report.json`` and ``report.md`` of :func:`summary`, in ``out`` (atomically)."""
+    """The top-level ``report.json``, ``report.md`` and ``tradeoff.png`` of :func:`summary`, in ``out`` (atomically)."""
+    from domainbert.deploy.plot import write_plot
+
+    rec = result.get("recommendation") or {}
+    plot = write_plot(result["variants"], out, rec.get("variant"))
+    if plot is not None:
+        result["plot"] = plot.name
     atomic_write_text(out / "report.json", json.dumps(result, indent=2, sort_keys=True) + "\n")
     atomic_write_text(out / "report.md", summary_markdown(result))

@@ -22,6 +22,7 @@ from typing import Any, Literal
 from domainbert.errors import DomainBertError
 from domainbert.pipeline.specs import (
     DaptSpec,
+    DeploySpec,
     DistillSpec,
     ExportSpec,
     FinetuneSpec,
@@ -39,6 +40,7 @@ from domainbert.pipeline.strategies.base import NEEDS, Context
 
 __all__ = [
     "DaptSpec",
+    "DeploySpec",
     "ExportSpec",
     "FinetuneSpec",
     "PretrainSpec",
@@ -82,6 +84,7 @@ FINETUNE_ENABLED = (
 # The defaults, shared by every call: the pipeline reads them and never changes them.
 _ONE_SEED = [0]
 _PROBE, _FINETUNE, _DISTILL, _EXPORT = ProbeSpec(), FinetuneSpec(), DistillSpec(), ExportSpec()
+_DEPLOY = DeploySpec()
 
 
 def pipeline(
@@ -108,6 +111,7 @@ def pipeline(
     soup: SoupSpec | None = None,
     distill: DistillSpec = _DISTILL,
     export: ExportSpec = _EXPORT,
+    deploy: DeploySpec = _DEPLOY,
     **strategies: Any,
 ) -> Path:
     """Run the domain-adaptation recipe and write ``<out>/report.md``.
@@ -148,6 +152,9 @@ def pipeline(
             4 epochs with the built-in ``stages/distill.yaml``; ``enabled: false`` to ship the chosen model as is.
         export: deployment variants of the student (int8 by default). Runs by default after distillation when
             ``task_test`` is given.
+        deploy: the choice among the export's variants (the student's, the teacher's, the probe): the fastest at
+            batch 32 within ``max_drop`` macro-F1 points of the best (default 1.0) or ``max_ms`` ms/example, chosen
+            on validation; the report names it and warns when it scores below the frozen probe.
         **strategies: the settings of any other installed strategy, by its name (``contrastive=...``; a plugin's).
     """
     from domainbert.pipeline.forks import stop as stop_forks
@@ -158,19 +165,20 @@ def pipeline(
     task = TaskFiles(task_train, task_val, task_test, text_column, text_pair_column, label_column)
     ctx = _start(_context({**inputs, "metric": metric}, task, finetune or _FINETUNE, strategies), distill, out, isolate)
     try:
-        return _recipe(ctx, probe, distill, export)
+        return _recipe(ctx, probe, distill, export, deploy or _DEPLOY)
     finally:
         stop_forks()  # the training stages' server (:mod:`domainbert.pipeline.forks`), if it runs
         ctx.runner.close()  # out is free for another pipeline
 
 
-def _recipe(ctx, probe: ProbeSpec, distill: DistillSpec, export: StageSpec) -> Path:
+def _recipe(ctx, probe: ProbeSpec, distill: DistillSpec, export: StageSpec, deploy: DeploySpec = _DEPLOY) -> Path:
     """Run the stages on the started context ``ctx``, in order; the report's path.
 
     The probe, the strategies' stages around fine-tuning, the choice on validation, distillation and export.
     """
     from domainbert.pipeline import recipe
     from domainbert.pipeline import strategies as registry
+    from domainbert.pipeline.deployment import final_lines
     from domainbert.pipeline.report import write_report
     from domainbert.pipeline.strategies.larger_teacher import small_student_args
 
@@ -189,6 +197,7 @@ def _recipe(ctx, probe: ProbeSpec, distill: DistillSpec, export: StageSpec) -> P
     extra = recipe.transfer_args(distill, ctx) if distill.enabled else []
     if (larger := small_student_args(ctx, best)) is not None:
         teachers, extra = larger[0], extra + larger[1]
+    probe_run = (ctx.results().get(recipe.PROBE) or [None])[0]
     student, deployed = recipe.distill_and_export(
         ctx.runner,
         teacher,
@@ -198,10 +207,14 @@ def _recipe(ctx, probe: ProbeSpec, distill: DistillSpec, export: StageSpec) -> P
         teacher_predictions=best.get("predictions"),
         teachers=teachers,
         extra_args=extra,
+        deploy=deploy,
+        probe=probe_run,
     )
     choice = (chosen, why, teacher)
     report = write_report(ctx.runner, ctx.candidates, probed, choice, student, deployed, ctx.metric, ctx.seeds)
     print(f"\nPipeline done. Shipped: {teacher} ({chosen}: {why}). Report: {report}")
+    for line in final_lines(deployed):
+        print(line)
     return report
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from domainbert.core.stats import mean_std
 from domainbert.errors import DomainBertError
 from domainbert.pipeline.runner import Runner
-from domainbert.pipeline.specs import DistillSpec, ExportSpec, ProbeSpec, TaskFiles
+from domainbert.pipeline.specs import DeploySpec, DistillSpec, ExportSpec, ProbeSpec, TaskFiles
 from domainbert.pipeline.strategies.base import BASELINE, PROBE, Candidate, Context, finetune_stage, stage_config
 
 __all__ = ["BASELINE", "PROBE", "choose", "export_skipped", "run_probe"]
@@ -282,6 +282,8 @@ def distill_and_export(
     teacher_predictions: str | None = None,
     teachers: list[str] | None = None,
     extra_args: list[str] | None = None,
+    deploy: DeploySpec | None = None,
+    probe: dict | None = None,
 ):
     """Distil ``teacher`` into a student and export its deployment variants; ``(student record, export folder)``.
 
@@ -290,8 +292,11 @@ def distill_and_export(
     When the export does not run, the pipeline's output says why, and so does the student record's
     ``export_skipped`` (for the report). The export's teacher and student rows take their test metrics from the
     test passes their stages made (``teacher_predictions``, the student record's ``predictions``): each model reads
-    the test split once.
+    the test split once. ``deploy``: the deployment choice's settings; ``probe``: the frozen probe's record (its
+    classifier is measured beside the variants), both passed on by :func:`~domainbert.pipeline.deployment.export_args`.
     """
+    from domainbert.pipeline.deployment import export_args
+
     if not distill.enabled:
         return None, None
     teachers = teachers or [teacher]
@@ -303,15 +308,8 @@ def distill_and_export(
         print(f"[export] skipped: {skipped}", flush=True)
         return {**student, "export_skipped": skipped}, None
     folder = runner.out / "export"
-    args = ["export", "--model", student["hf"], "--teacher", teacher, "--data", task.test, "--out", str(folder)]
-    for flag, path in (("--predictions", student.get("predictions")), ("--teacher_predictions", teacher_predictions)):
-        if path:
-            args += [flag, str(path)]
-    runner.tool(
-        "export",
-        [*args, "--text_column", task.text_column, "--label_column", task.label_column, *export.args],
-        result=str(folder),
-    )
+    args = export_args(student, teacher, task, export, deploy, teacher_predictions, probe)
+    runner.tool("export", ["export", "--out", str(folder), *args], result=str(folder))
     return student, str(folder)
 
 

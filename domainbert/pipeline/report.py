@@ -7,19 +7,24 @@ from pathlib import Path
 
 from domainbert.core.files import atomic_write_text
 from domainbert.core.stats import mean_std, paired_bootstrap
+from domainbert.pipeline.deployment import report_lines as deployment_lines
 from domainbert.pipeline.recipe import below_probe, stopped_line
 from domainbert.pipeline.strategies.base import BASELINE, PROBE, Candidate
 from domainbert.pipeline.timing import part_lines
 
 
 def candidate_minutes(runner, candidate: Candidate) -> float:
-    """The minutes spent making ``candidate`` beyond its own fine-tuning: the stages it ran (its ``stages``).
+    """The minutes ``candidate`` cost beyond the baseline: the stages that made it and its own runs.
 
-    Curation, vocabulary, DAPT, TAPT; for self-training, the labelling, its teachers' fine-tuning and the runs on
-    task + pseudo-labelled rows; for a seed soup, its starting model's stages plus the averaging and the evaluation.
-    Only stages of this invocation count.
+    Its ``stages`` (curation, vocabulary, DAPT, TAPT; for self-training, the labelling, its teachers' fine-tuning and
+    the runs on task + pseudo-labelled rows; for a seed soup, its starting model's stages plus the averaging and the
+    evaluation), then the stages of its own runs (its fine-tuning over the seeds; a plugin's runs), each once. The
+    baseline costs nothing extra: every candidate is compared with it. Only stages of this invocation count.
     """
-    return sum(runner.seconds(s) for s in dict.fromkeys(candidate.stages) if s in runner.called) / 60
+    if candidate.name == BASELINE:
+        return 0.0
+    stages = [*candidate.stages, *(r.get("stage") for r in candidate.runs if r.get("stage"))]
+    return sum(runner.seconds(s) for s in dict.fromkeys(stages) if s in runner.called) / 60
 
 
 def _plot_setup():
@@ -31,6 +36,22 @@ def _plot_setup():
     return plt
 
 
+def curve_panels(columns: list[str], most: int = 4) -> list[list[str]]:
+    """The panels of a stage's curves, each a list of ``metrics.csv`` columns drawn together (at most ``most``).
+
+    First the training loss with the validation loss on the same axes, then every other validation metric, the
+    probe watch's metrics, and the other training losses (distillation's parts) last, so that a stage that logs many
+    losses still shows its validation.
+    """
+    cols = [c for c in columns if c.startswith(("train/loss", "val/", "probe/"))]
+    loss = "train/loss" if "train/loss" in cols else next((c for c in cols if c.startswith("train/loss")), None)
+    panels = [[c for c in (loss, "val/loss") if c in cols]]
+    panels += [[c] for c in cols if c.startswith("val/") and c != "val/loss"]
+    panels += [[c] for c in cols if c.startswith("probe/")]
+    panels += [[c] for c in cols if c.startswith("train/loss") and c != loss]
+    return [p for p in panels if p][:most]
+
+
 def _curves(run_dir: str, png: Path, title: str) -> bool:
     import pandas as pd
 
@@ -38,16 +59,31 @@ def _curves(run_dir: str, png: Path, title: str) -> bool:
     if not csv.exists():
         return False
     df = pd.read_csv(csv)
-    cols = [c for c in df.columns if c.startswith(("train/loss", "val/", "probe/")) and df[c].notna().any()][:4]
-    if not cols:
+    panels = curve_panels([c for c in df.columns if df[c].notna().any()])
+    if not panels:
         return False
     plt = _plot_setup()
-    fig, axes = plt.subplots(1, len(cols), figsize=(3.2 * len(cols), 2.8), squeeze=False)
-    for ax, col in zip(axes[0], cols):
-        d = df[["step", col]].dropna()
-        ax.plot(d["step"], d[col], marker="." if len(d) < 30 else None)
-        ax.set_title(col, fontsize=9)
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.4 * len(panels), 2.9), squeeze=False)
+    for ax, cols in zip(axes[0], panels):
+        for col in cols:
+            d = df[["step", col]].dropna()
+            checks = not col.startswith("train/")  # validation and probe checks: a point each
+            ax.plot(d["step"], d[col], marker="o" if checks or len(d) < 30 else None, label=col.split("/", 1)[0])
+            if checks and len(d):
+                last = d.iloc[-1]
+                ax.annotate(
+                    f"{last[col]:.3f}",
+                    (last["step"], last[col]),
+                    textcoords="offset points",
+                    xytext=(-4, 5),
+                    ha="right",
+                    fontsize=7,
+                )
+        once = [c for c in cols if not c.startswith("train/") and df[c].notna().sum() == 1]
+        ax.set_title(" & ".join(cols) + (" (checked once)" if once and len(cols) == 1 else ""), fontsize=8)
         ax.set_xlabel("step")
+        if len(cols) > 1:
+            ax.legend(fontsize=7)
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(png, dpi=90)
@@ -55,31 +91,86 @@ def _curves(run_dir: str, png: Path, title: str) -> bool:
     return True
 
 
-def comparison_chart(rows: list[tuple[str, float, float]], metric: str, png: Path, spread: bool = True) -> None:
+#: One candidate of the comparison chart: ``(name, val mean, val std, test mean, test std)``.
+ChartRow = tuple[str, float, float, float, float]
+
+
+def comparison_chart(
+    rows: list[ChartRow], metric: str, png: Path, spread: bool = True, chosen: str | None = None
+) -> None:
     """Save :func:`chart_figure` to ``png``, every label inside the image."""
     plt = _plot_setup()
-    fig = chart_figure(rows, metric, spread)
+    fig = chart_figure(rows, metric, spread, chosen)
     fig.savefig(png, dpi=90, bbox_inches="tight")
     plt.close(fig)
 
 
-def chart_figure(rows: list[tuple[str, float, float]], metric: str, spread: bool = True):
-    """A bar per starting model (mean test metric; with ``spread``, an error bar of the std over seeds).
+def chart_limits(values: list[float]) -> tuple[float, float]:
+    """The score axis: from just below the lowest value to just above the highest (within 0..1 for scores ≤ 1)."""
+    lo, hi = min(values), max(values)
+    margin = max(0.01, (hi - lo) * 0.15)
+    low, high = lo - margin, hi + margin * 1.6  # room above for the values' labels
+    return (max(0.0, low), min(1.0, high) if hi <= 1.0 else high)
 
-    The axis starts at 0, so bar heights compare as the scores do; long names are tilted and kept inside the figure.
+
+def chart_figure(rows: list[ChartRow], metric: str, spread: bool = True, chosen: str | None = None):
+    """Validation and test side by side for each starting model; the shipped one marked.
+
+    Points, not bars: the axis starts near the scores, so that differences of a point show (a bar would claim a
+    length from 0). Validation (hollow) chooses, test (filled) is reported; with ``spread``, error bars of the std
+    over seeds. ``chosen`` (the shipped candidate) gets a shaded band and a ``shipped`` label.
     """
     plt = _plot_setup()
-    fig, ax = plt.subplots(figsize=(1.6 * len(rows) + 2, 3.6))
-    names, means, stds = zip(*rows)
+    fig, ax = plt.subplots(figsize=(1.7 * len(rows) + 2.4, 3.8))
+    names = [r[0] for r in rows]
     colors = ["#888" if n == PROBE else "#37a" if n == BASELINE else "#3a7" for n in names]
-    ax.bar(names, means, yerr=stds if spread else None, capsize=5 if spread else 0, color=colors)
-    top = max(m + (s if spread else 0.0) for _, m, s in rows)
-    ax.set_ylim(0.0, top * 1.1 if top > 1.0 else 1.1)
-    ax.set_ylabel(f"test {metric}")
+    values = []
+    for i, (name, vm, vs, tm, ts) in enumerate(rows):
+        for x, mean, std, filled, split in ((i - 0.15, vm, vs, False, "val"), (i + 0.15, tm, ts, True, "test")):
+            if mean != mean:  # NaN: not measured
+                continue
+            ax.errorbar(
+                [x],
+                [mean],
+                yerr=[std] if spread else None,
+                fmt="o",
+                capsize=4 if spread else 0,
+                color=colors[i],
+                markerfacecolor=colors[i] if filled else "white",
+                markersize=8,
+                label=split if i == 0 else None,
+            )
+            ax.annotate(
+                f"{mean:.3f}",
+                (x, mean + (std if spread else 0.0)),
+                textcoords="offset points",
+                xytext=(0, 4),
+                ha="center",
+                fontsize=8,
+            )
+            values += [mean - (std if spread else 0.0), mean + (std if spread else 0.0)]
+        if name == chosen:
+            ax.axvspan(i - 0.45, i + 0.45, color="#fd6", alpha=0.35, zorder=0)
+    if values:
+        ax.set_ylim(*chart_limits(values))
+    if chosen in names:
+        i = names.index(chosen)
+        ax.annotate(
+            "shipped",
+            (i, 1.0),
+            xycoords=("data", "axes fraction"),
+            xytext=(0, -12),
+            textcoords="offset points",
+            ha="center",
+            fontsize=8,
+            fontweight="bold",
+        )
+    ax.set_xticks(range(len(names)), names)
+    ax.set_xlim(-0.6, len(names) - 0.4)
+    ax.set_ylabel(metric)
     what = "mean ± std over seeds" if spread else "one seed"
-    ax.set_title(f"test {metric} by starting model ({what})", fontsize=10)
-    for i, (m, sd) in enumerate(zip(means, stds)):
-        ax.text(i, m + (sd if spread else 0.0) + 0.01, f"{m:.3f}", ha="center", va="bottom", fontsize=8)
+    ax.set_title(f"{metric}: validation (hollow, chooses) and test (filled), {what}", fontsize=9)
+    ax.grid(axis="y", alpha=0.3)
     if max(len(n) for n in names) > 10:
         plt.setp(ax.get_xticklabels(), rotation=20, ha="right")
     fig.tight_layout()
@@ -101,13 +192,20 @@ def _predictions(runs: list[dict]) -> tuple[list[int], list[list[int]], int] | N
 def _verdict(candidate: Candidate, ci, delta: str, metric: str, per_min: str) -> str:
     """The plain sentence of one row's paired comparison (``ci``, an ``Interval``) with the baseline."""
     if candidate.one_model and not candidate.adapted:
-        what = "the weight average of the baseline's seeds (a model soup; no adaptation)"
+        what = f"the weight average of {_soup_of(candidate)}'s seeds (a model soup; no adaptation)"
     elif candidate.one_model:
         what = "adaptation with the weight average of its seeds (a model soup)"
+    elif not candidate.adapted:
+        what = f"{candidate.source}'s model (no domain adaptation)"
     else:
         what = "adaptation"
     single = "one model: its seeds' run-to-run noise" if candidate.one_model else "one seed: run-to-run noise"
     return f"- **{candidate.name}**: {what} {ci.verdict(single)} ({delta} test {metric}{per_min})."
+
+
+def _soup_of(candidate: Candidate) -> str:
+    """The starting model a soup averages (``baseline`` for ``baseline soup``)."""
+    return candidate.name.removesuffix(" soup") or BASELINE
 
 
 def _cell(value: tuple[float, float], single: bool) -> str:
@@ -146,7 +244,7 @@ def _intro(candidates: list[Candidate], seeds: list[int]) -> str:
 
 def _probe_verdict(chart: list, probed: dict, metric: str) -> str:
     """What fine-tuning bought over the probe, on test; plainly a failure when it lost."""
-    base, frozen = next(c for c in chart if c[0] == BASELINE)[1], probed["test"][metric]
+    base, frozen = next(c for c in chart if c[0] == BASELINE)[3], probed["test"][metric]
     if base < frozen:
         return (
             f"- **Fine-tuning lost to the frozen-embedding probe**: the baseline scored {base:.4f} test {metric} "
@@ -159,8 +257,13 @@ def _probe_verdict(chart: list, probed: dict, metric: str) -> str:
     )
 
 
-def adaptation_section(runner, candidates: list[Candidate], probed: dict | None, metric: str, seeds: list[int]):
-    """The table of candidates, the paired intervals, the verdicts and the gain per minute (a list of lines)."""
+def adaptation_section(
+    runner, candidates: list[Candidate], probed: dict | None, metric: str, seeds: list[int], chosen: str | None = None
+):
+    """The table of candidates, the paired intervals, the verdicts and the gain per minute (a list of lines).
+
+    ``chosen``: the shipped candidate, marked on the comparison chart.
+    """
     base_pred = _predictions(next(c for c in candidates if c.name == BASELINE).runs)
     lines = [
         _intro(candidates, seeds),
@@ -185,7 +288,9 @@ def adaptation_section(runner, candidates: list[Candidate], probed: dict | None,
         if candidate.stopped:
             verdicts.append(f"- **{candidate.name}**: {stopped_line(candidate.name, candidate.stopped, metric)}.")
         adapted = adapted or bool(verdict and candidate.adapted)
-        chart.append((candidate.name, *_mean(candidate.runs, f"test/{metric}")))
+        chart.append(
+            (candidate.name, *_mean(candidate.runs, f"val/{metric}"), *_mean(candidate.runs, f"test/{metric}"))
+        )
     if not adapted and not any(c.gated for c in candidates):
         verdicts += [
             "- This run trained no adapted model (DAPT, TAPT and curation were off), or recorded no test predictions:"
@@ -194,12 +299,20 @@ def adaptation_section(runner, candidates: list[Candidate], probed: dict | None,
     if probed is not None and probed.get("test", {}).get(metric) is not None and chart:
         verdicts.append(_probe_verdict(chart, probed, metric))
     lines += ["", *verdicts, ""]
-    if any(c[1] == c[1] for c in chart):  # not all NaN
-        if probed is not None and probed.get("test", {}).get(metric) is not None:
-            chart.insert(0, (PROBE, probed["test"][metric], 0.0))
+    if any(c[1] == c[1] or c[3] == c[3] for c in chart):  # not all NaN
+        if probed is not None and (probed.get("test", {}).get(metric) is not None or probed.get("val")):
+            nan = float("nan")
+            val, test = probed.get("val", {}).get(metric, nan), probed.get("test", {}).get(metric, nan)
+            chart.insert(0, (PROBE, val, 0.0, test, 0.0))
         spread = any(len(c.runs) > 1 for c in candidates)
-        comparison_chart(chart, metric, runner.out / "plots" / "comparison.png", spread=spread)
+        png = runner.out / "plots" / "comparison.png"
+        comparison_chart(chart, metric, png, spread=spread, chosen=chosen)
         lines += ["![comparison](plots/comparison.png)", ""]
+        lines += [
+            "The chart: validation (hollow), which chooses, beside test (filled), which is only reported; the "
+            "shipped model is shaded.",
+            "",
+        ]
     return lines
 
 
@@ -319,15 +432,16 @@ def write_report(runner, candidates, probed, choice, student, deployed, metric: 
     lines = ["# domainbert pipeline report", "", f"Folder: `{out}`", ""]
     lines += warning_lines(results, choice[0], metric)
     lines += ["## Does domain adaptation help?", ""]
-    lines += adaptation_section(runner, candidates, probed, metric, seeds)
+    lines += adaptation_section(runner, candidates, probed, metric, seeds, chosen=choice[0])
     chosen = next((c for c in candidates if c.name == choice[0]), None)
     lines += shipped_lines(choice, one_model=bool(chosen and chosen.one_model))
     if student is not None:
         lines += student_lines(student, metric)
     if deployed is not None and (Path(deployed) / "report.md").exists():
-        lines += ["## Teacher vs student vs int8", ""]
+        lines += ["## Deployment variants: the student's, the teacher's and the probe", ""]
         body = (Path(deployed) / "report.md").read_text(encoding="utf-8").splitlines()
-        lines += [ln for ln in body if not ln.startswith("# ")] + [""]
+        lines += [ln for ln in body if ln.startswith(("|", "Measured on", "**bf16", "**Note:**"))] + [""]
+        lines += deployment_lines(deployed, out)
     lines += part_lines(runner.state, runner.called)  # each stage's minutes, split into its parts
     lines += ["## Training curves", ""]
     for stage in dict.fromkeys(runner.called):

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from domainbert.core.settings import finite, whole_number
+from domainbert.errors import DomainBertError
 
 
 @dataclass
@@ -225,6 +226,33 @@ class ExportSpec:
     """Run the export stage."""
     args: list[str] = field(default_factory=lambda: ["--int8", "true"])
     """Options of ``domainbert export`` (``--help`` lists them)."""
+
+
+@dataclass
+class DeploySpec:
+    """The deployment choice among the export's variants: the fastest within a macro-F1 drop (or a latency limit).
+
+    The export measures the student's variants, the teacher with its own int8 and ONNX int8, and the frozen-embedding
+    probe; the report names the fastest at batch 32 among those within ``max_drop`` points of the best (and at most
+    ``max_ms`` ms/example), chosen on validation (``validation``) or else on the test split, and says which.
+    """
+
+    max_drop: float | None = 1.0
+    """Macro-F1 points below the best variant's that the recommended one may score; null: no limit."""
+    max_ms: float | None = None
+    """Milliseconds per example at batch 32 that the recommended variant may take; null: no limit."""
+    validation: bool = True
+    """Measure every variant on the task's validation rows too (when given) and choose on them, not on test."""
+    probe: bool = True
+    """Measure the frozen-embedding probe classifier beside the variants (the floor they are checked against)."""
+
+    def __post_init__(self) -> None:
+        from domainbert.deploy.recommend import check_rule
+
+        try:
+            check_rule(self.max_drop, self.max_ms)
+        except DomainBertError as err:
+            raise DomainBertError(f"pipeline: deploy.{err}") from None
 
 
 @dataclass

@@ -200,7 +200,9 @@ def test_export_writes_every_variant_with_reports(tiny):
         threads=1,
     )
     names = [r["variant"] for r in result["variants"]]
-    assert names == ["teacher", "student", "pruned", "bf16", "int8", "onnx", "onnx_int8"]
+    assert names == [
+        "teacher", "student", "pruned", "bf16", "int8", "onnx", "onnx_int8", "teacher_int8", "teacher_onnx_int8"
+    ]  # fmt: skip
     for name in names:
         for f in ("report.json", "report.md"):
             assert (out / name / f).exists(), (name, f)
@@ -236,7 +238,7 @@ def test_export_writes_every_variant_with_reports(tiny):
     assert info["variant"] == "bf16" and next(b16.parameters()).dtype == torch.bfloat16
     assert close_to_float(TorchRunner(b16, bf16=True)(batch), ref)
     # the int8 ONNX model: in the report beside the others, loaded without pickles, same argmax on most rows
-    assert "| onnx_int8 |" in (out / "report.md").read_text()
+    assert "| student onnx_int8 |" in (out / "report.md").read_text()
     assert not list((out / "onnx_int8").glob("*.pt")) and not list((out / "onnx_int8").glob("*.bin"))
     q_onnx, tok, info = load_variant(out / "onnx_int8")
     assert info["variant"] == "onnx_int8" and isinstance(q_onnx, OnnxModel)
@@ -245,6 +247,63 @@ def test_export_writes_every_variant_with_reports(tiny):
     got, want = TorchRunner(q_onnx)(fixture).argmax(-1), TorchRunner(fp32)(fixture).argmax(-1)
     assert len(want) >= 10 and (got == want).float().mean() >= 0.8
     assert onnx_rep["size_mb"] > json.loads((out / "onnx_int8" / "report.json").read_text())["size_mb"]
+
+
+def test_export_measures_the_teachers_int8_and_the_probe_beside_the_student_and_recommends_one(tiny, tmp_path):
+    student = make_teacher("bert", tmp_path / "student", layers=1, seed=1)
+    probe = make_teacher("bert", tmp_path / "probe", layers=1, seed=2)
+    out = tmp_path / "out"
+    result = command.export(
+        model=str(student),
+        out=str(out),
+        teacher=str(tiny["model"]),
+        probe=str(probe),
+        data=str(tiny["test"]),
+        val=str(tiny["test"]),
+        int8=True,
+        int8_backend="torch",
+        latency_examples=4,
+        repeats=1,
+        threads=1,
+        max_drop=100.0,
+    )
+    rows = {r["variant"]: r for r in result["variants"]}
+    assert list(rows) == ["teacher", "probe", "student", "int8", "onnx_int8", "teacher_int8", "teacher_onnx_int8"]
+    labels = [r["label"] for r in result["variants"]]
+    assert labels == ["teacher", "probe", "student", "student int8", "student onnx_int8", "teacher int8"] + [
+        "teacher onnx_int8"
+    ]
+    for name in ("teacher_int8", "teacher_onnx_int8"):
+        row = rows[name]
+        assert row["role"] == "teacher" and row["params"] == rows["teacher"]["params"] > rows["student"]["params"]
+        assert row["latency_ms_b32"] > 0 and 0 <= row["f1_macro"] <= 1 and 0 <= row["val_f1_macro"] <= 1
+        assert row["f1_macro_points_vs_teacher"] == round((row["f1_macro"] - rows["teacher"]["f1_macro"]) * 100, 2)
+    # the teacher's int8 folder is a real variant: it loads and tracks the teacher's float logits
+    teacher, tok = _load(tiny["model"])
+    q, _, info = load_variant(out / "teacher_int8")
+    assert info["variant"] == "int8" and q.config.num_hidden_layers == 2
+    batch = batches(tok, "test", 15)[0]
+    assert close_to_float(TorchRunner(q)(batch), TorchRunner(teacher)(batch))
+    assert load_variant(out / "teacher_onnx_int8")[2]["variant"] == "onnx_int8"
+    assert not (out / "probe" / "model.safetensors").exists()  # measured where it is: only its report
+    # with no drop limit the fastest row ships, chosen on validation (every row has a validation score)
+    rec = result["recommendation"]
+    fastest = min(result["variants"], key=lambda r: (r["latency_ms_b32"], -r["val_f1_macro"]))
+    assert rec["variant"] == fastest["variant"] and rec["split"] == "validation"
+    text = (out / "report.md").read_text()
+    assert f"**Recommended:** **{fastest['label']}**" in text and "| teacher int8 |" in text
+    assert "Δ macro-F1 (points) vs teacher" in text and (out / "tradeoff.png").stat().st_size > 1000
+    assert "![latency against macro-F1](tradeoff.png)" in text
+
+
+def test_a_teacher_exported_alone_is_labelled_model_and_the_flags_still_parse(tiny, tmp_path):
+    out = tmp_path / "alone"
+    args = ["--model", str(tiny["model"]), "--data", str(tiny["test"]), "--out", str(out), "--int8"]
+    command.main([*args, "--int8_backend", "torch", "--latency_examples", "2", "--repeats", "1", "--onnx", "false"])
+    report = json.loads((out / "report.json").read_text())
+    assert [r["label"] for r in report["variants"]] == ["model", "model int8", "model onnx_int8"]
+    assert (out / "student" / "config.json").is_file()  # the folder keeps its name: existing scripts read it
+    assert "| model |" in (out / "report.md").read_text() and "| student |" not in (out / "report.md").read_text()
 
 
 def test_cli_help_and_flags(capsys):

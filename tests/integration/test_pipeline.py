@@ -231,7 +231,9 @@ def test_tiny_pipeline_runs_every_stage_writes_the_report_and_a_rerun_skips_them
     assert [s for s in stages + soups if state.get(s, {}).get("status") == "done"] == stages + soups
     assert "over seeds [0, 1]" in text and "| baseline |" in text and "| dapt |" in text
     assert "| baseline soup |" in text and "| dapt soup |" in text
-    assert "| int8 |" in text and "| student |" in text
+    assert "| student int8 |" in text and "| student |" in text and "| teacher int8 |" in text and "| probe |" in text
+    assert "## The variant to deploy" in text and "**Recommended:**" in text and "export/tradeoff.png" in text
+    assert "Deploy: " in capsys.readouterr().out
     assert all((tmp_path / "p" / "plots" / f"{s}.png").is_file() for s in stages if s not in ("export", "probe"))
     stages += soups
     card = Path(state["finetune-dapt-seed0"]["hf"], "README.md").read_text()

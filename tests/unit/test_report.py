@@ -1,7 +1,10 @@
 """The pipeline's choice and report on hand-made records: the probe ships when fine-tuning lost to it, and says so;
-one seed shows no spread; a skipped export is named; the comparison chart starts at 0 with every label inside."""
+one seed shows no spread; a skipped export is named; the comparison chart shows validation beside test near the data
+and marks the shipped model; the wording follows a candidate's ``adapted`` and its own minutes."""
 
 from __future__ import annotations
+
+import re
 
 import pytest
 
@@ -81,19 +84,66 @@ def test_a_skipped_export_is_named_in_the_report_with_its_reason(tmp_path):
 
 
 @pytest.mark.parametrize("spread", [True, False])
-def test_the_comparison_chart_starts_at_zero_and_keeps_every_label_inside(spread):
+def test_the_comparison_chart_shows_validation_beside_test_near_the_data_and_marks_the_shipped_model(spread):
     import matplotlib.pyplot as plt
     from matplotlib.container import ErrorbarContainer
 
-    rows = [("frozen probe", 1.0, 0.0), ("baseline", 0.167, 0.01), ("knn-dapt+tapt soup", 0.18, 0.0)]
-    fig = chart_figure(rows, "f1_macro", spread=spread)
+    rows = [
+        ("frozen probe", 0.77, 0.0, 0.76, 0.0),
+        ("baseline", 0.80, 0.01, 0.785, 0.01),
+        ("knn-dapt+tapt soup", 0.79, 0.0, 0.792, 0.0),  # the tallest test score, not shipped
+    ]
+    fig = chart_figure(rows, "f1_macro", spread=spread, chosen="baseline")
     ax = fig.axes[0]
-    assert ax.get_ylim()[0] == 0.0 and ax.get_ylim()[1] >= 1.0
-    errorbars = [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
-    assert bool(errorbars) == spread  # no error bars for one seed
+    low, high = ax.get_ylim()
+    assert 0.7 < low < 0.76 and 0.80 < high < 0.86  # near the data, not from 0
+    points = [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
+    assert len(points) == 6  # validation and test for each row
+    assert [t.get_text() for t in ax.texts if t.get_text() == "shipped"] == ["shipped"]
+    shipped = next(t for t in ax.texts if t.get_text() == "shipped")
+    assert shipped.xy[0] == 1  # over the baseline, the second row
+    assert "validation" in ax.get_title() and "test" in ax.get_title()
+    has_bars = any(len(c[2]) for c in points)
+    assert has_bars == spread
     renderer = fig.canvas.get_renderer()
     box = fig.bbox
     for label in [*ax.get_xticklabels(), *ax.texts, ax.title]:
         extent = label.get_window_extent(renderer)
         assert extent.x0 >= box.x0 - 1 and extent.x1 <= box.x1 + 1 and extent.y0 >= box.y0 - 1, label
     plt.close(fig)
+
+
+def test_the_curves_show_validation_even_beside_many_training_losses():
+    from domainbert.pipeline.report import curve_panels
+
+    distill = ["epoch", "step", "test/f1_macro", "train/loss", "train/loss_hard", "train/loss_hidden", "train/loss_kl"]
+    distill += ["val/acc", "val/f1_macro", "val/loss"]
+    assert curve_panels(distill) == [["train/loss", "val/loss"], ["val/acc"], ["val/f1_macro"], ["train/loss_hard"]]
+    assert curve_panels(["train/loss", "probe/val_f1"]) == [["train/loss"], ["probe/val_f1"]]
+
+
+def _predictions(path, pred):
+    import json
+
+    path.write_text(json.dumps({"gold": [0, 1, 2, 0, 1, 2], "pred": pred, "labels": ["a", "b", "c"]}))
+    return str(path)
+
+
+def test_a_plugin_candidate_that_is_no_adaptation_is_not_called_one_and_its_fine_tuning_counts(tmp_path):
+    runner = Runner(tmp_path / "p")
+    runner.called += ["finetune-baseline-seed0", "finetune-relabel-seed0"]
+    runner.state.update({"finetune-baseline-seed0": {"seconds": 120.0}, "finetune-relabel-seed0": {"seconds": 90.0}})
+    base = {**_run(0.8, 0.7), "stage": "finetune-baseline-seed0"}
+    base["predictions"] = _predictions(tmp_path / "b.json", [0, 1, 2, 0, 1, 2])
+    other = {**_run(0.8, 0.7), "stage": "finetune-relabel-seed0"}
+    other["predictions"] = _predictions(tmp_path / "o.json", [0, 1, 2, 0, 1, 1])
+    candidates = [
+        Candidate(BASELINE, BASELINE, runs=[base], adapted=False),
+        Candidate("relabel", "relabel", runs=[other], adapted=False),
+    ]
+    text = write_report(runner, candidates, None, ("baseline", "why", "x"), None, None, "f1_macro", [0]).read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| relabel |"))
+    assert row.endswith("| 1.5 |")  # its own fine-tuning's 90 s
+    assert re.search(r"\*\*relabel\*\*: relabel's model \(no domain adaptation\) (helped|made no signif|hurt)", text)
+    assert "adaptation made" not in text and "adaptation helped" not in text and "adaptation hurt" not in text
+    assert next(line for line in text.splitlines() if line.startswith("| baseline |")).endswith("| 0.0 |")

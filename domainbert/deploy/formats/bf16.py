@@ -1,0 +1,31 @@
+"""``bf16``: bf16 weights, run under CPU bf16 autocast (fast on CPUs with AMX or AVX512-BF16)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from domainbert.core.hf import write_modeling_file
+from domainbert.deploy.folders import hf_model
+from domainbert.deploy.formats.interface import ExportFormat, WriteContext, Written
+from domainbert.deploy.quantize import to_bf16
+
+
+class Bf16(ExportFormat, name="bf16", option="bf16", order=10):
+    """bf16 weights in a Hugging Face folder, run under CPU bf16 autocast."""
+
+    def write(self, model: nn.Module, folder: Path, ctx: WriteContext) -> Written:
+        half = to_bf16(model)
+        half.save_pretrained(folder)
+        write_modeling_file(half, folder)
+        return Written(half, info={}, extra={"runtime": "bf16 weights + CPU autocast"})
+
+    def load(self, folder: Path, config, info: dict, trust_pickle: bool = False) -> nn.Module:
+        return hf_model(folder, config, dtype=torch.bfloat16)
+
+    def runner(self, model: nn.Module):
+        from domainbert.deploy.bench import TorchRunner
+
+        return TorchRunner(model, bf16=True)

@@ -1,0 +1,99 @@
+"""The pipeline's deployment choice: the export's options, and what the report and the last lines say of it.
+
+The export stage measures the student's variants, the teacher (with its own int8 and ONNX int8 when the student
+gets them) and the frozen-embedding probe classifier; its ``report.json`` holds the recommendation
+(:func:`domainbert.deploy.recommend.recommend`) under the ``deploy`` settings (:class:`~.specs.DeploySpec`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from domainbert.pipeline.specs import DeploySpec, ExportSpec, TaskFiles
+
+#: The trade-off plot of the export folder (:data:`domainbert.deploy.plot.PLOT_FILE`).
+PLOT_FILE = "tradeoff.png"
+
+
+def export_args(
+    student: dict,
+    teacher: str,
+    task: TaskFiles,
+    export: ExportSpec,
+    deploy: DeploySpec | None,
+    teacher_predictions: str | None = None,
+    probe: dict | None = None,
+) -> list[str]:
+    """The options of ``domainbert export`` for the distilled ``student`` (everything but ``--out``).
+
+    Args:
+        student: the distillation stage's record (``hf``, ``predictions``).
+        teacher: the shipped fine-tuned model's folder.
+        task: the task's files (``--data`` is the test split; ``--val`` the validation split when
+            ``deploy.validation``).
+        export: the export stage's settings; its ``args`` come last, so they override these.
+        deploy: the deployment choice's settings (None: the defaults).
+        teacher_predictions: the teacher's test predictions (its row's metric without a pass of its own).
+        probe: the frozen probe's record (``hf``: its classifier; ``predictions``); measured as row ``probe``
+            unless it is the teacher itself or ``deploy.probe`` is off.
+    """
+    deploy = deploy or DeploySpec()
+    args = ["--model", student["hf"], "--teacher", teacher, "--data", str(task.test), "--role", "student"]
+    if deploy.validation and task.val:
+        args += ["--val", task.val]
+    probe_hf = (probe or {}).get("hf")
+    if deploy.probe and probe_hf and Path(probe_hf).resolve() != Path(teacher).resolve():
+        args += ["--probe", probe_hf]
+        if probe.get("predictions"):
+            args += ["--probe_predictions", str(probe["predictions"])]
+    known = (("--predictions", student.get("predictions")), ("--teacher_predictions", teacher_predictions))
+    args += [arg for flag, path in known if path for arg in (flag, str(path))]
+    args += ["--max_drop", _number(deploy.max_drop), "--max_ms", _number(deploy.max_ms)]
+    return [*args, "--text_column", task.text_column, "--label_column", task.label_column, *export.args]
+
+
+def _number(value: float | None) -> str:
+    return "null" if value is None else repr(float(value))
+
+
+def recommendation(folder: str | None) -> dict | None:
+    """The export's recommendation (its ``report.json``), or None when there is no readable one."""
+    if folder is None:
+        return None
+    try:
+        return json.loads((Path(folder) / "report.json").read_text(encoding="utf-8")).get("recommendation")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def report_lines(folder: str | None, out: Path) -> list[str]:
+    """The report's section on the deployment choice: the recommendation, its rule, the plot (relative to ``out``)."""
+    from domainbert.deploy.report import recommendation_lines
+
+    rec = recommendation(folder)
+    if rec is None:
+        return []
+    lines = ["## The variant to deploy", "", *recommendation_lines(rec)]
+    lines.append(
+        f"Rule (`deploy.max_drop`, `deploy.max_ms`): the fastest at batch 32 among the variants {rec['rule']}."
+    )
+    plot = Path(folder) / PLOT_FILE
+    if plot.is_file():
+        rel = plot.resolve().relative_to(out.resolve()) if plot.resolve().is_relative_to(out.resolve()) else plot
+        lines += ["", f"![latency against macro-F1]({rel.as_posix()})"]
+    return [*lines, ""]
+
+
+def final_lines(folder: str | None) -> list[str]:
+    """The pipeline's last lines on deployment: the recommended variant, and the warning when below the probe."""
+    from domainbert.deploy.recommend import below_probe_line
+
+    rec = recommendation(folder)
+    if rec is None:
+        return []
+    if rec.get("variant") is None:
+        return [f"Deploy: no variant recommended: {rec['why']}."]
+    lines = [f"Deploy: {rec['label']} ({rec.get('path')}): {rec['why']}."]
+    warning = below_probe_line(rec)
+    return [*lines, warning] if warning else lines

@@ -1,0 +1,110 @@
+"""The export formats are one table: the flags pick from it, load_variant dispatches through it, a plugin adds one."""
+
+from __future__ import annotations
+
+import copy
+import doctest
+import json
+
+import pytest
+import torch
+
+from domainbert.deploy import formats
+from domainbert.deploy.folders import VARIANT_FILE, hf_model
+from domainbert.deploy.formats import ExportFormat, Written, enabled, interface
+from domainbert.deploy.load import load_variant
+from domainbert.errors import DomainBertError
+from tests.helpers.distill_tiny import make_teacher
+
+
+class Half(ExportFormat, name="fp16", order=15):
+    """float16 weights: a format from another package."""
+
+    def write(self, model, folder, ctx):
+        half = copy.deepcopy(model).half().eval()
+        half.save_pretrained(folder)
+        return Written(half, info={"dtype": "float16"})
+
+    def load(self, folder, config, info, trust_pickle=False):
+        return hf_model(folder, config, dtype=torch.float16)
+
+
+@pytest.fixture
+def plugins(monkeypatch):
+    """Install entry points of the group ``domainbert.export_formats`` (``{name: object}``) for one test."""
+    import domainbert.core.plugins
+
+    def install(found: dict):
+        def fake(group, what):
+            assert group == formats.GROUP
+            return dict(found), {}
+
+        monkeypatch.setattr(domainbert.core.plugins, "load_entry_points", fake)
+        formats.table.cache_clear()
+
+    yield install
+    formats.table.cache_clear()
+
+
+def test_the_built_in_table_names_each_format_once_with_its_flag():
+    table = {name: (f.option, f.teacher) for name, f in formats.BUILT_IN.items()}
+    assert table == {
+        "fp32": (None, False),
+        "bf16": ("bf16", False),
+        "int8": ("int8", True),
+        "onnx": ("onnx", False),
+        "onnx_int8": ("int8", True),
+    }
+
+
+def test_the_flags_pick_formats_in_their_order_and_names_add_more():
+    assert [f.name for f in enabled({"int8": True})] == ["int8", "onnx_int8"]
+    assert [f.name for f in enabled({"onnx": True, "bf16": True})] == ["bf16", "onnx"]
+    assert [f.name for f in enabled({"int8": False}, ["onnx", "bf16"])] == ["bf16", "onnx"]
+    assert enabled({}, ["fp32"]) == []  # the model's own folder is written anyway, as student/
+    with pytest.raises(DomainBertError, match=r"--formats: 'fp8' is not an export format; known: fp32, bf16"):
+        enabled({}, ["fp8"])
+
+
+def test_the_interface_docstring_example_runs():
+    result = doctest.testmod(interface, optionflags=doctest.ELLIPSIS)
+    assert result.attempted >= 5 and result.failed == 0
+
+
+def test_a_plugin_format_is_written_by_name_and_loads_through_load_variant(plugins, tmp_path):
+    plugins({"fp16": Half})
+    assert list(formats.table())[-1] == "fp16" and [f.name for f in enabled({}, ["fp16"])] == ["fp16"]
+    model, tokenizer, _ = load_variant(make_teacher("bert", tmp_path / "model", layers=1))
+    folder = tmp_path / "fp16"
+    folder.mkdir()
+    written = Half().write(model, folder, ctx=None)
+    tokenizer.save_pretrained(folder)
+    (folder / VARIANT_FILE).write_text(json.dumps({"variant": "fp16", **written.info}))
+    loaded, _, info = load_variant(folder)
+    assert info == {"variant": "fp16", "dtype": "float16"} and next(loaded.parameters()).dtype == torch.float16
+
+
+def test_a_plugin_may_not_replace_a_built_in_format_nor_be_anything_else(plugins):
+    class Fake(ExportFormat, name="int8"):
+        pass
+
+    plugins({"int8": Fake, "junk": object()})
+    with pytest.warns(UserWarning) as caught:
+        table = formats.table()
+    assert table["int8"] is formats.BUILT_IN["int8"] and "junk" not in table
+    text = " ".join(str(w.message) for w in caught)
+    assert "would replace the built-in 'int8'" in text and "'junk' is not a named ExportFormat" in text
+
+
+def test_a_folder_naming_an_unknown_format_is_refused_in_one_line(tmp_path):
+    folder = make_teacher("bert", tmp_path / "model", layers=1)
+    (folder / VARIANT_FILE).write_text(json.dumps({"variant": "fp16"}))
+    with pytest.raises(DomainBertError, match=r"field 'variant': expected one of fp32, bf16, int8, onnx, onnx_int8"):
+        load_variant(folder)
+
+
+def test_a_format_declares_only_known_attributes():
+    with pytest.raises(TypeError, match=r"\['flag'\] are not ExportFormat attributes"):
+
+        class Bad(ExportFormat, name="bad", flag="x"):
+            pass

@@ -1,0 +1,79 @@
+"""The pipeline's deployment choice: the export's options, the deploy settings' checks, the report's and last lines."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from domainbert.errors import DomainBertError
+from domainbert.pipeline.deployment import export_args, final_lines, report_lines
+from domainbert.pipeline.specs import DeploySpec, ExportSpec, TaskFiles
+
+TASK = TaskFiles("train.jsonl", "val.jsonl", "test.jsonl")
+STUDENT = {"hf": "p/distill/hf", "predictions": "p/distill/test_predictions.json"}
+PROBE = {"hf": "p/probe/hf", "predictions": "p/probe/test_predictions.json"}
+
+
+def _value(args: list[str], flag: str) -> str | None:
+    return args[args.index(flag) + 1] if flag in args else None
+
+
+def test_the_export_measures_the_probe_and_validation_and_carries_the_rule():
+    args = export_args(STUDENT, "p/ft/hf", TASK, ExportSpec(), DeploySpec(max_drop=0.5), "p/ft/test.json", PROBE)
+    assert _value(args, "--model") == "p/distill/hf" and _value(args, "--teacher") == "p/ft/hf"
+    assert _value(args, "--role") == "student" and _value(args, "--data") == "test.jsonl"
+    assert _value(args, "--val") == "val.jsonl" and _value(args, "--probe") == "p/probe/hf"
+    assert _value(args, "--probe_predictions") == "p/probe/test_predictions.json"
+    assert _value(args, "--max_drop") == "0.5" and _value(args, "--max_ms") == "null"
+    assert args[-2:] == ["--int8", "true"]  # the export stage's own args come last
+
+
+def test_a_probe_that_is_the_teacher_is_not_measured_twice_and_the_settings_turn_rows_off():
+    shipped_probe = export_args(STUDENT, "p/probe/hf", TASK, ExportSpec(), None, None, PROBE)
+    assert "--probe" not in shipped_probe and _value(shipped_probe, "--max_drop") == "1.0"
+    off = export_args(STUDENT, "p/ft/hf", TASK, ExportSpec(), DeploySpec(validation=False, probe=False), None, PROBE)
+    assert "--probe" not in off and "--val" not in off
+    no_val = export_args(STUDENT, "p/ft/hf", TaskFiles("t", None, "te"), ExportSpec(), DeploySpec(), None, None)
+    assert "--val" not in no_val and "--probe" not in no_val
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"max_drop": -1.0}, "pipeline: deploy.max_drop=-1.0: expected macro-F1 points at or above 0"),
+        ({"max_ms": 0.0}, "pipeline: deploy.max_ms=0.0: expected ms/example at batch 32 above 0"),
+    ],
+)
+def test_the_deploy_settings_are_checked_when_made(fields, message):
+    with pytest.raises(DomainBertError, match=message):
+        DeploySpec(**fields)
+    assert DeploySpec(max_drop=None, max_ms=5.0).max_ms == 5.0
+
+
+def _export(tmp_path, below: bool):
+    folder = tmp_path / "p" / "export"
+    folder.mkdir(parents=True)
+    rec = {"variant": "int8", "label": "student int8", "path": str(folder / "int8"), "score": 0.728}
+    rec.update(split="validation", data="val.jsonl", why="the fastest at batch 32 (4.2 ms/example) ...")
+    rec.update(rule="at most 5 ms/example at batch 32", probe=0.761 if below else 0.7, below_probe=below)
+    (folder / "report.json").write_text(json.dumps({"recommendation": rec}))
+    (folder / "tradeoff.png").write_bytes(b"png")
+    return str(folder)
+
+
+def test_the_report_names_the_variant_links_the_plot_and_warns_below_the_probe(tmp_path):
+    folder = _export(tmp_path, below=True)
+    text = "\n".join(report_lines(folder, tmp_path / "p"))
+    assert "## The variant to deploy" in text and "**Recommended:** **student int8**" in text
+    assert "![latency against macro-F1](export/tradeoff.png)" in text
+    warning = "WARNING: the recommended student int8 scores 0.7280 validation macro-F1, below the frozen-embedding"
+    assert warning in text and "made on the export's test data" not in text
+    last = final_lines(folder)
+    assert last[0].startswith("Deploy: student int8 (") and last[1].startswith(warning)
+
+
+def test_no_warning_above_the_probe_and_nothing_without_an_export(tmp_path):
+    folder = _export(tmp_path, below=False)
+    assert "WARNING" not in "\n".join(report_lines(folder, tmp_path / "p")) and len(final_lines(folder)) == 1
+    assert report_lines(None, tmp_path) == [] and final_lines(str(tmp_path / "missing")) == []
