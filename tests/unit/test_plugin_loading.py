@@ -113,4 +113,4 @@ def test_strategy_plugins_named_like_a_pipeline_option_or_a_built_in_are_named_i
 def test_no_strategy_can_take_the_name_of_an_option_of_the_pipelines_parser():
     installed = strategies.load(refresh=True)
     options = {a.dest.split(".")[0] for a in build_parser([])._actions}
-    assert options - set(installed) <= strategies.RESERVED
+    assert options - set(installed) <= strategies.reserved()

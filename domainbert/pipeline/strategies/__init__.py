@@ -14,7 +14,9 @@ then every candidate is fine-tuned, then the after strategies run.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
+import inspect
 import pkgutil
 import typing
 import warnings
@@ -25,12 +27,23 @@ from domainbert.errors import DomainBertError
 from domainbert.pipeline.strategies.base import Context, Strategy
 
 GROUP = "domainbert.strategies"
-#: Names a strategy may not take: the pipeline's own options.
-RESERVED = frozenset(
-    {"base_model", "task_train", "task_val", "task_test", "corpus", "corpus_text_column", "text_column",
-     "text_pair_column", "label_column", "out", "seeds", "metric", "isolate", "probe", "finetune", "distill",
-     "export", "config", "baseline", "print_config", "help"}
-)  # fmt: skip
+#: Names a strategy may not take beside the pipeline's own options (see :func:`reserved`).
+_RESERVED_EXTRA = frozenset({"config", "print_config", "help", "baseline"})
+
+
+@functools.cache
+def reserved() -> frozenset[str]:
+    """Names a strategy may not take: the pipeline's own options, derived, so that a new option is reserved too.
+
+    They are every named parameter of :func:`domainbert.pipeline.pipeline` that is not a built-in strategy's
+    settings, the parser's own options (``config``, ``print_config``, ``help``) and ``baseline``.
+    """
+    from domainbert.pipeline import pipeline
+
+    params = inspect.signature(pipeline).parameters.values()
+    named = {p.name for p in params if p.kind is not inspect.Parameter.VAR_KEYWORD}
+    return frozenset(named - set(builtins())) | _RESERVED_EXTRA
+
 
 _loaded: dict[str, Strategy] | None = None
 
@@ -75,7 +88,7 @@ def load(refresh: bool = False) -> dict[str, Strategy]:
             warnings.warn(
                 f"domainbert: the strategy plugin {entry!r} ({origins[entry]}) is skipped: {problem}", stacklevel=2
             )
-        elif strategy.name in found or strategy.name in RESERVED:
+        elif strategy.name in found or strategy.name in reserved():
             owner = _owner(strategy.name, found)
             taken.append(f"{entry!r} ({origins[entry]}) named {strategy.name!r}: {owner}")
         else:
@@ -88,7 +101,7 @@ def load(refresh: bool = False) -> dict[str, Strategy]:
 
 def _owner(name: str, found: dict[str, Strategy]) -> str:
     """Who holds ``name`` already: the pipeline's own option, a built-in strategy, or an earlier plugin."""
-    if name in RESERVED:
+    if name in reserved():
         return "a pipeline option"
     module = type(found[name]).__module__
     return "a built-in strategy" if module.startswith(__name__ + ".") else f"the plugin {module}"
