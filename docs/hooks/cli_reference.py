@@ -3,11 +3,15 @@
 ``docs/reference/cli.md`` holds the marker ``<!-- cli-reference -->``; this hook replaces it with ``domainbert
 --help`` and, for every command of :data:`domainbert.cli.COMMANDS`, the output of ``domainbert <command> --help``
 (run as a subprocess of the same interpreter, 100 columns wide), so the page never disagrees with the parsers.
+
+It also drops the Sphinx roles the docstrings use (``:class:`x``` becomes ``x`` in code), which mkdocstrings would
+otherwise print as they are in the API reference.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -57,3 +61,12 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
     if page.file.src_uri != PAGE or MARKER not in markdown:
         return markdown
     return markdown.replace(MARKER, reference())
+
+
+#: a Sphinx role before an inline code span, as the rendered HTML has it (``:meth:<code>~a.b</code>``)
+ROLE = re.compile(r":(?:mod|func|class|meth|attr|data|exc|obj|const):(<code>)~?")
+
+
+def on_page_content(html: str, page, config, files) -> str:
+    """Drop the Sphinx roles of the docstrings rendered on the API pages."""
+    return ROLE.sub(r"\1", html)

@@ -429,7 +429,9 @@ def sentence_embedder(tiny_bert: Path, out: Path) -> Path:
         if f.is_file():
             (out / f.name).write_bytes(f.read_bytes())
     (out / "1_Pooling").mkdir()
-    (out / "modules.json").write_text('[{"idx": 1, "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]')
+    (out / "modules.json").write_text(
+        '[{"idx": 1, "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]'
+    )
     (out / "1_Pooling" / "config.json").write_text('{"pooling_mode_mean_tokens": true}')
     return out
 
