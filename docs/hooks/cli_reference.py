@@ -10,6 +10,7 @@ otherwise print as they are in the API reference.
 
 from __future__ import annotations
 
+import html
 import os
 import re
 import subprocess
@@ -29,7 +30,7 @@ def _help(argv: tuple[str, ...]) -> str:
     if argv not in _texts:
         env = {**os.environ, "COLUMNS": "100", "DOMAINBERT_LOG": "ERROR"}
         cmd = [sys.executable, "-m", "domainbert", *argv, "--help"]
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
         if proc.returncode != 0 or not proc.stdout.strip():
             raise RuntimeError(f"cli_reference: `domainbert {' '.join(argv)} --help` failed:\n{proc.stderr[-2000:]}")
         _texts[argv] = proc.stdout.rstrip()
@@ -37,7 +38,7 @@ def _help(argv: tuple[str, ...]) -> str:
 
 
 def _block(argv: tuple[str, ...]) -> str:
-    return f"```text\n$ domainbert {' '.join(argv)} --help\n{_help(argv)}\n```\n"
+    return f"```text\n$ {' '.join(['domainbert', *argv, '--help'])}\n{_help(argv)}\n```\n"
 
 
 def reference() -> str:
@@ -50,7 +51,7 @@ def reference() -> str:
         list(pool.map(_help, wanted))
     parts = ["## domainbert\n", _block(())]
     for name, command in COMMANDS.items():
-        parts += [f"## {name}\n", f"{command.help}\n", _block((name,))]
+        parts += [f"## {name}\n", f"{html.escape(command.help)}\n", _block((name,))]
         for sub in SUBCOMMANDS.get(name, ()):
             parts += [f"### {name} {sub}\n", _block((name, sub))]
     return "\n".join(parts)
