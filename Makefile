@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-fast test-long lint bench clean
+.PHONY: setup demo test test-fast test-long lint bench docs clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -18,13 +18,14 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
-## The demo: the whole recipe on the bundled Debian data with all-MiniLM-L6-v2 (its minutes, by CPU: FIGURES.md, "The demo").
+## The demo: the whole recipe on the bundled Debian data with all-MiniLM-L6-v2 (its minutes, by CPU:
+## docs/benchmarks/time-to-model.md).
 demo: $(STAMP)
 	$(BIN)/domainbert pipeline --config configs/pipeline/minilm_debian.yaml
 
-## The tests (FIGURES.md has how long they take): the default suite, then the multi-process ones (DDP on gloo,
-## multi-worker sweeps on PostgreSQL, a killed fit; the PostgreSQL ones skip with a reason when no server can be
-## started). Each run ends with its 25 slowest tests.
+## The tests (docs/benchmarks/test-suite.md has how long they take): the default suite, then the multi-process
+## ones (DDP on gloo, multi-worker sweeps on PostgreSQL, a killed fit; the PostgreSQL ones skip with a reason when no
+## server can be started). Each run ends with its 25 slowest tests.
 DURATIONS := --durations=25
 test: $(STAMP)
 	$(BIN)/python -m pytest -q $(DURATIONS)
@@ -46,5 +47,15 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python examples/benchmarks/mlm_throughput.py
 
+## The documentation site: the docs extra (MkDocs, Material, mkdocstrings) installed into .venv when missing, then
+## a strict build into site/ (the command-line reference is generated from the parsers by docs/hooks/cli_reference.py).
+DOCS_STAMP := $(VENV)/.docs-installed
+$(DOCS_STAMP): $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[docs]'
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	$(BIN)/mkdocs build --strict --site-dir site
+
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) runs .pytest_cache site

@@ -7,4 +7,4 @@ deployment, all driven by LightningCLI configs (``domainbert fit --config ...``)
 from domainbert.errors import DomainBertError
 
 __all__ = ["DomainBertError"]
-__version__ = "0.1.0"
+__version__ = "0.2.0.dev0"

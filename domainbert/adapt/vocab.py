@@ -608,7 +608,8 @@ def train_command(
 ) -> None:
     """Train a fresh BERT-style WordPiece tokenizer on a corpus, for a model trained from scratch.
 
-    Special tokens are [PAD] [UNK] [CLS] [SEP] [MASK]; the result is a transformers BertTokenizer folder.
+    Special tokens are ``[PAD]`` ``[UNK]`` ``[CLS]`` ``[SEP]`` ``[MASK]``; the result is a transformers
+    BertTokenizer folder.
 
     Args:
         corpus: text files (one document a line), JSONL/CSV/Parquet files with a text column, globs, folders

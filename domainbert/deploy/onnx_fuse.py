@@ -7,8 +7,8 @@ encoder's graph can match (no rotary embeddings, RMSNorm or grouped-query attent
 ``fuse_attention``, which packs Q, K and V into one ``Attention`` op: onnxruntime's ``quantize_dynamic`` cannot
 quantize a packed op that also takes a mask as an attention bias, so packing would leave the largest projections
 in fp32 in ``onnx_int8/``. Kept separate, they are quantized like every other MatMul, and the fp32 graph runs as
-fast or faster (FIGURES.md). ``optimize_for_ort``'s other rewrites (Gemm to MatMul, FusedMatMul, softmax) are
-left to onnxruntime's own graph optimizer, which runs when a session opens.
+fast or faster (docs/benchmarks/deployment.md). ``optimize_for_ort``'s other rewrites (Gemm to MatMul,
+FusedMatMul, softmax) are left to onnxruntime's own graph optimizer, which runs when a session opens.
 
 The fused ops exist only in onnxruntime (domain ``com.microsoft``), so nothing is fused without onnxruntime.
 Patterns that do not match (another architecture, another exporter) are left as they are, and a rewrite that

@@ -151,8 +151,8 @@ class DistillationModule(HFModule):
             chunk_rows: the teacher and the student run each training batch in chunks of this many rows,
                 sorted by length and each padded only to its longest row, with the outputs put back in the
                 batch's order (:mod:`domainbert.distill.chunks`): the same batch and losses with less padding.
-                ``auto``: 8 on a CPU (among the fastest measured; FIGURES.md), the whole batch on other devices;
-                None: the whole batch.
+                ``auto``: 8 on a CPU (among the fastest measured; docs/benchmarks/distillation.md), the whole
+                batch on other devices; None: the whole batch.
             learning_rate: peak learning rate of the student.
             weight_decay: AdamW weight decay (not on biases and LayerNorm).
             warmup_ratio: fraction of the steps with linear warm-up; then linear decay to 0.

@@ -91,8 +91,8 @@ class MaskedLMModule(HeadWarmup, HFModule):
                 (:mod:`domainbert.core.mlm_head`), so it predicts from step 0; ``random``: as ``transformers``
                 initialises it; ``auto``: ``embeddings`` when the head is missing. A trained head is never touched.
             hidden_dropout: hidden dropout during this training (None keeps the checkpoint's). 0 by default, as in
-                recent MLM recipes: on all-MiniLM-L6-v2 it trained 1.37x faster on CPU and reached a lower
-                validation perplexity, for the same downstream accuracy (FIGURES.md, "DAPT defaults"). The export's
+                recent MLM recipes: on all-MiniLM-L6-v2 it trained faster on a CPU and reached a lower validation
+                perplexity, for the same downstream accuracy (docs/benchmarks/speed.md, "DAPT defaults"). The export's
                 config keeps the checkpoint's value, so fine-tuning from it gets the dropout it expects.
             attention_dropout: attention dropout during this training (None keeps the checkpoint's); exported
                 as the checkpoint's, like ``hidden_dropout``.

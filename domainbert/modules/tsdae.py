@@ -130,8 +130,8 @@ class TsdaeModule(HeadWarmup, HFModule):
     a trained MLM head), and from the first step their gradients reach the encoder through the pooled embedding.
     ``head_warmup_steps`` (100 by default) first trains the decoder's own weights alone, the encoder frozen, as
     ``MaskedLMModule`` does for a missing MLM head (linear probing before fine-tuning, Kumar et al. 2022). Without
-    it, the task's frozen probe fell 4.4 points within 25 steps on python-docs; with it, the first check after the
-    warm-up was within 0.6 points of the base on both bundled domains (FIGURES.md). A checkpoint saved before
+    it, the task's frozen probe fell within the first checks on python-docs; with it, the first check after the
+    warm-up stayed near the base on both bundled domains (docs/benchmarks/adaptation.md). A checkpoint saved before
     the warm-up existed resumes with ``--model.head_warmup_steps 0`` (its optimizer has the unsplit groups).
 
     Validation reports ``val/loss`` (the same loss, with the deletion noise fixed by ``seed``) and ``val/token_acc``

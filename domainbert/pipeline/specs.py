@@ -69,8 +69,8 @@ class DaptSpec(PretrainSpec):
     enabled: bool | Literal["auto"] = "auto"
     """Run DAPT: true, false, or auto: when the base model ships a trained masked-LM head, or when select or vocab
     (enabled) feed it. A sentence embedder without that head (all-MiniLM-L6-v2) is skipped under auto: its head
-    would start untrained, and masked-LM adaptation never improved such a model measurably (FIGURES.md: it hurt on
-    Debian and made no difference on python-docs)."""
+    would start untrained, and masked-LM adaptation never improved such a model measurably
+    (docs/benchmarks/adaptation.md: it hurt on Debian and made no difference on python-docs)."""
 
 
 @dataclass

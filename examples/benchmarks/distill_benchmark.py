@@ -96,10 +96,12 @@ def b32_flops_per_example(args) -> dict[str, float]:
     built on the meta device from their configs, which is enough to count their weights.
     """
     import torch
-    from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
+    from transformers import AutoTokenizer
 
+    from domainbert.core.hf import load_config
     from domainbert.data.readers import read
     from domainbert.deploy.bench import EvalSet
+    from domainbert.deploy.load import model_class
 
     tokenizer = AutoTokenizer.from_pretrained(args.student)
     texts = [str(t) for t in read(args.data, columns=["text"], split="test")["text"]][: args.limit or None]
@@ -107,8 +109,9 @@ def b32_flops_per_example(args) -> dict[str, float]:
     examples = sum(b["input_ids"].shape[0] for b in batches)
     out = {}
     for name, folder in (("teacher", args.teacher), ("student", args.student)):
+        config = load_config(folder)  # a mean-pooling export as its family's config, never its remote code
         with torch.device("meta"):
-            model = AutoModelForSequenceClassification.from_config(AutoConfig.from_pretrained(folder))
+            model = model_class(config)(config)
         work = sum(
             b["input_ids"].numel() * common.flops_per_token(model, b["input_ids"].shape[1], False) for b in batches
         )
@@ -127,10 +130,10 @@ def add_mfu(rows: list[dict], args, peaks: dict[str, dict]) -> None:
 
 def probe(args) -> dict[str, dict]:
     """The matmul peak of this machine for every precision a variant runs at, at the student's shapes."""
-    from transformers import AutoConfig
+    from domainbert.core.hf import load_config
 
     kinds = ["fp32"] + ([] if args.no_bf16 else ["bf16"])
-    return common.probe_peaks(kinds, AutoConfig.from_pretrained(args.student), 32 * args.max_length, args.quick)
+    return common.probe_peaks(kinds, load_config(args.student), 32 * args.max_length, args.quick)
 
 
 def run(args, peaks: dict[str, dict]) -> dict:

@@ -101,11 +101,11 @@ def sorted_scorer(tokenizer, max_length: int, run: Callable[[dict], Scores]) -> 
 def teacher_folder(model_path: str, labels: list[str], seed: int, scratch: Path) -> str:
     """``model_path`` when it is a classifier over ``labels``; else it with one seeded new head, exported once."""
     import torch
-    from transformers import AutoConfig
 
+    from domainbert.core.hf import load_config
     from domainbert.modules.classification import SequenceClassificationModule
 
-    config = AutoConfig.from_pretrained(model_path)
+    config = load_config(model_path)  # a mean-pooling export as its family's config, never its remote code
     arch = (getattr(config, "architectures", None) or [""])[0]
     if arch.endswith("ForSequenceClassification") and {str(v) for v in config.id2label.values()} == set(labels):
         return model_path
@@ -122,12 +122,14 @@ def hf_side(teacher: str, max_length: int, kind: str) -> Side:
     """``pipeline("text-classification", top_k=None)`` on the teacher (its own architecture and labels)."""
     import torch
     import transformers
-    from transformers import AutoConfig, AutoTokenizer, pipeline
+    from transformers import AutoTokenizer, pipeline
 
+    from domainbert.core.hf import load_config
     from domainbert.deploy.load import model_class
 
-    model = model_class(AutoConfig.from_pretrained(teacher)).from_pretrained(
-        teacher, dtype=torch.bfloat16 if kind == "bf16" else torch.float32
+    config = load_config(teacher)  # a mean-pooling teacher: domainbert's own class, not the folder's remote code
+    model = model_class(config).from_pretrained(
+        teacher, config=config, dtype=torch.bfloat16 if kind == "bf16" else torch.float32
     )
     tok = AutoTokenizer.from_pretrained(teacher)
     # the pipeline calls a mean-pooling head "not supported", and runs it all the same
@@ -171,8 +173,8 @@ def domainbert_side(teacher: str, max_length: int, kind: str, by_length: bool) -
 def variant_side(folder: Path, max_length: int, threads: int, trust_pickle: bool) -> Side:
     """A folder of ``domainbert export``, loaded with ``load_variant`` and run as ``export`` measures it."""
     import torch
-    from transformers import AutoConfig
 
+    from domainbert.core.hf import load_config
     from domainbert.deploy.bench import TorchRunner
     from domainbert.deploy.load import load_variant, model_class
     from domainbert.deploy.onnx_export import OnnxModel, OnnxRunner
@@ -187,7 +189,7 @@ def variant_side(folder: Path, max_length: int, threads: int, trust_pickle: bool
         probs = torch.softmax(runner(batch), -1).tolist()
         return [dict(zip(names, p)) for p in probs]
 
-    config = AutoConfig.from_pretrained(folder)
+    config = load_config(str(folder))
     with torch.device("meta"):  # the FLOPs count the float model's weights, whatever the variant stores
         shape_model = model_class(config)(config)
     score = sorted_scorer(tok, max_length, run)
@@ -421,12 +423,11 @@ def main(argv: list[str] | None = None) -> dict:
         f"domainbert); batch 1: {args.warmup} warm-up + {args.steps} timed calls; batch {args.big_batch}: "
         f"{n_file} texts, 1 warm-up batch + {args.passes} timed pass(es)"
     )
-    from transformers import AutoConfig
-
+    from domainbert.core.hf import load_config
     from domainbert.errors import DomainBertError
 
     precisions = {kind} | {variant_precision(f) for f in folders} - {"int8"}
-    config = AutoConfig.from_pretrained(teacher)
+    config = load_config(teacher)
     peaks = common.probe_peaks(precisions, config, args.big_batch * args.max_length, args.quick)
     builders = [
         lambda: hf_side(teacher, args.max_length, kind),

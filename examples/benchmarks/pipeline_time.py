@@ -15,7 +15,7 @@ recorded: ``domainbert.pipeline.timing``; a domainbert that records none shows t
 line is ``key=value``: ``<config>_minutes`` (wall clock), ``<config>_stage_minutes`` (the stages' sum) and
 ``<config>_<part>_minutes`` per part.
 
-    python examples/benchmarks/pipeline_time.py                     # both (minutes by CPU: FIGURES.md)
+    python examples/benchmarks/pipeline_time.py                     # both (minutes: docs/benchmarks/time-to-model.md)
     python examples/benchmarks/pipeline_time.py --only demo -- --seeds '[0, 1]'  # after --: pipeline options
     python examples/benchmarks/pipeline_time.py --repo ../reference  # another checkout's domainbert and configs
     python examples/benchmarks/pipeline_time.py --quick             # tiny model, fixture data (the tests' run)

@@ -420,3 +420,29 @@ def test_step_clock_times_the_warm_up_apart_from_the_timed_steps():
     assert clock.seconds() == 3.0 and clock.rate() == 16 / 3.0
     assert math.isnan(common.StepClock(warmup=3).warmup_seconds())  # the warm-up never ended
     assert common.StepClock(warmup=0).warmup_seconds() == 0.0
+
+
+def sentence_embedder(tiny_bert: Path, out: Path) -> Path:
+    """``tiny_bert`` as a sentence-transformers folder with mean pooling, as all-MiniLM-L6-v2 (the default) is."""
+    out.mkdir()
+    for f in tiny_bert.iterdir():
+        if f.is_file():
+            (out / f.name).write_bytes(f.read_bytes())
+    (out / "1_Pooling").mkdir()
+    (out / "modules.json").write_text(
+        '[{"idx": 1, "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]'
+    )
+    (out / "1_Pooling" / "config.json").write_text('{"pooling_mode_mean_tokens": true}')
+    return out
+
+
+def test_serving_runs_on_a_mean_pooling_teacher_without_remote_code(tiny_bert, tmp_path, isolated, capsys, monkeypatch):
+    """The default model is a sentence embedder: its seeded teacher and every variant are mean-pooling exports,
+    whose config plain transformers loads only with ``trust_remote_code`` (it would ask on stdin). The script loads
+    them as domainbert does, so it never asks."""
+    model = sentence_embedder(tiny_bert, tmp_path / "st")
+    monkeypatch.setattr("sys.stdin", None)  # any prompt for trust_remote_code fails instead of waiting
+    module = load_script("inference_latency.py")
+    returned, lines = run_main(module, capsys, "--quick", "--model", str(model), "--threads", "1")
+    check_figures("inference_latency.py", lines, returned)
+    assert any("has no head over the" in line for line in lines)  # the seeded mean-pooling teacher was built

