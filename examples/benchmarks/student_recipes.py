@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> dict:
             where = out / f"{arm}-seed{seed}"
             record = run_worker(where, "--test", STAGES / "distill.yaml", options, where.with_suffix(".log"))
             runs[arm].append({**record, "seed": seed})
-        rows.append(row(arm, runs[arm], teacher, runs.get("task")))
+    rows += [row(arm, arm_runs, teacher, runs.get("task")) for arm, arm_runs in runs.items()]
     print(common.table(rows, COLUMNS))
     figures = {f"{r['arm']}_test": round(r["_test"], 4) for r in rows}
     figures.update({f"{r['arm']}_gap": round(r["_gap"], 4) for r in rows[1:]})

@@ -6,7 +6,7 @@ from tests.helpers.scripts import BENCH, script_module
 
 
 def test_the_quick_run_gives_every_arm_its_row_and_a_rerun_reads_the_runs_back(tmp_path, capsys):
-    argv = ["--quick", "--out", str(tmp_path), "--arms", "task,corpus", "--seeds", "0"]
+    argv = ["--quick", "--out", str(tmp_path), "--arms", "corpus,task", "--seeds", "0"]
     with script_module(BENCH / "student_recipes.py") as script:
         figures = script.main(argv)
         first = capsys.readouterr().out
@@ -18,5 +18,8 @@ def test_the_quick_run_gives_every_arm_its_row_and_a_rerun_reads_the_runs_back(t
         mtimes = {p: (tmp_path / "debian" / p / "result.json").stat().st_mtime for p in runs}
         assert script.main(argv) == figures  # read back, not run again
         assert all((tmp_path / "debian" / p / "result.json").stat().st_mtime == t for p, t in mtimes.items())
-    for arm in ("teacher", "task", "corpus"):
-        assert any(line.startswith(arm) for line in first.splitlines())
+    rows = {
+        line.split()[0]: line for line in first.splitlines() if line.split()[:1] in (["teacher"], ["task"], ["corpus"])
+    }
+    assert set(rows) == {"teacher", "task", "corpus"}
+    assert rows["corpus"].count("[") == 2  # intervals against the teacher and against the task arm
