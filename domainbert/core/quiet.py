@@ -8,8 +8,10 @@ A run shows what it runs, one progress bar, its final metrics and where the mode
   Lightning's loggers that drops those records only;
 - known warnings raised inside the libraries that say nothing about the user's run (:data:`KNOWN_WARNINGS`:
   deprecations, Lightning's notice that ``tensorboardX`` is not installed, its note that a checkpoint's callback
-  state comes from another run folder): ``warnings`` filters on their exact messages; onnxruntime's advice to
-  pre-process a model before quantizing it (a root-logger record): a filter on the root logger that drops it only;
+  state comes from another run folder, its warning that a fit which never validated has no monitored metric):
+  ``warnings`` filters on their exact messages; onnxruntime's advice to pre-process a model before quantizing it (a
+  root-logger record): a filter on the root logger that drops it only; Lightning's warning that a distillation's
+  frozen teacher is in eval mode (:func:`expect_frozen_modules`), for exactly the teacher's modules;
 - transformers' load report (a table with colour codes, which domainbert reports in one line itself) and other
   transformers warnings: its verbosity becomes ``error`` unless ``TRANSFORMERS_VERBOSITY`` is set;
 - transformers' own progress bars ("Loading weights", "Writing model shards") around domainbert's loads and saves
@@ -55,6 +57,8 @@ KNOWN_WARNINGS: tuple[tuple[str, type[Warning]], ...] = (
     # a checkpoint of another run folder (test/predict --ckpt_path, fit from a .ckpt file): domainbert resolves
     # best/last itself, and a fit from a file starts a run of its own
     (r"The dirpath has changed from .* won't be reloaded", UserWarning),
+    # a fit that has not validated yet (Lightning raises instead once one has): domainbert saves last.ckpt and says so
+    (r"`ModelCheckpoint\(monitor=.*\)` could not find the monitored key", UserWarning),
 )
 
 #: Records on the root logger dropped (libraries that log through ``logging.warning``): onnxruntime's advice to

@@ -120,7 +120,7 @@ class SequenceClassificationModule(FineTuneModule):
 
     def initialised_later(self) -> tuple[str, ...]:
         """The head, with ``head_init: probe``: ``fit`` starts it from the probe, not at random."""
-        return ("classifier.",) if self.head_init == "probe" else ()
+        return ("classifier.",) if getattr(self, "head_init", None) == "probe" else ()
 
     def base_config(self):
         """The config of the model (under LoRA, of the wrapped model), which the export writes."""

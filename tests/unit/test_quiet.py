@@ -44,6 +44,8 @@ def _warned(message: str, category: type[Warning] = UserWarning) -> list[str]:
         "The dirpath has changed from '/a/checkpoints' to '/b/checkpoints', therefore `best_model_score`, "
         "`kth_best_model_path`, `kth_value`, `last_model_path` and `best_k_models` won't be reloaded. Only "
         "`best_model_path` will be reloaded.",
+        "`ModelCheckpoint(monitor='val/f1_macro')` could not find the monitored key in the returned metrics: "
+        "['train/loss', 'epoch', 'step']. HINT: Did you call `log('val/f1_macro', value)` in the `LightningModule`?",
     ],
 )
 def test_known_library_warnings_are_dropped(monkeypatch, message):
