@@ -164,6 +164,10 @@ def main(argv: list[str] | None = None) -> None:
             f"domainbert: error: unknown command {argv[0]!r}; expected one of: {', '.join(COMMANDS)}", file=sys.stderr
         )
         sys.exit(2)
+    if not wants_docs(argv):
+        from domainbert.core.quiet import quiet_libraries
+
+        quiet_libraries()  # every command: the tools load models too (vocab, probe, export, pipeline)
     done = False
     try:
         if argv[0].startswith("-"):  # options before the command (``--config x.yaml fit``): LightningCLI's to parse

@@ -46,12 +46,10 @@ def paths(kind: str, key: str) -> tuple[Path, Path]:
 
 
 def shown(kind: str, key: str) -> str:
-    """The entry's place for a log line: the home folder as ``~`` and the key cut to 12 characters."""
-    text = str(root() / kind / key[:12])
-    home = os.path.expanduser("~")
-    if home not in ("", "/") and text.startswith(home + os.sep):
-        text = "~" + text[len(home) :]
-    return text + "…"
+    """The entry's place for a log line (:func:`~domainbert.core.shown.short_path`), the key cut to 12 characters."""
+    from domainbert.core.shown import short_path
+
+    return short_path(root() / kind / key[:12]) + "…"
 
 
 def read(kind: str, key: str) -> tuple[dict[str, torch.Tensor], dict] | None:

@@ -93,6 +93,9 @@ class RunReport(L.Callback):
     - After the last training step: that step's ``train/*`` metrics go to the loggers when ``log_every_n_steps``
       skipped it, so every fit's ``metrics.csv`` ends with the final step (a fit shorter than
       ``log_every_n_steps``, with no validation, would otherwise leave none).
+    - When training ends with no checkpoint saved (a ``ModelCheckpoint`` that monitors a validation metric, in a
+      fit too short to validate): the final weights as ``checkpoints/last.ckpt`` (:func:`save_final_checkpoint`),
+      so ``test --ckpt_path best`` or ``last`` finds this run's model.
     - When fit ends: the final metrics, on one line (before the export's line).
     - When a command fails or is interrupted before its run folder holds anything but its ``config*.yaml``, that
       folder is removed, so a failed start leaves no empty ``version_N``. (A process killed outright, SIGKILL,
@@ -112,6 +115,7 @@ class RunReport(L.Callback):
             )
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        save_final_checkpoint(trainer)
         step, every = trainer.global_step, trainer.log_every_n_steps
         if not trainer.loggers or step == 0 or not every or step % every == 0 or trainer.should_stop:
             return  # Lightning logged the last step itself (its rule: every n-th step, or a stop)
@@ -128,6 +132,30 @@ class RunReport(L.Callback):
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
         if trainer.is_global_zero:
             remove_if_only_configs(HFExport.run_dir(trainer))
+
+
+def save_final_checkpoint(trainer: L.Trainer) -> Path | None:
+    """Save ``<checkpoints>/last.ckpt`` when a fit that checkpoints ends with no checkpoint saved; its path.
+
+    A ``ModelCheckpoint`` that monitors a validation metric saves nothing in a fit that never validated
+    (``--trainer.max_steps 5`` inside the first epoch). None when a checkpoint exists, when the callback saves
+    ``last`` itself, when checkpointing is off or ``fast_dev_run``, or when no step was trained.
+    """
+    callbacks = trainer.checkpoint_callbacks
+    if not callbacks or trainer.fast_dev_run or trainer.global_step == 0 or trainer.sanity_checking:
+        return None
+    if any(cb.best_model_path or cb.last_model_path or getattr(cb, "save_last", False) for cb in callbacks):
+        return None
+    from domainbert.core.shown import short_path
+
+    first = callbacks[0]
+    if not getattr(first, "dirpath", None):
+        return None
+    path = Path(first.dirpath) / f"{first.CHECKPOINT_NAME_LAST}{first.FILE_EXTENSION}"
+    first.last_model_path = str(path)
+    trainer.save_checkpoint(path)
+    log.info("no validation ran, so no checkpoint was saved: the final weights are in %s", short_path(path, None))
+    return path
 
 
 def format_metrics(metrics: dict) -> str:

@@ -17,6 +17,7 @@ from domainbert.core.families import max_positions
 from domainbert.core.files import atomic_dir, newest_checkpoint
 from domainbert.core.models_local import resolve_local_alias
 from domainbert.core.models_local import resolve_package as resolve_package  # re-exported: its home before
+from domainbert.core.quiet import quiet_transformers
 from domainbert.errors import DomainBertError
 
 log = logging.getLogger(__name__)
@@ -126,7 +127,8 @@ def load_config(name: str, dropout: dict[str, float | None] | None = None, trust
 def _auto_config(name: str, trust_remote_code: bool, **kw: Any):
     """``AutoConfig.from_pretrained``, its failures as one-line DomainBertErrors."""
     try:
-        return AutoConfig.from_pretrained(name, trust_remote_code=trust_remote_code, **kw)
+        with quiet_transformers():
+            return AutoConfig.from_pretrained(name, trust_remote_code=trust_remote_code, **kw)
     except OSError as err:
         if Path(name).is_dir():
             raise DomainBertError(f"{Path(name) / 'config.json'}: transformers cannot read it ({err})") from err
@@ -169,9 +171,10 @@ def load_model(auto_cls, name: str, config=None, trust_remote_code: bool = False
         config = load_config(name, trust_remote_code=trust_remote_code)
     auto_cls = _mean_pooled_class(auto_cls, config)
     try:
-        model, info = auto_cls.from_pretrained(
-            name, config=config, trust_remote_code=trust_remote_code, output_loading_info=True, **kw
-        )
+        with quiet_transformers():  # the load report: the caller names what was initialised at random
+            model, info = auto_cls.from_pretrained(
+                name, config=config, trust_remote_code=trust_remote_code, output_loading_info=True, **kw
+            )
     except OSError as err:
         raise DomainBertError(f"could not load model weights from {name!r}: {err}") from err
     except ValueError as err:
@@ -224,7 +227,8 @@ def load_tokenizer(name: str, trust_remote_code: bool = False) -> PreTrainedToke
     if Path(name).is_dir() and is_export_dict(read_config_json(name)):
         kw["config"] = load_config(name)  # transformers would otherwise try (and refuse) the export's own code
     try:
-        tok = AutoTokenizer.from_pretrained(name, use_fast=True, trust_remote_code=trust_remote_code, **kw)
+        with quiet_transformers():
+            tok = AutoTokenizer.from_pretrained(name, use_fast=True, trust_remote_code=trust_remote_code, **kw)
     except (OSError, ValueError) as err:
         raise DomainBertError(f"could not load a tokenizer from {name!r}: {err}") from err
     if not tok.is_fast:
@@ -324,7 +328,8 @@ def export_hf(
     out_dir = Path(out_dir)
     last_good = newest_checkpoint(out_dir.parent / "checkpoints")
     with atomic_dir(out_dir, "the Hugging Face export", last_good, replace_foreign) as tmp:
-        model.save_pretrained(tmp, safe_serialization=True)
+        with quiet_transformers():
+            model.save_pretrained(tmp, safe_serialization=True)
         write_modeling_file(model, tmp)
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)

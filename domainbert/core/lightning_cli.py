@@ -59,6 +59,16 @@ CKPT_PATH_HELP = {
 }
 
 
+#: The first paragraph of a subcommand's ``--help``, where Lightning's (its method's first line) says too little.
+DESCRIPTIONS = {
+    "predict": "Write the predictions of a checkpoint (--ckpt_path best|last|<file>) or of a model as given "
+    "(--model.init_from <folder>), one JSON line per input. Precision: with trainer.precision unset (auto), predict "
+    "runs in bf16-mixed where bf16 is native (CUDA, or a CPU with AMX/AVX512-BF16), so its probabilities differ "
+    "slightly (in the third decimal) from plain transformers in float32; --trainer.precision 32-true gives "
+    "transformers' probabilities.",
+}
+
+
 class DomainBertCLI(LightningCLI):
     """LightningCLI with subclass mode for model and data, the HF export, and per-run folders.
 
@@ -157,6 +167,8 @@ class DomainBertCLI(LightningCLI):
         if cfg.get("run_name") is not None:
             plain_name(cfg["run_name"], "--run_name")
         _check_config(sub, cfg)
+        if sub == "fit":
+            give_a_stop(cfg.get("trainer"))
         self._resolve_ckpt_path(sub, cfg)
 
     def _document(self, parser: LightningArgumentParser) -> None:
@@ -165,6 +177,8 @@ class DomainBertCLI(LightningCLI):
         Without subcommands (``run=False``) the main parser gets it.
         """
         for sub, subparser in (subcommand_parsers(self) or {"": parser}).items():
+            if sub in DESCRIPTIONS:
+                subparser.description = DESCRIPTIONS[sub]
             for key, title in _TITLES.items():  # Lightning's docstrings give a class name and a cut sentence
                 if key in (subparser.groups or {}):
                     subparser.groups[key].title = title
@@ -215,9 +229,10 @@ class DomainBertCLI(LightningCLI):
         trainer = cfg.get("trainer")
         if trainer is not None and trainer.get("precision") is None:
             trainer["precision"] = auto_precision(trainer.get("accelerator"))
-            logging.getLogger(__name__).info(
-                "trainer.precision not set: using %s on this machine", trainer["precision"]
-            )
+            note = ""
+            if self.subcommand == "predict" and trainer["precision"] != "32-true":
+                note = " (probabilities differ slightly from float32; --trainer.precision 32-true for those)"
+            log.info("trainer.precision not set: using %s on this machine%s", trainer["precision"], note)
         if self.subcommand:  # the saved config.yaml then reruns into the same run family
             cfg["run_name"] = _run_family(cfg).name
         if self._resume_version is not None:  # the resumed folder keeps its config.yaml; this one goes beside it
@@ -461,6 +476,38 @@ def _check_config(sub: str, cfg: Namespace) -> None:
     lr = init.get("learning_rate") if isinstance(init, Namespace | dict) else None
     if isinstance(lr, int | float) and lr <= 0:
         raise DomainBertError(f"--model.learning_rate={lr}: expected a positive learning rate")
+
+
+#: Epochs of a ``fit`` given neither ``trainer.max_epochs`` nor ``trainer.max_steps`` (Lightning's would be 1000).
+DEFAULT_MAX_EPOCHS = 3
+
+
+def has_stop(trainer: Any) -> bool:
+    """Whether a trainer config (a mapping) bounds training: ``max_epochs``, ``max_steps`` or ``max_time`` set.
+
+    ``-1`` for ``max_epochs`` or ``max_steps`` counts as set: the user asked for no limit.
+    """
+    trainer = trainer or {}
+    return (
+        trainer.get("max_epochs") is not None
+        or trainer.get("max_steps") not in (None, -1)
+        or trainer.get("max_time") is not None
+    )
+
+
+def give_a_stop(trainer: Any) -> None:
+    """Set ``max_epochs`` to :data:`DEFAULT_MAX_EPOCHS` in a ``fit`` config without a stop, and say so in one line.
+
+    Left unset, Lightning trains for 1000 epochs (and the LR schedule decays over them): a copied command without
+    ``--trainer.max_epochs`` would run for hours.
+    """
+    if trainer is None or has_stop(trainer):
+        return
+    trainer["max_epochs"] = DEFAULT_MAX_EPOCHS
+    log.info(
+        "trainer.max_epochs not set: training %d epochs (--trainer.max_epochs or --trainer.max_steps sets the length)",
+        DEFAULT_MAX_EPOCHS,
+    )
 
 
 def _model_help() -> str:

@@ -1,4 +1,4 @@
-"""Library output of ``fit``/``validate``/``test``/``predict`` that a user does not need, silenced at its source.
+"""Library output that a user does not need, silenced at its source, for the commands and the Python API alike.
 
 A run shows what it runs, one progress bar, its final metrics and where the model is (
 :class:`domainbert.core.callbacks.RunReport`). Silenced here, each by the narrowest means that reaches it:
@@ -6,23 +6,35 @@ A run shows what it runs, one progress bar, its final metrics and where the mode
 - Lightning's advertising tips (``litlogger``, ``litmodels``), its "GPU available: False" lines for hardware that
   is absent and "Using ... Automatic Mixed Precision" (domainbert logs the precision it chose): a filter on
   Lightning's loggers that drops those records only;
-- known deprecation warnings raised inside the libraries (torch's ``_pytree`` from transformers, torchdata's):
-  ``warnings`` filters on their exact messages;
+- known warnings raised inside the libraries that say nothing about the user's run (:data:`KNOWN_WARNINGS`:
+  deprecations, Lightning's notice that ``tensorboardX`` is not installed, its note that a checkpoint's callback
+  state comes from another run folder, its warning that a fit which never validated has no monitored metric):
+  ``warnings`` filters on their exact messages; onnxruntime's advice to pre-process a model before quantizing it (a
+  root-logger record): a filter on the root logger that drops it only; Lightning's warning that a distillation's
+  frozen teacher is in eval mode (:func:`expect_frozen_modules`), for exactly the teacher's modules;
 - transformers' load report (a table with colour codes, which domainbert reports in one line itself) and other
   transformers warnings: its verbosity becomes ``error`` unless ``TRANSFORMERS_VERBOSITY`` is set;
-- progress bars of transformers and ``datasets`` when stderr is not a terminal (a log file or a pipe): on a terminal
-  the ``datasets`` bars stay (tokenizing a large corpus takes minutes).
+- transformers' own progress bars ("Loading weights", "Writing model shards") around domainbert's loads and saves
+  (:func:`quiet_transformers`); download bars of the Hugging Face Hub and the ``datasets`` bars stay on a terminal
+  (tokenizing a large corpus takes minutes), and go when stderr is not a terminal (a log file or a pipe).
+
+:func:`quiet_libraries` does all of this for a command (``domainbert ...``: :func:`domainbert.cli.main` and
+LightningCLI's entry). The Python API gets :func:`quiet_imports` when ``domainbert`` is imported (the Lightning
+filter and the warning filters, which touch nothing else), and :func:`quiet_transformers` around domainbert's own
+loads and saves of models, so a user's own transformers calls keep transformers' settings.
 
 ``DOMAINBERT_LOG=DEBUG`` keeps everything.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
 import sys
 import warnings
+from collections.abc import Iterator
 
 #: Lightning's loggers for ``rank_zero_info`` messages (both packages' copies).
 LIGHTNING_LOGGERS = (
@@ -40,7 +52,18 @@ KNOWN_WARNINGS: tuple[tuple[str, type[Warning]], ...] = (
     (r"`torch\.utils\._pytree\._register_pytree_node` is deprecated", FutureWarning),
     (r"`isinstance\(treespec, LeafSpec\)` is deprecated", Warning),  # lightning/pytorch/utilities/_pytree.py
     (r"'set_vital' is deprecated", UserWarning),  # torchdata's StatefulDataLoader
+    # Lightning's default logger without tensorboard: domainbert's runs log to CSV in the run folder anyway
+    (r"Starting from v1\.9\.0, `tensorboardX` has been removed", UserWarning),
+    # a checkpoint of another run folder (test/predict --ckpt_path, fit from a .ckpt file): domainbert resolves
+    # best/last itself, and a fit from a file starts a run of its own
+    (r"The dirpath has changed from .* won't be reloaded", UserWarning),
+    # a fit that has not validated yet (Lightning raises instead once one has): domainbert saves last.ckpt and says so
+    (r"`ModelCheckpoint\(monitor=.*\)` could not find the monitored key", UserWarning),
 )
+
+#: Records on the root logger dropped (libraries that log through ``logging.warning``): onnxruntime's advice to
+#: pre-process a model before quantization (for static quantization of vision models; domainbert's is dynamic).
+_DROPPED_ROOT = re.compile(r"^Please consider (to run )?pre-processing before quantization")
 
 
 class _DropLibraryChatter(logging.Filter):
@@ -50,7 +73,20 @@ class _DropLibraryChatter(logging.Filter):
         return not _DROPPED.search(record.getMessage())
 
 
+class _DropRootChatter(logging.Filter):
+    """Drops the library records of :data:`_DROPPED_ROOT` logged on the root logger."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not _DROPPED_ROOT.search(record.getMessage())
+
+
 _FILTER = _DropLibraryChatter()
+_ROOT_FILTER = _DropRootChatter()
+
+
+def debug() -> bool:
+    """Whether ``DOMAINBERT_LOG=DEBUG`` asks for everything the libraries say."""
+    return os.environ.get("DOMAINBERT_LOG", "").upper() == "DEBUG"
 
 
 def on_terminal() -> bool:
@@ -58,16 +94,29 @@ def on_terminal() -> bool:
     return bool(getattr(sys.stderr, "isatty", None) and sys.stderr.isatty())
 
 
-def quiet_libraries() -> None:
-    """Silence the libraries' chatter for a training command (see the module's docstring); safe to call twice."""
-    if os.environ.get("DOMAINBERT_LOG", "").upper() == "DEBUG":
+def quiet_imports() -> None:
+    """The filters that cost nothing and change nothing else: Lightning's chatter and :data:`KNOWN_WARNINGS`.
+
+    Run when ``domainbert`` is imported, so the Python API (a ``lightning.Trainer`` fitting a domainbert module)
+    prints no Lightning tip and no known library warning. Safe to call twice.
+    """
+    if debug():
         return
     for name in LIGHTNING_LOGGERS:
         logger = logging.getLogger(name)
         if _FILTER not in logger.filters:
             logger.addFilter(_FILTER)
+    if _ROOT_FILTER not in logging.root.filters:
+        logging.root.addFilter(_ROOT_FILTER)
     for message, category in KNOWN_WARNINGS:
         warnings.filterwarnings("ignore", message=message, category=category)
+
+
+def quiet_libraries() -> None:
+    """Silence the libraries' chatter for a command (see the module's docstring); safe to call twice."""
+    if debug():
+        return
+    quiet_imports()
     terminal = on_terminal()
     if "TRANSFORMERS_VERBOSITY" not in os.environ:
         os.environ["TRANSFORMERS_VERBOSITY"] = "error"  # read when transformers configures its logger
@@ -86,3 +135,51 @@ def quiet_libraries() -> None:
             import datasets
 
             datasets.disable_progress_bars()
+
+
+@contextlib.contextmanager
+def quiet_transformers() -> Iterator[None]:
+    """Silence transformers' load report, warnings and own progress bars inside the block, then restore them.
+
+    Around domainbert's own loads and saves of models, which domainbert reports itself (weights initialised at
+    random, where a model was written), for the commands and the Python API alike. transformers' own bars
+    ("Loading weights", "Writing model shards") go; the Hub's download bars stay as they were. Its verbosity is
+    left alone when ``TRANSFORMERS_VERBOSITY`` is set (by the user, or ``error`` by :func:`quiet_libraries`);
+    nothing changes under ``DOMAINBERT_LOG=DEBUG``.
+    """
+    if debug():
+        yield
+        return
+    import transformers.utils.logging as tf_logging
+    from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
+
+    level, bars, hub_off = (
+        tf_logging.get_verbosity(),
+        tf_logging.is_progress_bar_enabled(),
+        are_progress_bars_disabled(),
+    )
+    if "TRANSFORMERS_VERBOSITY" not in os.environ:
+        tf_logging.set_verbosity_error()
+    tf_logging.disable_progress_bar()  # the Hub's bars too
+    if not hub_off:
+        enable_progress_bars()
+    try:
+        yield
+    finally:
+        tf_logging.set_verbosity(level)
+        if bars:
+            tf_logging.enable_progress_bar()
+        (disable_progress_bars if hub_off else enable_progress_bars)()
+
+
+def expect_frozen_modules(module) -> None:
+    """Drop Lightning's "Found N module(s) in eval mode" warning when those N modules are ``module``'s.
+
+    A distillation's teacher stays frozen in eval mode on purpose; any other module in eval mode (a count that
+    differs) is still reported.
+    """
+    if debug():
+        return
+    count = sum(1 for m in module.modules() if not m.training)
+    if count:
+        warnings.filterwarnings("ignore", message=rf"Found {count} module\(s\) in eval mode at the start of training")

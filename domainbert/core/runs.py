@@ -8,12 +8,15 @@ holds checkpoints.
 
 from __future__ import annotations
 
+import logging
 import re
 from pathlib import Path
 
 import torch
 
 from domainbert.errors import DomainBertError
+
+log = logging.getLogger(__name__)
 
 ALIASES = ("best", "last")
 
@@ -81,10 +84,12 @@ def resolve_alias(alias: str, family: Path) -> Path:
     """Turn ``best`` or ``last`` into the checkpoint file of the newest run in ``family``.
 
     ``best`` is the path the run's ``ModelCheckpoint`` recorded as best (moved with the run folder if it
-    was renamed); ``last`` is ``last.ckpt`` where saved, else the newest checkpoint file.
+    was renamed); ``last`` is ``last.ckpt`` where saved, else the newest checkpoint file. A run that recorded no
+    best checkpoint (a fit too short to validate, which leaves ``last.ckpt``: see
+    :func:`~domainbert.core.callbacks.save_final_checkpoint`) gives its last one for ``best``, with a warning.
 
     Raises:
-        DomainBertError: when no run of the family has a checkpoint, or none recorded a best one.
+        DomainBertError: when no run of the family has a checkpoint.
     """
     ckpts = latest_checkpoint_dir(family)
     if ckpts is None:
@@ -103,7 +108,10 @@ def resolve_alias(alias: str, family: Path) -> Path:
                 return local
             if Path(best).is_file():
                 return Path(best)
-    raise DomainBertError(
-        f"ckpt_path='best': the checkpoints in {ckpts} record no best model (ModelCheckpoint needs a `monitor`); "
-        "give a checkpoint path or use ckpt_path=last"
+    last = ckpts / "last.ckpt" if (ckpts / "last.ckpt").is_file() else files[-1]
+    log.warning(
+        "ckpt_path='best': the run recorded no best checkpoint (no validation ran, or no ModelCheckpoint monitors a "
+        "metric); using its last one, %s",
+        last,
     )
+    return last

@@ -17,7 +17,7 @@ the output, never from ``datasets``' pickle hash of the encoder and its tokenize
   transformers and tokenizers.
 
 Every reuse prints one line, in the style of :mod:`domainbert.core.embed_cache`, e.g. ``[cache] tokenized
-train.jsonl (1,149 rows, max_length 128) reused from ~/.cache/huggingface/datasets/json/…/cache-1f2e….arrow``. A
+train.jsonl (1,149 rows, max_length 128) reused from ~/.cache/huggingface/datasets/…/cache-1f2e3d4c5b6a….arrow``. A
 hit is read from the files themselves: the result's cache files all existed before the call. Each file written is
 recorded beside it (``domainbert-tokenized-<fingerprint>.json``: its size and digest); a kept file that does not
 match its record (cut short, replaced) or that ``datasets`` cannot read is removed and the split tokenized again,
@@ -235,9 +235,8 @@ def cache_folder(ds: datasets.Dataset) -> Path | None:
 
 
 def shown(files: list[Path]) -> str:
-    """The cache file (or the shards' pattern) for a log line, the home folder as ``~``."""
-    text = str(files[0]) if len(files) == 1 else str(files[0].parent / (files[0].name.split("_")[0] + "_*.arrow"))
-    home = os.path.expanduser("~")
-    if home not in ("", "/") and text.startswith(home + os.sep):
-        text = "~" + text[len(home) :]
-    return text
+    """The cache file (or the shards' pattern) for a log line, shortened (:func:`~domainbert.core.shown.short_path`)."""
+    from domainbert.core.shown import short_path
+
+    path = files[0] if len(files) == 1 else files[0].parent / (files[0].name.split("_")[0] + "_*.arrow")
+    return short_path(path)

@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from domainbert.core.quiet import quiet_transformers
 from domainbert.deploy.prune import PRUNED_KEY, prune_heads
 from domainbert.errors import DomainBertError
 
@@ -64,7 +65,9 @@ def hf_model(path: Path, config, dtype: torch.dtype = torch.float32) -> nn.Modul
         model = empty_model(config)
         model.load_state_dict(safetensors_state(path, model), strict=False)
         return model.to(dtype).eval()
-    return model_class(config).from_pretrained(path, config=config, dtype=dtype).eval()
+    with quiet_transformers():
+        model = model_class(config).from_pretrained(path, config=config, dtype=dtype)
+    return model.eval()
 
 
 def safetensors_state(path: Path, model: nn.Module) -> dict[str, torch.Tensor]:

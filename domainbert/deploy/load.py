@@ -56,6 +56,19 @@ def load_variant(path: str | os.PathLike, trust_pickle: bool = False):
     Returns:
         ``(model, tokenizer, info)``; ``info["variant"]`` is the format's name: ``fp32``, ``bf16``, ``int8``,
         ``onnx``, ``onnx_int8`` or a plugin's.
+        The model is in eval mode; a classifier's ``model.config.id2label`` names its labels.
+
+    Example:
+        A fine-tuning run's export (``<run>/hf``) or a variant of ``domainbert export`` (``<out>/int8``...), then
+        its predictions with :func:`~domainbert.deploy.classifier.classify`:
+
+        >>> from domainbert.deploy import classify, load_variant
+        >>> model, tokenizer, info = load_variant(folder)
+        >>> info["variant"]
+        'fp32'
+        >>> rows = classify(model, tokenizer, ["a library for fonts"])
+        >>> rows[0]["label"] in model.config.id2label.values()
+        True
 
     Raises:
         DomainBertError: a folder that is not an export, or pickled weights without ``trust_pickle``.

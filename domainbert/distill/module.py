@@ -318,6 +318,13 @@ class DistillationModule(HFModule):
         self.teacher.eval()
         return self
 
+    def on_fit_start(self) -> None:
+        """As every module's; Lightning's warning that the frozen teacher's modules are in eval mode is not shown."""
+        super().on_fit_start()
+        from domainbert.core.quiet import expect_frozen_modules
+
+        expect_frozen_modules(self.teacher)
+
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         """Leave the frozen teacher out of checkpoints: it is reloaded from ``teacher``.
 
@@ -416,7 +423,14 @@ class DistillationModule(HFModule):
             log.info("teacher cache: run interrupted; %d unwritten examples dropped", fill.rows)
 
     def configure_callbacks(self) -> list[L.Callback]:
-        """The callback that drops an unwritten cache fill when ``fit`` stops on an error, SIGTERM or Ctrl-C."""
+        """The callback that drops an unwritten cache fill when ``fit`` stops on an error, SIGTERM or Ctrl-C.
+
+        None when the trainer has it already (a ``test`` after ``fit`` on the same trainer): Lightning would print
+        that the module's callback overrides the trainer's.
+        """
+        trainer = attached_trainer(self)
+        if trainer is not None and any(isinstance(c, _DropCacheFillOnError) for c in trainer.callbacks):
+            return []
         return [_DropCacheFillOnError()]
 
     def on_train_epoch_end(self) -> None:

@@ -111,6 +111,10 @@ class SequenceClassificationModule(FineTuneModule):
             from domainbert.modules.probe_init import init_head_from_probe
 
             init_head_from_probe(self.model, self.trainer.datamodule, len(self.label_names))
+        elif self.initialised_later() and not self.trainer.ckpt_path:  # evaluated as loaded: the head is random
+            head = [key for key in self.missing_keys if key.startswith(self.initialised_later())]
+            if head:
+                log.info("initialised at random (not in %s): %s", self.hparams.init_from, ", ".join(head))
         if stage == "fit" and self.hparams.class_weights == "balanced":
             dm = self.trainer.datamodule
             if not hasattr(dm, "label_counts"):
@@ -118,6 +122,10 @@ class SequenceClassificationModule(FineTuneModule):
             self.class_weight = balanced_weights(dm.label_counts(), len(dm.raw("train")), self.hparams.multi_label)
             self.class_weight = self.class_weight.to(self.device)
             log.info("balanced class weights: %s", [round(w, 3) for w in self.class_weight.tolist()])
+
+    def initialised_later(self) -> tuple[str, ...]:
+        """The head, with ``head_init: probe``: ``fit`` starts it from the probe, not at random."""
+        return ("classifier.",) if getattr(self, "head_init", None) == "probe" else ()
 
     def base_config(self):
         """The config of the model (under LoRA, of the wrapped model), which the export writes."""

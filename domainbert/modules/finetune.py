@@ -185,8 +185,10 @@ class FineTuneModule(HFModule):
         model, missing = load_model(spec(self.task).auto_cls, name, config=config, ignore_mismatched_sizes=True)
         tokenizer = load_tokenizer(name)
         check_tokenizer_fits(tokenizer, model, where=hp.init_from)
-        if missing:
-            log.info("initialised at random (not in %s): %s", hp.init_from, ", ".join(missing))
+        later = self.initialised_later()
+        random = [key for key in missing if not key.startswith(later)] if later else missing
+        if random:
+            log.info("initialised at random (not in %s): %s", hp.init_from, ", ".join(random))
         self.missing_keys = missing
         model.train()  # from_pretrained returns eval mode; dropout must be on while training
         freeze_bottom_layers(model, hp.freeze_layers)
@@ -196,6 +198,13 @@ class FineTuneModule(HFModule):
         self.export_source = None  # the fine-tuned model holds all it needs; no MLM head to carry
         if hp.gradient_checkpointing:
             enable_gradient_checkpointing(self.model)
+
+    def initialised_later(self) -> tuple[str, ...]:
+        """Prefixes of the weights that ``fit`` sets before training (not reported as random when missing).
+
+        None here; a classifier whose head starts from a probe names its head.
+        """
+        return ()
 
     def model_inputs(self, batch: dict) -> dict:
         """The batch entries the model takes (``token_type_ids`` only where the tokenizer makes them)."""

@@ -99,7 +99,8 @@ def init_head_from_probe(model, datamodule, num_labels: int) -> float | None:
         head.weight.data.copy_(probe.weight.to(head.weight))
         head.bias.data.copy_(probe.bias.to(head.bias))
     score = probe.val_scores.get(probe.c)
-    log.info("head initialised from a logistic-regression probe (C=%s, validation macro-F1 %s)", probe.c, score)
+    shown = "none (no validation split)" if score is None else f"{score:.4f}"
+    log.info("head initialised from a logistic-regression probe (C=%s, validation macro-F1 %s)", probe.c, shown)
     return score
 
 

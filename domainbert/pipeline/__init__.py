@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from domainbert.errors import DomainBertError
+from domainbert.pipeline import strategies
 from domainbert.pipeline.specs import (
     DaptSpec,
     DeploySpec,
@@ -169,6 +170,9 @@ def pipeline(
     finally:
         stop_forks()  # the training stages' server (:mod:`domainbert.pipeline.forks`), if it runs
         ctx.runner.close()  # out is free for another pipeline
+
+
+strategies.reserve_options(pipeline)  # a new option of pipeline() is a name no strategy may take
 
 
 def _recipe(ctx, probe: ProbeSpec, distill: DistillSpec, export: StageSpec, deploy: DeploySpec = _DEPLOY) -> Path:

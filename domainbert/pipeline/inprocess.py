@@ -54,6 +54,18 @@ def run_in_process(fn: Callable[[], Any], log: Path, argv: list[str]) -> int:
     return code
 
 
+@contextlib.contextmanager
+def output_to(log: Path) -> Iterator[None]:
+    """Send the block's output (``sys.stdout``, ``sys.stderr``, logging) to the end of ``log``, as a stage's.
+
+    For the pipeline's own steps that belong to a stage that has run (the probe's export as a classifier): what
+    they say goes to that stage's log, not between the pipeline's stage lines.
+    """
+    with open(log, "a", encoding="utf-8", buffering=1) as fh:
+        with _logging_to(fh), contextlib.redirect_stdout(fh), contextlib.redirect_stderr(fh):
+            yield
+
+
 def exit_status(fn: Callable[[], Any]) -> int:
     """Run ``fn``; the exit status its process would have had, with the error written to ``sys.stderr``."""
     from domainbert.cli import _user_error

@@ -44,9 +44,11 @@ def probe_export(base_model: str, record: dict) -> dict:
 
     The base encoder with the probe's linear layer as a mean-pooling head; it loads like any fine-tuned
     classifier (``domainbert predict``, ``export``, distillation). ``{"hf_error": message}`` when it cannot be
-    built: the pipeline then cannot ship the probe, and says so if the probe wins.
+    built: the pipeline then cannot ship the probe, and says so if the probe wins. What the export says goes to
+    the probe stage's log (``<probe folder>/log.txt``).
     """
     from domainbert.modules.probe_init import export_probe_classifier
+    from domainbert.pipeline.inprocess import output_to
 
     folder = Path(record["result"])
     out, weights = folder / "hf", Path(record.get("weights") or folder / "probe.safetensors")
@@ -54,7 +56,8 @@ def probe_export(base_model: str, record: dict) -> dict:
         if (out / "config.json").stat().st_mtime >= weights.stat().st_mtime:
             return {"hf": str(out)}
     try:
-        return {"hf": export_probe_classifier(base_model, str(folder), str(out))}
+        with output_to(folder / "log.txt"):  # the probe stage's log, not between the pipeline's stage lines
+            return {"hf": export_probe_classifier(base_model, str(folder), str(out))}
     except DomainBertError as err:
         print(f"[probe] the probe could not be exported as a classifier: {err}", flush=True)
         return {"hf_error": str(err)}

@@ -103,3 +103,35 @@ def test_a_classifier_whose_loss_rose_by_orders_of_magnitude_says_so_last_and_in
     assert last.startswith("Training diverged: the training loss rose from ") and "--model.learning_rate" in last
     card = next(tmp_path.rglob("hf/README.md")).read_text()
     assert "- **Warning: training diverged.** The training loss rose from " in card
+
+
+def test_a_smoke_fit_then_test_and_predict_best_run_on_its_last_checkpoint_quietly(tiny_bert, tmp_path):
+    """``fit --trainer.max_steps 2`` never validates, so ModelCheckpoint(monitor=...) saves nothing: the fit leaves
+    ``last.ckpt`` and says so; ``test``/``predict --ckpt_path best`` then run on it and say so in one line. None of the
+    three prints a library warning (Lightning's "dirpath has changed" on loading a checkpoint of another run folder),
+    and a head started from the probe is not reported as initialised at random."""
+    from tests.helpers import TINY_CLS
+
+    common = ["--config", TINY_CLS, "--model.init_from", str(tiny_bert), "--model.pooling", "mean"]
+    common += ["--trainer.default_root_dir", str(tmp_path / "runs")]
+    fit = _run(["fit", *common, "--trainer.max_steps", "2"], tmp_path)
+    out = fit.stdout + fit.stderr
+    assert fit.returncode == 0, out[-3000:]
+    last = tmp_path / "runs" / "tiny_classification" / "version_0" / "checkpoints" / "last.ckpt"
+    assert last.is_file() and sorted(p.name for p in last.parent.iterdir()) == ["last.ckpt"]
+    assert "no validation ran, so no checkpoint was saved: the final weights are in" in out
+    assert "head initialised from a logistic-regression probe" in out
+    assert "initialised at random" not in out, out
+    for command in ("test", "predict"):
+        proc = _run([command, *common, "--ckpt_path", "best", "--trainer.limit_test_batches", "1"], tmp_path)
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == 0, out[-3000:]
+        assert (
+            out.count(
+                f"recorded no best checkpoint (no validation ran, or no ModelCheckpoint monitors a metric); "
+                f"using its last one, {last}"
+            )
+            == 1
+        ), out
+        for noise in (*NOISE, "dirpath has changed", "won't be reloaded"):
+            assert noise not in out, f"{noise!r} in the output of {command}:\n{out}"

@@ -69,7 +69,7 @@ def test_pooling_auto_follows_the_checkpoint(tiny_bert, tmp_path):
         SequenceClassificationModule(str(tiny_bert), label_names=["a", "b"], pooling="cls", head_init="probe")
 
 
-def test_probe_head_starts_at_the_probes_validation_score(tiny_bert):
+def test_probe_head_starts_at_the_probes_validation_score(tiny_bert, caplog):
     module = SequenceClassificationModule(str(tiny_bert), label_names=["api", "graphics", "network"], pooling="mean")
     dm = ClassificationDataModule(
         train=str(FIX / "cls_sep_train.jsonl"), val=str(FIX / "cls_sep_val.jsonl"), batch_size=8
@@ -77,7 +77,10 @@ def test_probe_head_starts_at_the_probes_validation_score(tiny_bert):
     dm.connect(module.tokenizer)
     dm.setup("fit")
     before = module.model.classifier.weight.clone()
-    score = init_head_from_probe(module.model, dm, 3)
+    with caplog.at_level("INFO", logger="domainbert.modules.probe_init"):
+        score = init_head_from_probe(module.model, dm, 3)
+    said = [r.getMessage() for r in caplog.records if "head initialised" in r.getMessage()]
+    assert len(said) == 1 and said[0].endswith(f", validation macro-F1 {score:.4f})"), said  # 4 digits, not 16
     assert not torch.equal(before, module.model.classifier.weight)
     x, y = embed_batches(module.model, dm.val_dataloader())
     module.model.eval()

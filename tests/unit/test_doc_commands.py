@@ -83,7 +83,7 @@ def _check_pipeline(page: str, args: list[str], tmp_path: Path, monkeypatch) -> 
         kwargs.pop("label_column"),
     )
     inputs = {k: kwargs.pop(k) for k in ("base_model", "corpus", "corpus_text_column", "seeds", "metric")}
-    for key in ("out", "isolate", "probe", "export"):
+    for key in ("out", "isolate", "probe", "export", "deploy"):
         kwargs.pop(key)
     distill, finetune = kwargs.pop("distill"), kwargs.pop("finetune")
     ctx = _context(inputs, task, finetune, kwargs)

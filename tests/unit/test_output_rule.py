@@ -108,7 +108,7 @@ def test_export_refuses_the_root_a_project_and_a_file_before_any_work(tiny_bert,
         "project": "it is a project folder (it holds pyproject.toml)",
         "file": "exists and is not a folder domainbert wrote",
     }[where]
-    assert line.startswith(f"export: --out: {out}") and said in line
+    assert f"domainbert: error: export: --out: {out}" in line and said in line
     assert not (project / MARKER).exists() and (tmp_path / "notes.txt").read_text() == "notes\n"
     assert not Path("/", MARKER).exists()
 

@@ -132,6 +132,6 @@ def test_the_report_says_a_gated_branch_was_not_fine_tuned_with_both_probes_and_
     assert "| dapt | – | – | – | not fine-tuned: probe 0.7712 against the base's 0.7800 | 0.5 |" in text
     assert "- **dapt**: not fine-tuned: probe 0.7712 against the base's 0.7800 (step 0 of dapt; margin 0.0)" in text
     assert "which saved about 3.0 minutes (the baseline's fine-tuning, summed over its seeds)" in text  # 2 + 1
-    assert "| tapt | 0.5000 | 0.4000 |" in text and "(stopped after seed 0) | 0.0 |" in text
+    assert "| tapt | 0.5000 | 0.4000 |" in text and "(stopped after seed 0) | 0.1 |" in text  # its own 6 s
     assert "- **tapt**: stopped after seed 0: validation acc 0.5000, behind the baseline's mean 0.8500" in text
     assert "seeds 1 skipped, saving about 0.1 minutes" in text

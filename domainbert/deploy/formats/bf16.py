@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from domainbert.core.hf import write_modeling_file
+from domainbert.core.quiet import quiet_transformers
 from domainbert.deploy.folders import hf_model
 from domainbert.deploy.formats.interface import ExportFormat, WriteContext, Written
 from domainbert.deploy.quantize import to_bf16
@@ -18,7 +19,8 @@ class Bf16(ExportFormat, name="bf16", option="bf16", order=10):
 
     def write(self, model: nn.Module, folder: Path, ctx: WriteContext) -> Written:
         half = to_bf16(model)
-        half.save_pretrained(folder)
+        with quiet_transformers():
+            half.save_pretrained(folder)
         write_modeling_file(half, folder)
         return Written(half, info={}, extra={"runtime": "bf16 weights + CPU autocast"})
 

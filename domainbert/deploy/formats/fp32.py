@@ -11,6 +11,7 @@ from pathlib import Path
 from torch import nn
 
 from domainbert.core.hf import write_modeling_file
+from domainbert.core.quiet import quiet_transformers
 from domainbert.deploy.folders import hf_model
 from domainbert.deploy.formats.interface import ExportFormat, WriteContext, Written
 
@@ -19,7 +20,8 @@ class Fp32(ExportFormat, name="fp32", order=0):
     """float32 weights in a plain Hugging Face folder (no ``domainbert_variant.json``)."""
 
     def write(self, model: nn.Module, folder: Path, ctx: WriteContext) -> Written:
-        model.save_pretrained(folder)
+        with quiet_transformers():
+            model.save_pretrained(folder)
         write_modeling_file(model, folder)
         return Written(model, info=None)
 

@@ -14,7 +14,6 @@ then every candidate is fine-tuned, then the after strategies run.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import importlib
 import inspect
 import pkgutil
@@ -29,20 +28,28 @@ from domainbert.pipeline.strategies.base import Context, Strategy
 GROUP = "domainbert.strategies"
 #: Names a strategy may not take beside the pipeline's own options (see :func:`reserved`).
 _RESERVED_EXTRA = frozenset({"config", "print_config", "help", "baseline"})
+_options: frozenset[str] = frozenset()
 
 
-@functools.cache
-def reserved() -> frozenset[str]:
-    """Names a strategy may not take: the pipeline's own options, derived, so that a new option is reserved too.
+def reserve_options(function) -> None:
+    """Reserve every named parameter of ``function`` (the pipeline's entry point) that is not a built-in strategy.
 
-    They are every named parameter of :func:`domainbert.pipeline.pipeline` that is not a built-in strategy's
-    settings, the parser's own options (``config``, ``print_config``, ``help``) and ``baseline``.
+    :mod:`domainbert.pipeline` calls it with :func:`domainbert.pipeline.pipeline` when it is imported, which is
+    always before this package runs, so a new option of the pipeline is reserved without a hand-kept list.
     """
-    from domainbert.pipeline import pipeline
+    global _options, _loaded
+    params = inspect.signature(function).parameters.values()
+    _options = frozenset(p.name for p in params if p.kind is not inspect.Parameter.VAR_KEYWORD)
+    _loaded = None
 
-    params = inspect.signature(pipeline).parameters.values()
-    named = {p.name for p in params if p.kind is not inspect.Parameter.VAR_KEYWORD}
-    return frozenset(named - set(builtins())) | _RESERVED_EXTRA
+
+def reserved() -> frozenset[str]:
+    """Names a strategy may not take.
+
+    They are the pipeline's own options (:func:`reserve_options`), the parser's own (``config``,
+    ``print_config``, ``help``) and ``baseline``.
+    """
+    return frozenset(_options - set(builtins())) | _RESERVED_EXTRA
 
 
 _loaded: dict[str, Strategy] | None = None
