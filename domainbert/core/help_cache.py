@@ -134,8 +134,12 @@ _CONTROL = re.compile(
 
 
 def plain(text: str) -> str:
-    """``text`` without terminal escape sequences or control characters (tabs and newlines kept)."""
-    return _CONTROL.sub("", text)
+    """``text`` without terminal escape sequences or control characters (tabs and newlines kept).
+
+    A backspace after a space (jsonargparse's ``--print_config \\b[=flags]``) takes the space with it, as a
+    terminal shows it.
+    """
+    return _CONTROL.sub("", text.replace(" \b", ""))
 
 
 def store(command: str, text: str, inputs: list[list]) -> None:
@@ -189,6 +193,7 @@ def serve(argv: list[str], build: Callable[[list[str]], None]) -> None:
         text = plain(text)  # a kept file is data: it never moves the cursor or retitles the terminal
     else:
         text, code = build_text(argv, build)
+        text = plain(text)  # the same text a later served copy prints
         if code not in (0, None):
             sys.stdout.write(text)
             raise SystemExit(code)

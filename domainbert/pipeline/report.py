@@ -192,7 +192,9 @@ def _predictions(runs: list[dict]) -> tuple[list[int], list[list[int]], int] | N
 def _verdict(candidate: Candidate, ci, delta: str, metric: str, per_min: str) -> str:
     """The plain sentence of one row's paired comparison (``ci``, an ``Interval``) with the baseline."""
     if candidate.one_model and not candidate.adapted:
-        what = f"the weight average of {_soup_of(candidate)}'s seeds (a model soup; no adaptation)"
+        source = _soup_of(candidate)
+        source = f"the {source}" if source == BASELINE else source
+        what = f"the weight average of {source}'s seeds (a model soup; no adaptation)"
     elif candidate.one_model:
         what = "adaptation with the weight average of its seeds (a model soup)"
     elif not candidate.adapted:
