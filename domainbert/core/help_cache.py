@@ -136,8 +136,8 @@ _CONTROL = re.compile(
 def plain(text: str) -> str:
     """``text`` without terminal escape sequences or control characters (tabs and newlines kept).
 
-    A backspace after a space (jsonargparse's ``--print_config \\b[=flags]``) takes the space with it, as a
-    terminal shows it.
+    A backspace after a space (jsonargparse writes one before ``--print_config``'s ``[=flags]``) takes the space
+    with it, as a terminal shows it.
     """
     return _CONTROL.sub("", text.replace(" \b", ""))
 
