@@ -162,7 +162,7 @@ class ProbeWatch(L.Callback):
         """The base model's embeddings through the cache; keeps their keys for the probe's cache (:meth:`score`)."""
         from domainbert.core.embed_cache import Embedder
 
-        source = getattr(encoder.config, "_name_or_path", "") or ""  # the folder from_pretrained read
+        source = getattr(encoder.config, "name_or_path", "") or ""  # the folder from_pretrained read
         embedder = Embedder(source, pl_module.tokenizer, encoder, self.max_length, self.batch_size)
         x, keys = {}, {}
         for split, rows in texts.items():

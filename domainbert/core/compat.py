@@ -5,8 +5,9 @@ checked against and the public API that is missing, and is pinned by ``tests/uni
 moves it fails there, not in a training run. Nothing else in ``domainbert`` reads or writes another library's
 private attribute.
 
-Checked against: lightning 2.6.6, optuna 5.0.0, datasets 5.2.0, transformers 5.24.0, Python 3.11 ``argparse``.
-Nothing heavy is imported here: every library comes from the object it is handed.
+Checked against: lightning 2.6.6, optuna 5.0.0, datasets 5.2.0, transformers 5.24.0 and 5.25.0, torch 2.13.0, and
+Python 3.11's ``argparse``, ``multiprocessing``, ``threading`` and ``atexit``. Nothing heavy is imported here: every
+library comes from the object it is handed (only standard-library modules are imported, inside the functions).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import argparse
+    from multiprocessing.connection import Connection
 
     import lightning.pytorch as L
     import optuna
@@ -32,6 +34,27 @@ def attached_trainer(module: Any) -> L.Trainer | None:
     no public way to ask whether one is; the property reads the private ``_trainer``, which is read here.
     """
     return getattr(module, "_trainer", None)
+
+
+# -- lightning: strategies and loaders --------------------------------------------------------------------------------
+
+
+def ddp_kwargs(strategy: Any) -> dict[str, Any] | None:
+    """The keyword arguments ``strategy`` hands to ``DistributedDataParallel``; None for a strategy that is no DDP.
+
+    Lightning 2.6.6 keeps them (``find_unused_parameters`` among them) in the private ``DDPStrategy._ddp_kwargs``;
+    there is no public attribute to read them back.
+    """
+    return getattr(strategy, "_ddp_kwargs", None)
+
+
+def wrapped_sampler(dataset: Any) -> Any:
+    """The sampler that Lightning's sampler wrapper ``dataset`` shares out under DDP; None for any other object.
+
+    Lightning 2.6.6: ``UnrepeatedDistributedSamplerWrapper`` (the predict loader's sampler under DDP) splits a
+    ``_DatasetSamplerWrapper`` (its ``dataset``), which keeps the original sampler in its private ``_sampler``.
+    """
+    return getattr(dataset, "_sampler", None)
 
 
 # -- lightning: LightningCLI ------------------------------------------------------------------------------------------
@@ -118,6 +141,86 @@ class TrainDescription:
         raise NotImplementedError
 
 
+# -- torch ------------------------------------------------------------------------------------------------------------
+
+
+def unscales_itself(optimizer: Any) -> bool:
+    """Whether ``optimizer`` unscales its gradients itself in ``step`` (a fused ``AdamW``, for one).
+
+    Torch 2.13.0: such an optimizer sets the private ``_step_supports_amp_scaling``, which ``GradScaler`` and
+    Lightning's mixed-precision plugin read; there is no public flag.
+    """
+    return getattr(optimizer, "_step_supports_amp_scaling", False)
+
+
+# -- Python: multiprocessing, threading, atexit -----------------------------------------------------------------------
+
+
+def connection_over(fd: int) -> Connection:
+    """A ``multiprocessing`` connection (``send``/``recv`` of pickled objects) over the socket descriptor ``fd``.
+
+    Python 3.11: ``multiprocessing.connection.Connection(handle)`` is not in the module's ``__all__`` nor in its
+    documentation, which makes connections through ``Pipe``, ``Client`` and ``Listener`` only (each opens its own
+    socket or pipe).
+    """
+    from multiprocessing.connection import Connection
+
+    return Connection(fd)
+
+
+def prove_key_as_client(conn: Connection, key: bytes) -> None:
+    """Prove to the other end of ``conn`` that this end holds ``key``, then have it prove the same.
+
+    Python 3.11: the HMAC handshake of ``multiprocessing.connection.Client(authkey=...)`` is the undocumented
+    ``answer_challenge`` then ``deliver_challenge``, not in the module's ``__all__``; ``Client`` does it on a
+    connection it opens itself only.
+
+    Raises:
+        multiprocessing.AuthenticationError: the other end does not hold ``key``.
+    """
+    from multiprocessing.connection import answer_challenge, deliver_challenge
+
+    answer_challenge(conn, key)
+    deliver_challenge(conn, key)
+
+
+def prove_key_as_server(conn: Connection, key: bytes) -> None:
+    """Have the other end of ``conn`` prove that it holds ``key``, then prove the same to it.
+
+    Python 3.11: the HMAC handshake of ``multiprocessing.connection.Listener.accept`` is the undocumented
+    ``deliver_challenge`` then ``answer_challenge``; ``Listener`` does it on a connection it accepted itself only.
+
+    Raises:
+        multiprocessing.AuthenticationError: the other end does not hold ``key``.
+    """
+    from multiprocessing.connection import answer_challenge, deliver_challenge
+
+    deliver_challenge(conn, key)
+    answer_challenge(conn, key)
+
+
+def join_non_daemon_threads() -> None:
+    """Wait for every thread that is not a daemon to end, as the interpreter does when it exits.
+
+    Python 3.11 does it in the private ``threading._shutdown()``; a forked process that ends with ``os._exit``
+    (no interpreter exit) has no public way to.
+    """
+    import threading
+
+    threading._shutdown()
+
+
+def run_exit_handlers() -> None:
+    """Run (and clear) the functions registered with ``atexit``, as the interpreter does when it exits.
+
+    Python 3.11 does it in the private ``atexit._run_exitfuncs()``; a forked process that ends with ``os._exit``
+    (no interpreter exit) has no public way to.
+    """
+    import atexit
+
+    atexit._run_exitfuncs()
+
+
 # -- argparse (and jsonargparse, which builds on it) ------------------------------------------------------------------
 
 
@@ -174,3 +277,22 @@ def set_backend_tokenizer(tokenizer: Any, backend: Any) -> None:
     public setter.
     """
     tokenizer._tokenizer = backend
+
+
+def attn_implementation(config: Any) -> str | None:
+    """The attention implementation (``sdpa``, ``eager``...) the model of ``config`` uses; None for no such config.
+
+    Transformers 5.25.0 keeps it behind the private ``PretrainedConfig._attn_implementation`` property; the public
+    ``set_attn_implementation`` of a model writes it, and nothing public reads it.
+    """
+    return getattr(config, "_attn_implementation", None)
+
+
+def can_set_attn_implementation(model_class: type) -> bool:
+    """Whether the ``PreTrainedModel`` subclass ``model_class`` accepts ``set_attn_implementation``.
+
+    Transformers 5.25.0 answers through the private classmethod ``_can_set_attn_implementation()`` (it reads the
+    class's module source: False where its attention does not dispatch through transformers' attention interface,
+    or where the source cannot be read); there is no public question.
+    """
+    return model_class._can_set_attn_implementation()

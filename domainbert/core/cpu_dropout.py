@@ -115,6 +115,8 @@ def use_cpu_dropout(module: nn.Module) -> int:
     """
     from transformers import PreTrainedModel
 
+    from domainbert.core.compat import attn_implementation, can_set_attn_implementation
+
     swapped: dict[int, CpuDropout] = {}  # a dropout shared by two parents stays shared
     for parent in list(module.modules()):
         for name, child in list(parent.named_children()):
@@ -124,7 +126,7 @@ def use_cpu_dropout(module: nn.Module) -> int:
                 setattr(parent, name, swapped[id(child)])
     for sub in module.modules():
         config = getattr(sub, "config", None)
-        if isinstance(sub, PreTrainedModel) and getattr(config, "_attn_implementation", None) == "sdpa":
-            if type(sub)._can_set_attn_implementation():
+        if isinstance(sub, PreTrainedModel) and attn_implementation(config) == "sdpa":
+            if can_set_attn_implementation(type(sub)):
                 sub.set_attn_implementation(ATTENTION)
     return len(swapped)

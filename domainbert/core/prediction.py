@@ -24,6 +24,7 @@ import lightning.pytorch as L
 import torch
 from lightning.pytorch.callbacks import BasePredictionWriter
 
+from domainbert.core.compat import wrapped_sampler
 from domainbert.errors import DomainBertError
 
 
@@ -98,7 +99,7 @@ def sorted_by_length(trainer: L.Trainer) -> bool:
     loaders = list(loaders.values()) if isinstance(loaders, dict) else loaders
     for loader in loaders if isinstance(loaders, (list, tuple)) else [loaders]:
         sampler = getattr(getattr(loader, "batch_sampler", None), "sampler", None)
-        shared = getattr(getattr(sampler, "dataset", None), "_sampler", None)
+        shared = wrapped_sampler(getattr(sampler, "dataset", None))
         if isinstance(sampler, LengthSortedSampler) or isinstance(shared, LengthSortedSampler):
             return True
     return False

@@ -16,7 +16,7 @@ import lightning.pytorch as L
 import torch
 from torch import nn
 
-from domainbert.core.compat import attached_trainer
+from domainbert.core.compat import attached_trainer, unscales_itself
 from domainbert.core.hf import export_hf
 from domainbert.core.optim import build_optimizer, param_groups, warmup_linear
 from domainbert.errors import DomainBertError
@@ -126,7 +126,7 @@ class HFModule(L.LightningModule):
         """
         from lightning.pytorch.plugins.precision import MixedPrecision
 
-        fused = getattr(optimizer, "_step_supports_amp_scaling", False)
+        fused = unscales_itself(optimizer)
         bf16 = isinstance(self.trainer.precision_plugin, MixedPrecision) and self._scaler() is None
         if not (gradient_clip_val and fused and bf16):
             return super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)

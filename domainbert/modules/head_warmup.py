@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from domainbert.core.compat import ddp_kwargs
 from domainbert.errors import DomainBertError
 
 log = logging.getLogger(__name__)
@@ -115,7 +116,7 @@ class HeadWarmup:
         w, trainer = self.head_warmup_steps, self.trainer
         if w <= 0:
             return
-        kwargs = getattr(trainer.strategy, "_ddp_kwargs", None)
+        kwargs = ddp_kwargs(trainer.strategy)
         if kwargs is not None and trainer.world_size > 1 and not kwargs.get("find_unused_parameters"):
             raise DomainBertError(
                 f"model.head_warmup_steps={w} freezes the encoder, and DDP refuses parameters without a gradient: "

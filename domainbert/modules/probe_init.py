@@ -149,7 +149,7 @@ def probe_of_files(base, datamodule, num_labels: int):
     if splits is None:
         return None
     encoder = getattr(base, base.base_model_prefix)
-    source = getattr(base.config, "_name_or_path", "") or ""  # the folder from_pretrained read: the model's identity
+    source = getattr(base.config, "name_or_path", "") or ""  # the folder from_pretrained read: the model's identity
     embedder = Embedder(source, datamodule.tokenizer, encoder, datamodule.max_length, BATCH_SIZE)
     keys = {s: embedder.key(texts) for s, (texts, _, _) in splits.items()}
     ys = {s: y for s, (_, y, _) in splits.items()}

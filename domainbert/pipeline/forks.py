@@ -41,8 +41,13 @@ import socket
 import subprocess
 import sys
 from dataclasses import dataclass
-from multiprocessing.connection import Connection, answer_challenge, deliver_challenge
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from domainbert.core.compat import connection_over, prove_key_as_client
+
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
 
 #: what the server imports once: the worker, the CLI it runs, and transformers' model loading
 PRELOAD = ("domainbert.pipeline.worker", "domainbert.core.lightning_cli", "transformers.modeling_utils")
@@ -123,7 +128,7 @@ def _launch(env: dict[str, str]) -> Server:
     except OSError:
         pass  # it died at once: the first request finds out
     ours.setblocking(True)
-    return Server(proc, Connection(ours.detach()), key, env)
+    return Server(proc, connection_over(ours.detach()), key, env)
 
 
 def stop() -> None:
@@ -170,8 +175,7 @@ def run(argv: list[str], log: Path) -> int:
         server = _server
         try:
             if not server.trusted:
-                answer_challenge(server.conn, server.key)
-                deliver_challenge(server.conn, server.key)
+                prove_key_as_client(server.conn, server.key)
                 server.trusted = True
             server.conn.send(request)
             pid = _expect(server.conn.recv(), "pid")

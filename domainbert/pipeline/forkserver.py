@@ -10,16 +10,15 @@ with the pipeline however the pipeline ends (``PR_SET_PDEATHSIG``); each stage e
 
 from __future__ import annotations
 
-import atexit
 import gc
 import importlib
 import importlib.util
 import os
 import signal
 import sys
-import threading
 import types
-from multiprocessing.connection import Connection, answer_challenge, deliver_challenge
+
+from domainbert.core.compat import connection_over, join_non_daemon_threads, prove_key_as_server, run_exit_handlers
 
 #: the bytes of the key the pipeline writes to the server's standard input
 KEY_BYTES = 32
@@ -36,15 +35,14 @@ def main(argv: list[str]) -> int:
     key = sys.stdin.buffer.read(KEY_BYTES)
     sys.stdin.close()
     os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
-    conn = Connection(fd)
+    conn = connection_over(fd)
     try:
         for name in PRELOAD:
             importlib.import_module(name)
     except Exception:  # noqa: BLE001 - a broken install: the stages start as new interpreters and say why
         return 1
     try:
-        deliver_challenge(conn, key)  # the pipeline holds the key...
-        answer_challenge(conn, key)  # ...and so does this server
+        prove_key_as_server(conn, key)  # the pipeline holds the key, and so does this server
     except Exception:  # noqa: BLE001 - a failed or broken handshake: serve nothing
         return 1
     while True:
@@ -122,12 +120,12 @@ def stage(argv: list[str], log: str, env: dict[str, str], cwd: str, server: int)
         traceback.print_exc()
         code = 1
     finally:
-        threading._shutdown()  # waits for threads that are not daemons, as an interpreter's exit does
+        join_non_daemon_threads()  # waits for threads that are not daemons, as an interpreter's exit does
         if code == 0 and os.environ.get("DOMAINBERT_QUICK_EXIT", "1") != "0":
             gc.freeze()
         else:
             gc.collect()
-        atexit._run_exitfuncs()
+        run_exit_handlers()
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
