@@ -1,7 +1,7 @@
 """The recipe's own stages, around the strategies: the probe, fine-tuning over the seeds, the choice, distillation.
 
-The pipeline (:func:`domainbert.pipeline.pipeline`) runs: the frozen-embedding probe (the cheapest baseline) → the
-start strategies (curation, vocabulary, DAPT, TAPT, contrastive...: :mod:`domainbert.pipeline.strategies`) →
+The pipeline (:func:`domainbert.pipeline.command.pipeline`) runs: the frozen-embedding probe (the cheapest baseline)
+→ the start strategies (curation, vocabulary, DAPT, TAPT, contrastive...: :mod:`domainbert.pipeline.strategies`) →
 fine-tuning of the base model and of every starting model they offer, over the seeds → the after strategies
 (self-training, seed soups) → the choice, by validation only → distillation of the chosen model → export → report.
 """

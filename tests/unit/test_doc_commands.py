@@ -62,7 +62,7 @@ def _print_config(args: list[str], monkeypatch) -> None:
 
 
 def _check_pipeline(page: str, args: list[str], tmp_path: Path, monkeypatch) -> None:
-    from domainbert.pipeline import _context, build_parser, check
+    from domainbert.pipeline.command import _context, build_parser, check
     from domainbert.pipeline.specs import TaskFiles
 
     name = args[args.index("--config") + 1]

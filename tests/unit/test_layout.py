@@ -117,7 +117,7 @@ PARALLEL_NAMES = {
     "classification.py": {"data", "modules"},
     "tagging.py": {"data", "modules"},
     "qa.py": {"data", "modules"},
-    "command.py": {"deploy", "sweep"},
+    "command.py": {"deploy", "sweep", "pipeline"},
     "report.py": {"deploy", "sweep", "pipeline"},
     "worker.py": {"sweep", "pipeline"},
     "__main__.py": {"", "pipeline"},

@@ -34,8 +34,8 @@ _options: frozenset[str] = frozenset()
 def reserve_options(function) -> None:
     """Reserve every named parameter of ``function`` (the pipeline's entry point) that is not a built-in strategy.
 
-    :mod:`domainbert.pipeline` calls it with :func:`domainbert.pipeline.pipeline` when it is imported, which is
-    always before this package runs, so a new option of the pipeline is reserved without a hand-kept list.
+    :mod:`domainbert.pipeline` calls it with :func:`domainbert.pipeline.command.pipeline` when it is imported,
+    which is always before this package runs, so a new option of the pipeline is reserved without a hand-kept list.
     """
     global _options, _loaded
     params = inspect.signature(function).parameters.values()
