@@ -350,7 +350,7 @@ def build_parser(argv: list[str]):
 
     from jsonargparse import ActionConfigFile, ArgumentParser, DefaultHelpFormatter, set_parsing_settings
 
-    from domainbert.core.tool_cli import wants_docs
+    from domainbert.cli.tool_cli import wants_docs
     from domainbert.pipeline import strategies
 
     class _Help(argparse.RawDescriptionHelpFormatter, DefaultHelpFormatter):
