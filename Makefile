@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q $(TORCH)
 	$(BIN)/python -m pip install -q -e '.[dev,demo]'
-	$(BIN)/python -m domainbert.core.help_cache   # the --help texts, built once (then 0.1 s a call)
+	$(BIN)/python -m domainbert.cli.help_cache   # the --help texts, built once (then 0.1 s a call)
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -24,7 +24,7 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 DATASETS_CACHE = Path(tempfile.mkdtemp(prefix="domainbert-tests-datasets-"))
 os.environ["HF_DATASETS_CACHE"] = str(DATASETS_CACHE)
 atexit.register(shutil.rmtree, DATASETS_CACHE, ignore_errors=True)
-#: the ``--help`` cache (domainbert.core.help_cache) of code that runs outside a test (session fixtures); each test
+#: the ``--help`` cache (domainbert.cli.help_cache) of code that runs outside a test (session fixtures); each test
 #: gets an empty one of its own (``_empty_help_cache``), never ``~/.cache/domainbert``
 os.environ["DOMAINBERT_CACHE"] = tempfile.mkdtemp(prefix="domainbert-tests-cache-")
 atexit.register(shutil.rmtree, os.environ["DOMAINBERT_CACHE"], ignore_errors=True)

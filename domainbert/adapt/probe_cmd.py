@@ -155,6 +155,6 @@ def score_and_write(folder: Path, fitted, xs: dict, ys: dict, labels: list[str])
 
 def main(argv: list[str] | None = None) -> None:
     """``domainbert probe``; ``--help`` lists every option."""
-    from domainbert.core.tool_cli import run_function
+    from domainbert.cli.tool_cli import run_function
 
     run_function(probe, argv, prog="domainbert probe", description=__doc__.split("\n\n")[0])

@@ -250,6 +250,6 @@ def soft_row(text: str, names: Sequence[str], probs: torch.Tensor, text_column: 
 
 def main(argv: list[str] | None = None) -> None:
     """``domainbert pseudolabel``; ``--help`` lists every option."""
-    from domainbert.core.tool_cli import run_function
+    from domainbert.cli.tool_cli import run_function
 
     run_function(pseudolabel, argv, prog="domainbert pseudolabel", description=__doc__.split("\n\n")[0])

@@ -108,6 +108,6 @@ def embedder_for(model: str, max_length: int):
 
 def main(argv: list[str] | None = None) -> None:
     """``domainbert select``; ``--help`` lists every option."""
-    from domainbert.core.tool_cli import run_function
+    from domainbert.cli.tool_cli import run_function
 
     run_function(select, argv, prog="domainbert select", description=__doc__.split("\n\n")[0])

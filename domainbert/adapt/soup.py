@@ -118,6 +118,6 @@ def soup(models: list[str], out: str) -> dict:
 
 def main(argv: list[str] | None = None) -> None:
     """``domainbert soup``; ``--help`` lists every option."""
-    from domainbert.core.tool_cli import run_function
+    from domainbert.cli.tool_cli import run_function
 
     run_function(soup, argv, prog="domainbert soup", description=__doc__.split("\n\n")[0])

@@ -1,4 +1,4 @@
-"""Shared infrastructure that every stage uses: files, models, hardware, checkpoints, runs, the command lines.
+"""Shared infrastructure that every stage uses: files, models, hardware, checkpoints, runs.
 
 - ``files``: atomic writes (files and folders), plain-name checks, and one-line errors for a full disk.
 - ``hf`` and ``models_local``: loading and exporting Hugging Face models and tokenizers, offline first.
@@ -9,6 +9,6 @@
 - ``optim``: optimizer and schedule construction.
 - ``checks``: validation of user input shared by several stages.
 - ``card``: model cards for exports.
-- ``lightning_cli``: the ``fit``/``validate``/``test``/``predict`` commands.
-- ``tool_cli``: the parser of the tool subcommands that are one function (``probe``, ``select``).
+
+The command line is :mod:`domainbert.cli`, above the stages; ``core`` imports neither it nor ``data``.
 """

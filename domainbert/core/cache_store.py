@@ -6,7 +6,7 @@ the sidecar last, each through a temporary file, so a reader never sees half a f
 JSON, of another key, or whose digest does not match the tensor file makes the entry absent: it is computed again
 and rewritten, never trusted. A cache folder that cannot be written is no error (the stage says so and goes on).
 
-The cache root is the one of :func:`domainbert.core.help_cache.folder`: ``$DOMAINBERT_CACHE``, else
+The cache root is :func:`domainbert.core.files.cache_root` (the ``--help`` cache's too): ``$DOMAINBERT_CACHE``, else
 ``$XDG_CACHE_HOME/domainbert``, else ``~/.cache/domainbert``. ``DOMAINBERT_EMBEDDING_CACHE=off`` (or ``0``,
 ``false``, ``no``) turns this cache off: nothing is read or written, everything is computed.
 """
@@ -33,10 +33,10 @@ def enabled() -> bool:
 
 
 def root() -> Path:
-    """The cache root, shared with the ``--help`` cache (:func:`domainbert.core.help_cache.folder`'s parent)."""
-    from domainbert.core.help_cache import folder
+    """The cache root, shared with the ``--help`` cache (:func:`domainbert.core.files.cache_root`)."""
+    from domainbert.core.files import cache_root
 
-    return folder().parent
+    return cache_root()
 
 
 def paths(kind: str, key: str) -> tuple[Path, Path]:

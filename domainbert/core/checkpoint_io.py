@@ -1,6 +1,6 @@
 """Checkpoints written so that a full disk or a kill never leaves a truncated file under a checkpoint's name.
 
-:class:`AtomicCheckpointIO` is the ``domainbert fit`` default (registered by :class:`domainbert.core.lightning_cli.
+:class:`AtomicCheckpointIO` is the ``domainbert fit`` default (registered by :class:`domainbert.cli.lightning_cli.
 DomainBertCLI` when ``trainer.plugins`` names no other CheckpointIO). A local checkpoint is serialised into a
 temporary file in its own folder, ``fsync``-ed, given the umask's mode and renamed over its final name; a full
 disk becomes one line naming the checkpoint, its folder, the free space and the last good checkpoint there.

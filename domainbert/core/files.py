@@ -25,6 +25,18 @@ from domainbert.errors import DomainBertError
 MARKER = ".domainbert-output"
 
 
+def cache_root() -> Path:
+    """The cache folder: ``$DOMAINBERT_CACHE``, else ``$XDG_CACHE_HOME/domainbert``, else ``~/.cache/domainbert``.
+
+    The ``--help`` texts (:mod:`domainbert.cli.help_cache`) and the tensors kept between stages
+    (:mod:`domainbert.core.cache_store`) live under it.
+    """
+    if os.environ.get("DOMAINBERT_CACHE"):
+        return Path(os.environ["DOMAINBERT_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "domainbert"
+
+
 def umask() -> int:
     """The process's umask (read without changing it for longer than two calls)."""
     mask = os.umask(0o022)

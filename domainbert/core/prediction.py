@@ -71,12 +71,19 @@ class FileOrder:
         return out
 
 
+def out_of_file_order(sampler: Any) -> bool:
+    """Whether ``sampler`` gives a file's rows out of order: it says so with ``out_of_file_order = True``.
+
+    :class:`~domainbert.data.batching.LengthSortedSampler` does; ``core`` reads the attribute rather than importing
+    ``data``.
+    """
+    return getattr(sampler, "out_of_file_order", False) is True
+
+
 def sampler_order(loader) -> list[int] | None:
     """The row indices in the order ``loader`` gives them when its sampler sorts by length; else None (file order)."""
-    from domainbert.data.batching import LengthSortedSampler
-
     sampler = getattr(loader, "sampler", None)
-    return list(sampler) if isinstance(sampler, LengthSortedSampler) else None
+    return list(sampler) if out_of_file_order(sampler) else None
 
 
 def in_file_order(values: Sequence[Any], order: Sequence[int] | None) -> list[Any]:
@@ -93,14 +100,12 @@ def sorted_by_length(trainer: L.Trainer) -> bool:
     Lightning rebuilds the loader for prediction: the sampler is found under its batch sampler, and under DDP
     inside the ``UnrepeatedDistributedSamplerWrapper`` that shares it out.
     """
-    from domainbert.data.batching import LengthSortedSampler
-
     loaders = trainer.predict_dataloaders
     loaders = list(loaders.values()) if isinstance(loaders, dict) else loaders
     for loader in loaders if isinstance(loaders, (list, tuple)) else [loaders]:
         sampler = getattr(getattr(loader, "batch_sampler", None), "sampler", None)
         shared = wrapped_sampler(getattr(sampler, "dataset", None))
-        if isinstance(sampler, LengthSortedSampler) or isinstance(shared, LengthSortedSampler):
+        if out_of_file_order(sampler) or out_of_file_order(shared):
             return True
     return False
 

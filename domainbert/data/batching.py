@@ -122,6 +122,9 @@ class LengthSortedSampler(Sampler[int]):
     Lightning shares it out across ranks without repeating rows.
     """
 
+    #: Tells the prediction writer (:func:`domainbert.core.prediction.out_of_file_order`) that rows come out of order.
+    out_of_file_order = True
+
     def __init__(self, lengths: Sequence[int], batch_size: int) -> None:
         """Configure the order.
 

@@ -361,7 +361,7 @@ def _flag_values(argv: list[str], flags: Iterable[str]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> None:
     """``domainbert export``: parse the options (``--help`` lists them) and run :func:`export`."""
-    from domainbert.core.tool_cli import run_function
+    from domainbert.cli.tool_cli import run_function
 
     flags = ("int8", "int8_per_channel", "bf16", "onnx", "onnx_fuse", "trust_pickle", "teacher_variants")
     argv = _flag_values(list(sys.argv[1:] if argv is None else argv), flags)

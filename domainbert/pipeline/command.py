@@ -320,7 +320,7 @@ def build_parser(argv: list[str]):
     from jsonargparse import ActionConfigFile, ArgumentParser, DefaultHelpFormatter, set_parsing_settings
 
     import domainbert.pipeline.strategies as strategies
-    from domainbert.core.tool_cli import wants_docs
+    from domainbert.cli.tool_cli import wants_docs
 
     class _Help(argparse.RawDescriptionHelpFormatter, DefaultHelpFormatter):
         """Keeps the description's lines (the strategies' list) as written."""

@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from multiprocessing.connection import Connection
 
 #: what the server imports once: the worker, the CLI it runs, and transformers' model loading
-PRELOAD = ("domainbert.pipeline.worker", "domainbert.core.lightning_cli", "transformers.modeling_utils")
+PRELOAD = ("domainbert.pipeline.worker", "domainbert.cli.lightning_cli", "transformers.modeling_utils")
 
 #: seconds a stopped stage gets to end after ``SIGTERM`` before its group is killed
 GRACE = 5.0

@@ -100,7 +100,8 @@ def _quiet_argv() -> Iterator[None]:
 
 
 def _prepare(args: Sequence[str]) -> list[str]:
-    from domainbert.data.registry import expand_short_names, load_plugins
+    from domainbert.cli.short_names import expand_short_names
+    from domainbert.data.registry import load_plugins
 
     load_plugins()
     return expand_short_names(list(args))

@@ -255,7 +255,7 @@ def _help_entry(sources, text: str):
 
         os.environ["DOMAINBERT_CACHE"] = str(work / "cache")
         try:
-            from domainbert.core import help_cache
+            from domainbert.cli import help_cache
 
             entry = help_cache.folder() / "fit.json"
             entry.parent.mkdir(parents=True, exist_ok=True)

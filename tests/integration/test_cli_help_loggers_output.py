@@ -84,7 +84,7 @@ class MemoryLogger(Logger):
 
 
 def test_any_logger_keeps_the_run_folder_and_metrics_csv(tiny_bert, tmp_path, monkeypatch):
-    from domainbert.core.lightning_cli import cli_main
+    from domainbert.cli.lightning_cli import cli_main
     from domainbert.core.runs import resolve_alias
 
     monkeypatch.chdir(ROOT)
@@ -132,7 +132,7 @@ def test_fit_prints_each_info_line_once_and_no_argv_warning(tiny_bert, corpus_fi
 
 def test_a_csv_logger_named_alone_gets_the_run_root_and_the_run_name(tiny_bert, corpus_file, tmp_path, capsys):
     """The docs' promise: an unset ``save_dir`` is ``<default_root_dir>``, an unset ``name`` the run name."""
-    from domainbert.core.lightning_cli import cli_main
+    from domainbert.cli.lightning_cli import cli_main
 
     args = ["--trainer.logger", "CSVLogger", "--trainer.max_steps", "2", "--trainer.val_check_interval", "2"]
     cli = cli_main(_fit(TINY, tiny_bert, tmp_path, *args, corpus=corpus_file))

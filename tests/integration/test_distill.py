@@ -302,7 +302,7 @@ def test_qa_distillation_runs_from_the_cli_with_a_teacher_cache(tiny_bert, tmp_p
     """QA: start and end logits are distilled; the student is scored by SQuAD EM/F1 over whole questions."""
     from transformers import AutoModelForQuestionAnswering
 
-    from domainbert.core.lightning_cli import cli_main
+    from domainbert.cli.lightning_cli import cli_main
     from domainbert.modules.qa import QuestionAnsweringModule
 
     QuestionAnsweringModule(str(tiny_bert)).export_hf(tmp_path / "teacher")
@@ -353,7 +353,7 @@ def test_distillation_refuses_windowed_data(teacher, tmp_path):
 
 def test_a_transfer_set_is_labelled_by_the_teacher_and_skipped_by_the_hard_loss(tiny_bert, tmp_path):
     """``data.transfer``: corpus documents join the training rows; the teacher's cache holds them all."""
-    from domainbert.core.lightning_cli import cli_main
+    from domainbert.cli.lightning_cli import cli_main
     from domainbert.distill.teacher_cache import cached_rows
     from domainbert.modules.classification import SequenceClassificationModule
 
@@ -374,7 +374,7 @@ def test_a_transfer_set_is_labelled_by_the_teacher_and_skipped_by_the_hard_loss(
 
 
 def test_fine_tuning_refuses_a_transfer_set(tiny_bert, tmp_path):
-    from domainbert.core.lightning_cli import cli_main
+    from domainbert.cli.lightning_cli import cli_main
 
     args = ["fit", "--model", "classification", "--model.init_from", str(tiny_bert), "--data", "classification"]
     args += ["--data.train", str(FIX / "cls_train.jsonl"), "--data.transfer.path", str(FIX / "corpus.txt")]

@@ -1,4 +1,4 @@
-"""``python -m domainbert.core.help_cache`` (the last step of ``make setup``): the first ``fit --help`` is served.
+"""``python -m domainbert.cli.help_cache`` (the last step of ``make setup``): the first ``fit --help`` is served.
 
 Each step is a fresh interpreter: whether Lightning was imported is read from its ``sys.modules``.
 """
@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from domainbert.core.help_cache import COMMANDS
+from domainbert.cli.help_cache import COMMANDS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -39,7 +39,7 @@ def _help(command: str, cache: Path, columns: str) -> dict:
 def test_warmed_texts_are_served_on_any_terminal_and_equal_a_build(tmp_path):
     warmed = tmp_path / "warmed"
     env = {**os.environ, "DOMAINBERT_CACHE": str(warmed)}
-    subprocess.run([sys.executable, "-m", "domainbert.core.help_cache"], check=True, env=env, cwd=ROOT)
+    subprocess.run([sys.executable, "-m", "domainbert.cli.help_cache"], check=True, env=env, cwd=ROOT)
     assert sorted(p.name for p in (warmed / "help").iterdir()) == [f"{c}.json" for c in sorted(COMMANDS)]
     served = _help("validate", warmed, columns="40")
     assert served["lightning"] is False, "the warmed text was built again"

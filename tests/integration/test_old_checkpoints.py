@@ -12,7 +12,7 @@ import json
 import pytest
 import torch
 
-from domainbert.core.lightning_cli import cli_main
+from domainbert.cli.lightning_cli import cli_main
 from tests.helpers import FIX
 
 OLD = FIX / "old_main"

@@ -12,6 +12,7 @@ import lightning.pytorch as L
 import pytest
 from transformers import AutoConfig
 
+from domainbert.cli import short_names
 from domainbert.data import registry
 from domainbert.data.contract import check_datamodule
 from domainbert.errors import DomainBertError
@@ -98,10 +99,10 @@ def test_a_plugin_that_fails_to_import_is_named_and_skipped(monkeypatch, capsys)
 def test_short_names_expand_in_every_flag_form():
     registry.load_plugins(refresh=True)
     full = "domainbert.data.classification.ClassificationDataModule"
-    assert registry.expand_short_names(["fit", "--data", "classification"]) == ["fit", "--data", full]
-    assert registry.expand_short_names(["--data=classification"]) == [f"--data={full}"]
-    assert registry.expand_short_names(["--data.class_path", "classification"]) == ["--data.class_path", full]
-    assert registry.expand_short_names(["--data", "my.own.Module"]) == ["--data", "my.own.Module"]
+    assert short_names.expand_short_names(["fit", "--data", "classification"]) == ["fit", "--data", full]
+    assert short_names.expand_short_names(["--data=classification"]) == [f"--data={full}"]
+    assert short_names.expand_short_names(["--data.class_path", "classification"]) == ["--data.class_path", full]
+    assert short_names.expand_short_names(["--data", "my.own.Module"]) == ["--data", "my.own.Module"]
 
 
 class _NoLabels(L.LightningDataModule):

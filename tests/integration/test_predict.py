@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from domainbert.cli import main
+from domainbert.cli.short_names import expand_short_names
 from domainbert.core.prediction import FileOrder, PredictionWriter
 from domainbert.data.classification import ClassificationDataModule
-from domainbert.data.registry import expand_short_names
 from domainbert.data.tagging import TaggingDataModule
 from domainbert.errors import DomainBertError
 from domainbert.modules.classification import SequenceClassificationModule, labels_from
@@ -113,7 +113,7 @@ def test_an_export_with_reordered_labels_scores_as_the_original(tiny_bert, tmp_p
     b = b_module.export_hf(tmp_path / "b")
     assert json.loads((b / "config.json").read_text())["id2label"] == {"0": "network", "1": "api", "2": "graphics"}
 
-    from domainbert.core.lightning_cli import cli_main
+    from domainbert.cli.lightning_cli import cli_main
 
     rows = [json.loads(line) for line in (FIX / "cls_val.jsonl").read_text(encoding="utf-8").splitlines()]
     keep = {"api": 5, "graphics": 2, "network": 1}  # unbalanced: a permuted mapping cannot score the same

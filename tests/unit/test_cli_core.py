@@ -12,7 +12,7 @@ import torch
 
 from domainbert import cli
 from domainbert.cli import COMMANDS, _user_error, main
-from domainbert.core.tool_cli import run_function
+from domainbert.cli.tool_cli import run_function
 from domainbert.errors import DomainBertError
 
 # -- dispatch -------------------------------------------------------------------------------------------------------
@@ -144,7 +144,7 @@ def test_lightning_cli_parses_before_it_reads_the_checkpoint_hparams():
 
     from lightning.pytorch.cli import LightningCLI
 
-    from domainbert.core.lightning_cli import DomainBertCLI
+    from domainbert.cli.lightning_cli import DomainBertCLI
 
     src = inspect.getsource(LightningCLI.__init__)
     assert src.index("self.parse_arguments(") < src.index("self._parse_ckpt_path()") < src.index("instantiate_classes")
@@ -185,7 +185,7 @@ def test_lightning_cli_reads_hparams_from_the_ckpt_path_that_parse_arguments_lef
 
 
 def test_resumed_csv_log_keeps_the_rows_already_written(tmp_path):
-    from domainbert.core.lightning_cli import RunCSVLogger
+    from domainbert.cli.lightning_cli import RunCSVLogger
 
     run = tmp_path / "fam" / "version_0"
     run.mkdir(parents=True)
@@ -207,7 +207,7 @@ def test_resumed_csv_log_keeps_the_rows_already_written(tmp_path):
     ids=["syntax", "list", "empty"],
 )
 def test_a_config_file_that_is_not_a_mapping_names_the_file(tmp_path, text, message):
-    from domainbert.core.lightning_cli import check_config_files
+    from domainbert.cli.lightning_cli import check_config_files
 
     path = tmp_path / "c.yaml"
     path.write_text(text)
@@ -248,7 +248,7 @@ def test_the_guard_refuses_an_unknown_nonfinite_policy():
 def test_model_options_named_on_the_command_line_are_kept_for_a_checkpoint_run():
     from jsonargparse import Namespace
 
-    from domainbert.core.lightning_cli import _command_line_model_options
+    from domainbert.cli.lightning_cli import _command_line_model_options
 
     init = Namespace(teacher="/new/teacher", learning_rate=1e-3, temperature=2.0)
     cfg = Namespace(ckpt_path="run/best.ckpt", model=Namespace(class_path="x.Module", init_args=init))
@@ -287,7 +287,7 @@ def test_model_help_takes_a_short_name(capsys):
 
 
 def test_help_short_names_expand_to_class_paths():
-    from domainbert.core.lightning_cli import expand_help_names
+    from domainbert.cli.lightning_cli import expand_help_names
 
     got = expand_help_names(["fit", "--model.help", "qa", "--data.help=corpus", "--model.help", "my.Module"])
     assert got == [
@@ -314,14 +314,14 @@ def test_help_short_names_expand_to_class_paths():
 def test_a_command_without_a_config_is_named_after_its_checkpoint_or_model(ckpt, init_from, name):
     from jsonargparse import Namespace
 
-    from domainbert.core.lightning_cli import _name_from_inputs
+    from domainbert.cli.lightning_cli import _name_from_inputs
 
     model = Namespace(class_path="x.M", init_args=Namespace(init_from=init_from))
     assert _name_from_inputs(Namespace(ckpt_path=ckpt, model=model)) == name
 
 
 def test_file_urls_become_paths():
-    from domainbert.core.lightning_cli import local_path
+    from domainbert.cli.lightning_cli import local_path
 
     assert local_path("file:///tmp/a%20b/x.ckpt") == "/tmp/a b/x.ckpt"
     assert local_path("file://localhost/tmp/x.ckpt") == "/tmp/x.ckpt"
@@ -332,7 +332,7 @@ def test_file_urls_become_paths():
 def test_an_unwritable_output_folder_is_one_line(tmp_path):
     from pathlib import Path
 
-    from domainbert.core.lightning_cli import writable_folder
+    from domainbert.cli.lightning_cli import writable_folder
 
     blocker = tmp_path / "root"
     blocker.write_text("a file where the folder should be")
@@ -445,7 +445,7 @@ SAVE_DIR = "--trainer.logger.init_args.save_dir=<default_root_dir>"
     ],
 )
 def test_a_versioned_logger_named_alone_gets_the_run_root_as_its_save_dir(args, expected):
-    from domainbert.core.lightning_cli import rooted_loggers
+    from domainbert.cli.lightning_cli import rooted_loggers
 
     assert rooted_loggers(["fit", *args]) == ["fit", *expected]
 
@@ -461,7 +461,7 @@ def test_a_versioned_logger_named_alone_gets_the_run_root_as_its_save_dir(args, 
     ],
 )
 def test_a_logger_given_its_save_dir_or_of_another_kind_is_left_as_given(args):
-    from domainbert.core.lightning_cli import rooted_loggers
+    from domainbert.cli.lightning_cli import rooted_loggers
 
     assert rooted_loggers(["fit", *args]) == ["fit", *args]
 
@@ -469,7 +469,7 @@ def test_a_logger_given_its_save_dir_or_of_another_kind_is_left_as_given(args):
 def test_the_run_root_placeholder_becomes_the_runs_root_and_the_run_name_the_loggers_name(tmp_path):
     from lightning.pytorch.loggers import CSVLogger
 
-    from domainbert.core.lightning_cli import RUN_ROOT, run_loggers
+    from domainbert.cli.lightning_cli import RUN_ROOT, run_loggers
 
     given = {"class_path": "lightning.pytorch.loggers.CSVLogger", "init_args": {"save_dir": RUN_ROOT}}
     loggers = run_loggers(given, tmp_path / "runs" / "cls", 3)
@@ -482,7 +482,7 @@ def test_the_run_root_placeholder_becomes_the_runs_root_and_the_run_name_the_log
 def test_a_logger_whose_package_is_missing_is_one_line_naming_it(tmp_path, monkeypatch):
     from lightning.fabric.loggers import tensorboard
 
-    from domainbert.core.lightning_cli import run_loggers
+    from domainbert.cli.lightning_cli import run_loggers
 
     monkeypatch.setattr(tensorboard, "_TENSORBOARD_AVAILABLE", False)  # as where neither is installed
     monkeypatch.setattr(tensorboard, "_TENSORBOARDX_AVAILABLE", False)

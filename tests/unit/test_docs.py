@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from domainbert.data.registry import MODELS
+from domainbert.cli.short_names import MODELS
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from domainbert.core import help_cache
+from domainbert.cli import help_cache
 
 
 def _build_printing(text: str, calls: list):
@@ -96,10 +96,10 @@ def test_a_changed_library_version_rebuilds(monkeypatch):
 
 def test_the_sources_are_the_imported_files_of_the_package():
     stamps = {s[0]: s for s in help_cache.sources()}
-    assert "core/help_cache.py" in stamps
+    assert "cli/help_cache.py" in stamps
     assert "pipeline/__init__.py" not in stamps or "domainbert.pipeline" in sys.modules
     here = Path(help_cache.__file__).stat()
-    assert stamps["core/help_cache.py"] == ["core/help_cache.py", here.st_size, here.st_mtime_ns]
+    assert stamps["cli/help_cache.py"] == ["cli/help_cache.py", here.st_size, here.st_mtime_ns]
 
 
 def test_warm_keeps_every_command_not_kept_yet(monkeypatch):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from domainbert.core.tool_cli import wants_docs
+from domainbert.cli.tool_cli import wants_docs
 
 
 @pytest.mark.parametrize(
@@ -35,7 +35,7 @@ class _Built(Exception):
 
 def _build(args: list[str], **kwargs):
     """The DomainBertCLI for ``args``, stopped before it parses them."""
-    from domainbert.core.lightning_cli import DomainBertCLI
+    from domainbert.cli.lightning_cli import DomainBertCLI
 
     class Stop(DomainBertCLI):
         def parse_arguments(self, parser, args):
@@ -50,7 +50,7 @@ def test_only_the_named_subcommand_gets_a_parser_and_no_attribute_docstrings_are
     from jsonargparse._optionals import get_docstring_parse_options
     from lightning.pytorch.cli import LightningCLI
 
-    from domainbert.core.lightning_cli import DomainBertCLI
+    from domainbert.cli.lightning_cli import DomainBertCLI
 
     every = LightningCLI.subcommands()
     cli = _build(["validate", "--config", "x.yaml"], parser_kwargs={"fit": {"description": "x"}})

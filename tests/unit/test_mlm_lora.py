@@ -184,7 +184,7 @@ def test_feed_forward_targets_adapt_the_encoders_dense_layers_not_the_heads(tiny
 
 
 def test_the_pipeline_stage_form_builds_a_lora_module(tiny_bert, corpus_file, tmp_path):
-    from domainbert.core.lightning_cli import cli_main
+    from domainbert.cli.lightning_cli import cli_main
 
     stage = "domainbert/pipeline/stages/dapt.yaml"
     args = ["--model.init_from", str(tiny_bert), "--data.train", str(corpus_file)]

@@ -1,7 +1,7 @@
 """Every fit a user can copy stops: shipped configs, the commands in the README, the examples and config headers.
 
 Lightning trains 1000 epochs when neither ``max_epochs`` nor ``max_steps`` is set; ``domainbert fit`` gives such a
-command :data:`~domainbert.core.lightning_cli.DEFAULT_MAX_EPOCHS` epochs and says so in one line.
+command :data:`~domainbert.cli.lightning_cli.DEFAULT_MAX_EPOCHS` epochs and says so in one line.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import shlex
 import pytest
 import yaml
 
-from domainbert.core.lightning_cli import DEFAULT_MAX_EPOCHS, DomainBertCLI, give_a_stop, has_stop
+from domainbert.cli.lightning_cli import DEFAULT_MAX_EPOCHS, DomainBertCLI, give_a_stop, has_stop
 from tests.helpers import ROOT, TINY_CLS
 
 #: standalone fit configs: each must bound its training itself
@@ -83,7 +83,7 @@ def test_every_copied_fit_command_resolves_a_finite_stop():
 
 def test_the_plugin_example_trains_the_default_epochs_and_says_so(caplog):
     trainer: dict = {"max_epochs": None, "max_steps": -1}
-    with caplog.at_level(logging.INFO, logger="domainbert.core.lightning_cli"):
+    with caplog.at_level(logging.INFO, logger="domainbert.cli.lightning_cli"):
         give_a_stop(trainer)
     assert trainer["max_epochs"] == DEFAULT_MAX_EPOCHS
     assert [r.getMessage() for r in caplog.records] == [

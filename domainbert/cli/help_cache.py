@@ -2,7 +2,7 @@
 
 Building them imports Lightning, transformers and torchmetrics (seconds on 2 cores) for a text that only changes when
 its inputs change. The first ``domainbert fit --help`` builds the text and keeps it under the cache folder; later
-calls print it without importing Lightning. ``python -m domainbert.core.help_cache`` builds all four in one process
+calls print it without importing Lightning. ``python -m domainbert.cli.help_cache`` builds all four in one process
 (``make setup`` ends with it), so even the first call after an install is served.
 
 A kept text is served only while every input is unchanged, so a stale text is never shown, and an entry that is not
@@ -46,11 +46,10 @@ PACKAGE = Path(__file__).resolve().parents[1]
 
 
 def folder() -> Path:
-    """Where the texts are kept: ``$DOMAINBERT_CACHE``, else ``$XDG_CACHE_HOME/domainbert``, else ``~/.cache``."""
-    if os.environ.get("DOMAINBERT_CACHE"):
-        return Path(os.environ["DOMAINBERT_CACHE"]) / "help"
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "domainbert" / "help"
+    """Where the texts are kept: ``help/`` in the cache folder (:func:`domainbert.core.files.cache_root`)."""
+    from domainbert.core.files import cache_root
+
+    return cache_root() / "help"
 
 
 def is_bare_help(argv: list[str]) -> bool:
@@ -205,7 +204,7 @@ def serve(argv: list[str], build: Callable[[list[str]], None]) -> None:
 
 def build_lightning(argv: list[str]) -> None:
     """Run the LightningCLI subcommand ``argv[0]`` with the options after it (``--help``: print its help, exit)."""
-    from domainbert.core.lightning_cli import cli_main
+    from domainbert.cli.lightning_cli import cli_main
 
     cli_main(argv)
 

@@ -6,6 +6,10 @@ Every command is a function that takes the options after the command's name (``f
 configs/<stage>/<model>_<data>.yaml`` trains any LightningModule with any LightningDataModule given by
 ``class_path``. The tools (``vocab``, ``sweep``, ``export``, ``pipeline``...) are each a ``main(argv)`` of their own
 module.
+
+The package is the command line, above the stages: ``lightning_cli`` (LightningCLI, imported only for those four
+commands), ``help_cache`` (their ``--help`` texts, kept once built), ``tool_cli`` (the parser of the tools that are
+one function) and ``short_names`` (``--model NAME`` and ``--data NAME``).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from domainbert.core.tool_cli import wants_docs
+from domainbert.cli.tool_cli import wants_docs
 from domainbert.errors import DomainBertError
 
 
@@ -122,14 +126,14 @@ def help_text() -> str:
     )
 
 
-#: Names served lazily from :mod:`domainbert.core.lightning_cli`, so that the tool subcommands and ``--help`` start
+#: Names served lazily from :mod:`domainbert.cli.lightning_cli`, so that the tool subcommands and ``--help`` start
 #: without importing Lightning.
 _LAZY = ("DomainBertCLI", "cli_main", "TRAINER_DEFAULTS")
 
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        from domainbert.core import lightning_cli
+        from domainbert.cli import lightning_cli
 
         return getattr(lightning_cli, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -214,8 +218,8 @@ def predict(argv: list[str]) -> None:
 
 
 def _lightning_command(argv: list[str]) -> None:
-    """Run a LightningCLI subcommand; a bare ``<command> --help`` comes from :mod:`domainbert.core.help_cache`."""
-    from domainbert.core import help_cache
+    """Run a LightningCLI subcommand; a bare ``<command> --help`` comes from :mod:`domainbert.cli.help_cache`."""
+    from domainbert.cli import help_cache
 
     if help_cache.is_bare_help(argv):
         help_cache.serve(argv, help_cache.build_lightning)

@@ -22,6 +22,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 
+from domainbert.cli.tool_cli import wants_docs
 from domainbert.core.callbacks import HFExport, RunReport, TrainingGuard, progress_bar
 from domainbert.core.compat import (
     AppendToMetricsFile,
@@ -33,7 +34,6 @@ from domainbert.core.compat import (
 from domainbert.core.files import plain_name
 from domainbert.core.hardware import auto_precision
 from domainbert.core.runs import ALIASES, next_version, resolve_alias, version_of
-from domainbert.core.tool_cli import wants_docs
 from domainbert.data.contract import TakesTokenizer, check_datamodule
 from domainbert.errors import DomainBertError
 
@@ -511,7 +511,7 @@ def give_a_stop(trainer: Any) -> None:
 
 
 def _model_help() -> str:
-    from domainbert.data.registry import MODELS
+    from domainbert.cli.short_names import MODELS
 
     names = ", ".join(f"{name} ({path})" for name, path in MODELS.items())
     return (
@@ -545,7 +545,8 @@ _TITLES = {
 
 def expand_help_names(args: list[str]) -> list[str]:
     """``--model.help NAME`` / ``--data.help NAME`` with a short name: the class path, which jsonargparse needs."""
-    from domainbert.data.registry import class_path, model_class_path
+    from domainbert.cli.short_names import model_class_path
+    from domainbert.data.registry import class_path
 
     out = list(args)
     lookups = {"--model.help": model_class_path, "--data.help": class_path}
@@ -679,7 +680,8 @@ def _run_family(cfg) -> Path:
 
 def cli_main(args: list[str] | None = None, run: bool = True) -> DomainBertCLI:
     """Run the LightningCLI part (fit/validate/test/predict) with ``args``."""
-    from domainbert.data.registry import expand_short_names, load_plugins
+    from domainbert.cli.short_names import expand_short_names
+    from domainbert.data.registry import load_plugins
 
     load_plugins()
     _one_log_handler()
