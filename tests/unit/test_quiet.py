@@ -106,7 +106,7 @@ def test_domainberts_loads_print_no_load_report_and_restore_transformers(transfo
     logging.getLogger("transformers").addHandler(handler)  # transformers' records do not reach the root logger
     capfd.readouterr()
     try:
-        _, missing = load_model(AutoModelForSequenceClassification, str(tiny_bert), num_labels=3)
+        _, missing = load_model(AutoModelForSequenceClassification, str(tiny_bert))
     finally:
         logging.getLogger("transformers").removeHandler(handler)
     out = "".join(capfd.readouterr()) + "".join(r.getMessage() for r in records)
