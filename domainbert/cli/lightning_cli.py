@@ -107,6 +107,7 @@ class DomainBertCLI(LightningCLI):
         # --trainer.max_step is an error, not max_steps; a parse error is raised and printed as one line by cli.main
         kwargs["parser_kwargs"] = {"exit_on_error": False, **parser_kwargs, "allow_abbrev": False}
         self._resume_version: int | None = None
+        self._logger_spec: tuple | None = None
         super().__init__(
             L.LightningModule,
             L.LightningDataModule,
@@ -240,6 +241,30 @@ class DomainBertCLI(LightningCLI):
             n = next(i for i in range(1, 10_000) if not (run_dir / f"config.resume-{i}.yaml").exists())
             self.save_config_kwargs = {**self.save_config_kwargs, "config_filename": f"config.resume-{n}.yaml"}
 
+    def instantiate_classes(self) -> None:
+        """As Lightning's, except ``trainer.logger``: :meth:`instantiate_trainer` builds the user's loggers itself.
+
+        They get the run's folder there, and a logger whose package is missing is one line naming the package
+        (jsonargparse would wrap its ImportError in a page of type errors).
+        """
+        cfg = self.config[self.subcommand] if self.subcommand else self.config
+        trainer = cfg.get("trainer")
+        given = trainer.get("logger") if trainer is not None else None
+        if given in (None, True, False):
+            return super().instantiate_classes()
+        trainer["logger"] = None  # self.config keeps the spec: config.yaml and instantiate_trainer read it
+        self._logger_spec = (trainer, given)
+        try:
+            super().instantiate_classes()
+        finally:
+            self._restore_logger_spec()
+
+    def _restore_logger_spec(self) -> None:
+        """Put ``trainer.logger`` back into ``self.config`` (see :meth:`instantiate_classes`)."""
+        stashed, self._logger_spec = self._logger_spec, None
+        if stashed is not None:
+            stashed[0]["logger"] = stashed[1]
+
     def instantiate_trainer(self, **kwargs: Any) -> L.Trainer:
         """The trainer, with the run folder ``<default_root_dir>/<run_name>/version_<n>`` whatever the loggers.
 
@@ -248,6 +273,7 @@ class DomainBertCLI(LightningCLI):
         folder is the one checkpoints, ``config.yaml`` and the export use). With ``trainer.logger false`` the
         run folder becomes the trainer's ``default_root_dir``.
         """
+        self._restore_logger_spec()  # instantiate_classes held it back from jsonargparse
         cfg = self.config[self.subcommand] if self.subcommand else self.config
         given = (cfg.get("trainer") or {}).get("logger")
         family = _run_family(cfg)

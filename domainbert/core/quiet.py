@@ -40,11 +40,13 @@ from collections.abc import Iterator
 LIGHTNING_LOGGERS = (
     "lightning.pytorch.utilities.rank_zero",
     "lightning.fabric.utilities.rank_zero",
+    "lightning.pytorch.trainer.connectors.checkpoint_connector",
 )
 
 #: Lightning INFO records dropped: advertising, hardware that is not there, what domainbert says itself.
 _DROPPED = re.compile(
     r"💡 Tip|litlogger|litmodels|^(GPU|TPU|HPU|IPU) available: False|Automatic Mixed Precision \(AMP\)$"
+    r"|^`weights_only` was not set"  # a checkpoint domainbert wrote and loads back itself
 )
 
 #: (message regex, category) of library warnings that say nothing about the user's run.

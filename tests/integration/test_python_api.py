@@ -52,13 +52,13 @@ def test_the_documented_python_api_snippet_runs(tiny_bert, tmp_path, monkeypatch
 
     card = ModelCard.load(tmp_path / "runs" / "notebook" / "hf" / "README.md")
     assert "(none logged)" not in card.text
+    got = {r.metric_name: r.metric_value for r in card.data.eval_results}
+    assert got["val/f1_macro"] == pytest.approx(scope["metrics"]["val/f1_macro"], abs=1e-5)
     # the second snippet loads the export and classifies, as predict would
     scope = {}
     exec(compile(guide_snippet("The Python API", 1), "docs/guides/fine-tuning.md#load", "exec"), scope)  # noqa: S102
     assert scope["info"]["variant"] == "fp32" and len(scope["rows"]) == 2
     assert all(r["label"] in ("api", "graphics", "network") for r in scope["rows"])
-    got = {r.metric_name: r.metric_value for r in card.data.eval_results}
-    assert got["val/f1_macro"] == pytest.approx(scope["metrics"]["val/f1_macro"], abs=1e-5)
 
 
 def test_the_python_api_prints_no_library_tip_notice_or_load_report(tiny_bert, tmp_path):

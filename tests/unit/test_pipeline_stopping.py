@@ -18,13 +18,17 @@ def test_sigterm_raises_stopped_once_and_the_handlers_come_back():
     assert caught.value.signum == signal.SIGTERM and isinstance(caught.value, KeyboardInterrupt)
     assert signal.getsignal(signal.SIGTERM) is before and stopping.received() is None
 
-    with stopping.stopped_by_signals():  # a second signal while the stage ends is recorded, not raised again
-        with pytest.raises(stopping.Stopped):
-            os.kill(os.getpid(), signal.SIGHUP)
+    previous = signal.signal(signal.SIGHUP, signal.SIG_DFL)  # as on a terminal (under nohup it stays ignored)
+    try:
+        with stopping.stopped_by_signals():  # a second signal while the stage ends is recorded, not raised again
+            with pytest.raises(stopping.Stopped):
+                os.kill(os.getpid(), signal.SIGHUP)
+                signal.sigtimedwait([], 1)
+            os.kill(os.getpid(), signal.SIGTERM)
             signal.sigtimedwait([], 1)
-        os.kill(os.getpid(), signal.SIGTERM)
-        signal.sigtimedwait([], 1)
-        assert stopping.received() == signal.SIGHUP
+            assert stopping.received() == signal.SIGHUP
+    finally:
+        signal.signal(signal.SIGHUP, previous)
 
 
 def test_an_ignored_signal_stays_ignored(monkeypatch):
