@@ -294,7 +294,7 @@ def _no_tokenizer(tiny_bert, tmp_path) -> str:
 CLI_CASES = {
     # data
     "csv-without-label-column": (["--data.train", "{tmp}/nolabel.csv"], ["{tmp}/nolabel.csv", "no column 'label'"]),
-    "parquet-that-is-not-parquet": (["--data.train", "{tmp}/fake.parquet"], ["{tmp}/fake.parquet", "not a Parquet file"]),
+    "parquet-that-is-not-parquet": (["--data.train", "{tmp}/fake.parquet"], ["{tmp}/fake.parquet", "not a Parquet"]),
     "label-column-with-nulls": (["--data.train", "{tmp}/nulls.jsonl"], ["{tmp}/nulls.jsonl: row 5: column 'label'"]),
     "text-column-of-numbers": (["--data.train", "{tmp}/nums.jsonl"], ["{tmp}/nums.jsonl: row 1: column 'text'"]),
     "jsonl-rows-that-are-lists": (
