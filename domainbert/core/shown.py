@@ -20,7 +20,7 @@ def short_path(path: str | os.PathLike, width: int | None = WIDTH) -> str:
     ``datasets`` (``~/.cache/huggingface/datasets/json/default-…/0.0.0/…/cache-<32 hex>.arrow``) becomes
     ``~/.cache/huggingface/datasets/…/cache-1f2e3d4c5b6a….arrow``.
 
-    Example:
+    Examples:
         >>> import os
         >>> short_path(os.path.join(os.getcwd(), "runs", "cls", "version_0"))
         'runs/cls/version_0'

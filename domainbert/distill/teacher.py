@@ -76,7 +76,7 @@ class TeacherEnsemble(nn.Module):
     Multi-label members average their per-label probabilities (returned as logits again). Hidden states and
     attention maps are the first member's: the hidden-state and attention losses read that member alone.
 
-    Example:
+    Examples:
         >>> import torch
         >>> class Fixed(nn.Module):
         ...     def __init__(self, logits):
