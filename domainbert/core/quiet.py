@@ -43,10 +43,12 @@ LIGHTNING_LOGGERS = (
     "lightning.pytorch.trainer.connectors.checkpoint_connector",
 )
 
-#: Lightning INFO records dropped: advertising, hardware that is not there, what domainbert says itself.
+#: Lightning INFO records dropped: advertising, hardware that is not there, what domainbert says itself, the
+#: float32 matmul advice on a GPU (``precision: auto`` trains in bf16 there).
 _DROPPED = re.compile(
     r"💡 Tip|litlogger|litmodels|^(GPU|TPU|HPU|IPU) available: False|Automatic Mixed Precision \(AMP\)$"
     r"|^`weights_only` was not set"  # a checkpoint domainbert wrote and loads back itself
+    r"|^You are using a CUDA device .* that has Tensor Cores"  # fp32 matmul advice; precision auto is bf16 there
 )
 
 #: (message regex, category) of library warnings that say nothing about the user's run.

@@ -80,6 +80,21 @@ def test_importing_domainbert_quiets_lightnings_tips():
     assert quiet._ROOT_FILTER in logging.root.filters
 
 
+@pytest.mark.parametrize(
+    ("message", "kept"),
+    [
+        ("You are using a CUDA device ('NVIDIA H200') that has Tensor Cores. To properly utilize them, ...", False),
+        ("`weights_only` was not set, defaulting to `False`.", False),
+        ("GPU available: False, used: False", False),
+        ("GPU available: True (cuda), used: True", True),
+        ("`Trainer.fit` stopped: `max_steps=3` reached.", True),
+    ],
+)
+def test_lightnings_records_are_dropped_only_where_they_say_nothing_about_the_run(message, kept):
+    record = logging.LogRecord("lightning.pytorch.utilities.rank_zero", logging.INFO, __file__, 1, message, None, None)
+    assert quiet._FILTER.filter(record) is kept
+
+
 def test_a_frozen_teachers_eval_mode_warning_is_dropped_and_only_for_its_count(monkeypatch):
     import torch
 
