@@ -35,7 +35,7 @@ def classify(
         One dict per text, in order: ``{"label": name, "probabilities": {name: p}}`` (a multi-label model:
         ``"labels": [names]``), probabilities rounded to 6 digits.
 
-    Example:
+    Examples:
         A model exported by ``domainbert fit`` (``<run>/hf``) or one of ``domainbert export``'s variants
         (``<out>/int8``, ``<out>/onnx``...); here a tiny random classifier
         (:func:`~domainbert.deploy.sample.sample_classifier`), so its labels are a coin toss:

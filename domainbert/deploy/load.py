@@ -58,7 +58,7 @@ def load_variant(path: str | os.PathLike, trust_pickle: bool = False):
         ``onnx``, ``onnx_int8`` or a plugin's.
         The model is in eval mode; a classifier's ``model.config.id2label`` names its labels.
 
-    Example:
+    Examples:
         A fine-tuning run's export (``<run>/hf``) or a variant of ``domainbert export`` (``<out>/int8``...), then
         its predictions with :func:`~domainbert.deploy.classifier.classify`; here a tiny random classifier
         (:func:`~domainbert.deploy.sample.sample_classifier`) stands in for the folder:

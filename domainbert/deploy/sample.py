@@ -34,7 +34,7 @@ def sample_classifier(
     Returns:
         ``folder`` as a :class:`~pathlib.Path`.
 
-    Example:
+    Examples:
         >>> import tempfile
         >>> from domainbert.deploy.sample import sample_classifier
         >>> with tempfile.TemporaryDirectory() as tmp:

@@ -35,7 +35,7 @@ def table() -> dict[str, ExportFormat]:
 
     Read once per process (the result is cached; ``table.cache_clear()`` reads the entry points again).
 
-    Example:
+    Examples:
         >>> from domainbert.deploy.formats import BUILT_IN, table
         >>> list(table())[: len(BUILT_IN)]
         ['fp32', 'bf16', 'int8', 'onnx', 'onnx_int8']
@@ -63,7 +63,7 @@ def table() -> dict[str, ExportFormat]:
 def get(name: str, where: str = "format") -> ExportFormat:
     """The format called ``name``; a DomainBertError naming ``where`` and the known formats otherwise.
 
-    Example:
+    Examples:
         >>> from domainbert.deploy.formats import get
         >>> get("bf16").name
         'bf16'
@@ -85,7 +85,7 @@ def enabled(flags: dict[str, bool], names: list[str] | None = None) -> list[Expo
         flags: the export's boolean options (``{"int8": True, "bf16": False, "onnx": False}``).
         names: formats asked for by name (``--formats``), built-in or a plugin's.
 
-    Example:
+    Examples:
         ``--int8`` turns on both int8 formats; ``--formats [bf16]`` adds one by name; ``fp32`` is never listed
         (the model's own folder, ``student/``, is written anyway):
 
