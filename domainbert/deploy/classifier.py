@@ -37,10 +37,14 @@ def classify(
 
     Examples:
         A model exported by ``domainbert fit`` (``<run>/hf``) or one of ``domainbert export``'s variants
-        (``<out>/int8``, ``<out>/onnx``...):
+        (``<out>/int8``, ``<out>/onnx``...); here a tiny random classifier
+        (:func:`~domainbert.deploy.sample.sample_classifier`), so its labels are a coin toss:
 
+        >>> import tempfile
         >>> from domainbert.deploy import classify, load_variant
-        >>> model, tokenizer, info = load_variant(folder)
+        >>> from domainbert.deploy.sample import sample_classifier
+        >>> tmp = tempfile.TemporaryDirectory()
+        >>> model, tokenizer, info = load_variant(sample_classifier(tmp.name, labels=["graphics", "network"]))
         >>> rows = classify(model, tokenizer, ["a library for fonts", "a daemon that serves files"])
         >>> len(rows), sorted(rows[0])
         (2, ['label', 'probabilities'])
@@ -48,6 +52,15 @@ def classify(
         True
         >>> round(sum(rows[0]["probabilities"].values()), 3)
         1.0
+
+        A multi-label model (``problem_type`` ``multi_label_classification``) gets every label whose probability
+        reaches ``threshold``, as ``labels``:
+
+        >>> model.config.problem_type = "multi_label_classification"
+        >>> row = classify(model, tokenizer, ["a library for fonts"], threshold=0.0)[0]
+        >>> row["labels"], sorted(row)
+        (['graphics', 'network'], ['labels', 'probabilities'])
+        >>> tmp.cleanup()
     """
     from domainbert.core.families import max_positions
 

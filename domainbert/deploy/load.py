@@ -60,15 +60,28 @@ def load_variant(path: str | os.PathLike, trust_pickle: bool = False):
 
     Examples:
         A fine-tuning run's export (``<run>/hf``) or a variant of ``domainbert export`` (``<out>/int8``...), then
-        its predictions with :func:`~domainbert.deploy.classifier.classify`:
+        its predictions with :func:`~domainbert.deploy.classifier.classify`; here a tiny random classifier
+        (:func:`~domainbert.deploy.sample.sample_classifier`) stands in for the folder:
 
+        >>> import tempfile
         >>> from domainbert.deploy import classify, load_variant
+        >>> from domainbert.deploy.sample import sample_classifier
+        >>> tmp = tempfile.TemporaryDirectory()
+        >>> folder = sample_classifier(tmp.name, labels=["graphics", "network"])
         >>> model, tokenizer, info = load_variant(folder)
-        >>> info["variant"]
-        'fp32'
+        >>> info["variant"], model.training, model.config.id2label
+        ('fp32', False, {0: 'graphics', 1: 'network'})
         >>> rows = classify(model, tokenizer, ["a library for fonts"])
         >>> rows[0]["label"] in model.config.id2label.values()
         True
+
+        A folder that is not an export is refused, naming it:
+
+        >>> load_variant(tmp.name + "/nowhere")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        domainbert.errors.DomainBertError: .../nowhere: no config.json; expected a folder written by ...
+        >>> tmp.cleanup()
 
     Raises:
         DomainBertError: a folder that is not an export, or pickled weights without ``trust_pickle``.

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import doctest
 import json
 
 import pytest
@@ -11,7 +10,7 @@ import torch
 
 from domainbert.deploy import formats
 from domainbert.deploy.folders import VARIANT_FILE, hf_model
-from domainbert.deploy.formats import ExportFormat, Written, enabled, interface
+from domainbert.deploy.formats import ExportFormat, Written, enabled
 from domainbert.deploy.load import load_variant
 from domainbert.errors import DomainBertError
 from tests.helpers.distill_tiny import make_teacher
@@ -64,11 +63,6 @@ def test_the_flags_pick_formats_in_their_order_and_names_add_more():
     assert enabled({}, ["fp32"]) == []  # the model's own folder is written anyway, as student/
     with pytest.raises(DomainBertError, match=r"--formats: 'fp8' is not an export format; known: fp32, bf16"):
         enabled({}, ["fp8"])
-
-
-def test_the_interface_docstring_example_runs():
-    result = doctest.testmod(interface, optionflags=doctest.ELLIPSIS)
-    assert result.attempted >= 5 and result.failed == 0
 
 
 def test_a_plugin_format_is_written_by_name_and_loads_through_load_variant(plugins, tmp_path):

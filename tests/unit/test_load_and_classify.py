@@ -1,8 +1,7 @@
-"""The Python API's load-and-predict path: ``load_variant`` then ``classify``, their docstring examples run."""
+"""The Python API's load-and-predict path: ``load_variant`` then ``classify`` (their docstring examples run in
+tests/unit/test_doctests.py)."""
 
 from __future__ import annotations
-
-import doctest
 
 import pytest
 import torch
@@ -17,17 +16,6 @@ LABELS = ["api", "graphics", "network"]
 @pytest.fixture(scope="module")
 def folder(tiny_models, tmp_path_factory) -> str:
     return tiny_classifier(tiny_models["bert"], tmp_path_factory.mktemp("cls") / "hf", seed=0, labels=LABELS)
-
-
-@pytest.mark.parametrize("fn", [load_variant, classify], ids=lambda f: f.__name__)
-def test_the_docstring_example_runs(fn, folder):
-    finder = doctest.DocTestFinder()
-    tests = finder.find(fn, fn.__name__, globs={"folder": folder})
-    assert tests and tests[0].examples, f"{fn.__name__} has no example"
-    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
-    for test in tests:
-        runner.run(test)
-    assert runner.summarize(verbose=False).failed == 0
 
 
 def test_classify_gives_the_models_softmax_and_its_argmax_label(folder):

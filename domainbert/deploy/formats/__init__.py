@@ -31,7 +31,17 @@ BUILT_IN: dict[str, ExportFormat] = {f.name: f for f in (Fp32(), Bf16(), Int8(),
 
 @functools.cache
 def table() -> dict[str, ExportFormat]:
-    """Every format: the built-ins, then the installed plugins' (a plugin that fails to import is warned about)."""
+    """Every format: the built-ins, then the installed plugins' (a plugin that fails to import is warned about).
+
+    Read once per process (the result is cached; ``table.cache_clear()`` reads the entry points again).
+
+    Examples:
+        >>> from domainbert.deploy.formats import BUILT_IN, table
+        >>> list(table())[: len(BUILT_IN)]
+        ['fp32', 'bf16', 'int8', 'onnx', 'onnx_int8']
+        >>> table()["int8"].option, table()["int8"].teacher
+        ('int8', True)
+    """
     from domainbert.core.plugins import load_entry_points
 
     found, _ = load_entry_points(GROUP, "export format")
@@ -51,7 +61,17 @@ def table() -> dict[str, ExportFormat]:
 
 
 def get(name: str, where: str = "format") -> ExportFormat:
-    """The format called ``name``; a DomainBertError naming ``where`` and the known formats otherwise."""
+    """The format called ``name``; a DomainBertError naming ``where`` and the known formats otherwise.
+
+    Examples:
+        >>> from domainbert.deploy.formats import get
+        >>> get("bf16").name
+        'bf16'
+        >>> get("fp8", where="--formats")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        domainbert.errors.DomainBertError: --formats: 'fp8' is not an export format; known: fp32, bf16, int8, ...
+    """
     formats = table()
     if name not in formats:
         raise DomainBertError(f"{where}: {name!r} is not an export format; known: {', '.join(formats)}")
@@ -64,6 +84,14 @@ def enabled(flags: dict[str, bool], names: list[str] | None = None) -> list[Expo
     Args:
         flags: the export's boolean options (``{"int8": True, "bf16": False, "onnx": False}``).
         names: formats asked for by name (``--formats``), built-in or a plugin's.
+
+    Examples:
+        ``--int8`` turns on both int8 formats; ``--formats [bf16]`` adds one by name; ``fp32`` is never listed
+        (the model's own folder, ``student/``, is written anyway):
+
+        >>> from domainbert.deploy.formats import enabled
+        >>> [f.name for f in enabled({"int8": True, "onnx": False}, names=["bf16", "fp32"])]
+        ['bf16', 'int8', 'onnx_int8']
     """
     chosen = {f.name: f for f in table().values() if f.option and flags.get(f.option)}
     for name in names or []:

@@ -79,35 +79,40 @@ class ExportFormat:
     Loading must never run code from the folder: read safetensors, ONNX or ``torch.load(..., weights_only=True)``,
     and refuse anything else unless ``trust_pickle`` is set.
 
-    Example, a float16 format in a plugin package (registered under the entry-point group
-    ``domainbert.export_formats`` as ``fp16 = "mypkg.fp16:Half"``, it is written by ``--formats [fp16]``):
+    Examples:
+        A float16 format in a plugin package (registered under the entry-point group
+        ``domainbert.export_formats`` as ``fp16 = "mypkg.fp16:Half"``, it is written by ``--formats [fp16]``):
 
-    >>> import copy, tempfile
-    >>> from pathlib import Path
-    >>> import torch
-    >>> from transformers import BertConfig, BertForSequenceClassification
-    >>> from domainbert.deploy.folders import hf_model
-    >>> from domainbert.deploy.formats import ExportFormat, Written
-    >>> class Half(ExportFormat, name="fp16", order=15):
-    ...     '''float16 weights (for accelerators; most CPUs run them slowly).'''
-    ...
-    ...     def write(self, model, folder, ctx):
-    ...         half = copy.deepcopy(model).half().eval()
-    ...         half.save_pretrained(folder)
-    ...         return Written(half, info={"dtype": "float16"})
-    ...
-    ...     def load(self, folder, config, info, trust_pickle=False):
-    ...         return hf_model(folder, config, dtype=torch.float16)
-    >>> config = BertConfig(vocab_size=30, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
-    ...                     intermediate_size=16, num_labels=2, architectures=["BertForSequenceClassification"])
-    >>> model = BertForSequenceClassification(config).eval()
-    >>> with tempfile.TemporaryDirectory() as tmp:
-    ...     written = Half().write(model, Path(tmp), ctx=None)
-    ...     loaded = Half().load(Path(tmp), config, written.info)
-    ...     next(loaded.parameters()).dtype
-    torch.float16
-    >>> Half.name, Half.option, Half.order
-    ('fp16', None, 15)
+        >>> import copy, tempfile
+        >>> from pathlib import Path
+        >>> import torch
+        >>> from domainbert.deploy import load_variant
+        >>> from domainbert.deploy.folders import hf_model
+        >>> from domainbert.deploy.formats import ExportFormat, Written
+        >>> from domainbert.deploy.sample import sample_classifier
+        >>> class Half(ExportFormat, name="fp16", order=15):
+        ...     '''float16 weights (for accelerators; most CPUs run them slowly).'''
+        ...
+        ...     def write(self, model, folder, ctx):
+        ...         half = copy.deepcopy(model).half().eval()
+        ...         half.save_pretrained(folder)
+        ...         return Written(half, info={"dtype": "float16"})
+        ...
+        ...     def load(self, folder, config, info, trust_pickle=False):
+        ...         return hf_model(folder, config, dtype=torch.float16)
+
+        Written from a model and loaded back (here a tiny random classifier,
+        :func:`~domainbert.deploy.sample.sample_classifier`; ``domainbert export`` also saves the tokenizer and
+        ``domainbert_variant.json`` beside the weights):
+
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     model, tokenizer, info = load_variant(sample_classifier(Path(tmp, "model")))
+        ...     written = Half().write(model, Path(tmp, "fp16"), ctx=None)
+        ...     loaded = Half().load(Path(tmp, "fp16"), model.config, {"variant": "fp16", **written.info})
+        ...     next(model.parameters()).dtype, next(loaded.parameters()).dtype, written.info
+        (torch.float32, torch.float16, {'dtype': 'float16'})
+        >>> Half.name, Half.option, Half.order
+        ('fp16', None, 15)
     """
 
     name: ClassVar[str] = ""
