@@ -1,16 +1,18 @@
 """The distillation loss terms, under the name configs use: ``domainbert.losses.<Name>``.
 
-They live in :mod:`domainbert.distill.losses`; this module re-exports them so that ``extra_losses`` entries and
-code written against ``domainbert.losses`` keep working.
+They live in :mod:`domainbert.distill.losses` (the terms) and :mod:`domainbert.distill.loss_specs` (reading
+``extra_losses`` entries); this module re-exports them so that ``extra_losses`` entries and code written against
+``domainbert.losses`` keep working. A new term subclasses :class:`LossTerm`.
 """
 
+from domainbert.distill.loss_specs import build_loss, normalise_loss_spec
 from domainbert.distill.losses import (
     AttentionLoss,
     DistillLoss,
     HardLabelLoss,
     HiddenStateLoss,
     KLDivergenceLoss,
-    build_loss,
+    LossTerm,
     check_layer_map,
     token_mask,
     uniform_layer_map,
@@ -22,8 +24,10 @@ __all__ = [
     "HardLabelLoss",
     "HiddenStateLoss",
     "KLDivergenceLoss",
+    "LossTerm",
     "build_loss",
     "check_layer_map",
+    "normalise_loss_spec",
     "token_mask",
     "uniform_layer_map",
 ]

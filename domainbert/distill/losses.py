@@ -1,4 +1,4 @@
-"""Distillation loss terms: small ``nn.Module`` s sharing one interface.
+"""Distillation loss terms: small ``nn.Module`` s sharing one interface, :class:`LossTerm`.
 
 Every term is called as ``loss(student_out, teacher_out, batch) -> Tensor`` (a scalar), where the two
 outputs are Hugging Face ``ModelOutput`` s (or anything with ``logits``, ``hidden_states`` and
@@ -10,8 +10,18 @@ outputs are Hugging Face ``ModelOutput`` s (or anything with ``logits``, ``hidde
 
     α·KL(student/T ‖ teacher/T)·T² + β·hard-label loss + γ·hidden-state loss + δ·attention loss
 
-plus any extra terms a config adds (``extra_losses: [{class_path, init_args, weight}]``); a new term is
-any ``nn.Module`` with this ``forward`` signature.
+plus the terms a config lists under ``model.extra_losses``, each by ``class_path`` and ``init_args`` (its
+``weight`` among them), which jsonargparse instantiates::
+
+    model:
+      init_args:
+        extra_losses:
+          - class_path: domainbert.losses.HiddenStateLoss
+            init_args: {kind: cosine, layer_map: {2: 4}, weight: 0.5}
+
+A new term is one :class:`LossTerm` subclass (and its test); ``domainbert fit --model distill
+--model.extra_losses.help <ClassName>`` lists its arguments. Older entries (``weight`` beside ``init_args``, bare
+class names) are read by :mod:`domainbert.distill.loss_specs`.
 
 Layer maps use one convention everywhere: ``{student_layer: teacher_layer}`` with 1-based encoder layer
 numbers and 0 for the embedding output, i.e. indexes into ``hidden_states`` (TinyBERT's ``m -> g(m)``).
@@ -19,7 +29,7 @@ numbers and 0 for the embedding output, i.e. indexes into ``hidden_states`` (Tin
 
 from __future__ import annotations
 
-import importlib
+import inspect
 from typing import Any, Literal
 
 import torch
@@ -97,8 +107,70 @@ def _masked_mean(values: torch.Tensor, mask: torch.Tensor | None) -> torch.Tenso
     return (values * mask).sum() / mask.sum().clamp_min(1.0)
 
 
-class DistillLoss(nn.Module):
-    """Base of the loss terms: ``forward(student_out, teacher_out, batch) -> scalar Tensor``."""
+def _init_args(term: nn.Module) -> dict[str, Any]:
+    """The arguments ``term`` was built with: those of the outermost ``__init__`` now running on it, by name.
+
+    Called from :class:`LossTerm`'s ``__init__``, which each subclass's ``__init__`` calls: the outermost frame is
+    the most derived class's, holding every argument it was given (``**kwargs`` flattened), as Lightning's
+    ``save_hyperparameters`` reads them.
+    """
+    frame, outer = inspect.currentframe(), None
+    try:
+        frame = frame.f_back if frame is not None else None
+        while frame is not None and frame.f_code.co_name == "__init__" and frame.f_locals.get("self") is term:
+            outer, frame = frame, frame.f_back
+        if outer is None:
+            return {}
+        info = inspect.getargvalues(outer)
+        given = {name: info.locals[name] for name in info.args[1:] if name in info.locals}
+        if info.keywords:
+            given.update(info.locals.get(info.keywords) or {})
+        return given
+    finally:
+        del frame, outer
+
+
+def check_weight(weight: Any, who: str) -> float:
+    """``weight`` as a float; a :class:`DomainBertError` naming ``who`` unless it is a number >= 0."""
+    if not isinstance(weight, int | float) or isinstance(weight, bool) or not weight >= 0:
+        raise DomainBertError(f"{who}: weight={weight!r}: expected a number >= 0")
+    return float(weight)
+
+
+def check_name(name: Any, who: str) -> str | None:
+    """``name``; a :class:`DomainBertError` naming ``who`` unless it is None or a name without dots."""
+    if name is not None and (not isinstance(name, str) or not name or "." in name):
+        raise DomainBertError(f"{who}: name={name!r}: expected a name without dots, e.g. 'hidden2'")
+    return name
+
+
+class LossTerm(nn.Module):
+    """Base of the distillation loss terms: ``forward(student_out, teacher_out, batch) -> scalar Tensor``.
+
+    A subclass implements :meth:`forward`, sets the ``needs_*`` flags it needs, and passes ``**kwargs`` on to
+    ``super().__init__`` so that configs can give every term a ``weight`` and a ``name``. Listed in
+    ``model.extra_losses`` by ``class_path`` (and ``init_args``), it is instantiated by jsonargparse, which checks
+    its arguments against its ``__init__``.
+
+    Example, a term that pulls the student's logits towards the teacher's (mean absolute difference):
+
+    >>> import torch
+    >>> from types import SimpleNamespace
+    >>> class LogitL1(LossTerm):
+    ...     '''Mean absolute difference of the logits.'''
+    ...
+    ...     def forward(self, student_out, teacher_out, batch):
+    ...         return (student_out.logits - teacher_out.logits).abs().mean()
+    >>> term = LogitL1(weight=0.5)
+    >>> student = SimpleNamespace(logits=torch.tensor([[1.0, 2.0], [0.0, 0.0]]))
+    >>> teacher = SimpleNamespace(logits=torch.tensor([[1.0, 0.0], [1.0, 1.0]]))
+    >>> term(student, teacher, {"attention_mask": torch.ones(2, 4)})
+    tensor(1.)
+    >>> term.weight, term.name
+    (0.5, None)
+    >>> term.config()  # doctest: +ELLIPSIS
+    {'class_path': '...LogitL1', 'init_args': {'weight': 0.5, 'name': None}}
+    """
 
     #: the term reads ``hidden_states`` of both models
     needs_hidden_states = False
@@ -107,28 +179,66 @@ class DistillLoss(nn.Module):
     #: the term reads the teacher's output at all (the hard-label loss does not)
     needs_teacher = True
 
+    def __init__(self, weight: float = 1.0, name: str | None = None) -> None:
+        """Set the term's weight and name.
+
+        Args:
+            weight: the term's factor in the distillation loss (>= 0).
+            name: the term's name in the logs (``train/loss_<name>``); default: the class name in lower case.
+        """
+        super().__init__()
+        self.weight = check_weight(weight, type(self).__name__)
+        self.name = check_name(name, type(self).__name__)
+        self._init_args = _init_args(self)
+
+    @property
+    def term_name(self) -> str:
+        """The name in the logs: ``name``, else the class name in lower case."""
+        return self.name or type(self).__name__.lower()
+
+    def config(self) -> dict[str, Any]:
+        """``{class_path, init_args}`` of this term, as configs and checkpoints' hyper-parameters hold it."""
+        cls = type(self)
+        return {"class_path": f"{cls.__module__}.{cls.__qualname__}", "init_args": dict(self._init_args)}
+
     def forward(self, student_out: Any, teacher_out: Any, batch: dict) -> torch.Tensor:  # pragma: no cover
         """The loss of a batch."""
         raise NotImplementedError
 
 
-class KLDivergenceLoss(DistillLoss):
+#: The name the terms' base had before :class:`LossTerm`; code that subclasses it keeps working.
+DistillLoss = LossTerm
+
+
+class KLDivergenceLoss(LossTerm):
     """Soft-target loss of Hinton et al. (2015): ``KL(softmax(t/T) ‖ softmax(s/T)) · T²``.
 
     Averaged over examples (``batchmean``); for per-token logits over the positions that count (see
     :func:`token_mask`: for masked-LM, the masked positions only). Multi-label models compare per-label
     Bernoulli distributions ``sigmoid(logit/T)`` instead, summed over labels.
+
+    Example: a student that agrees with the teacher costs nothing, an undecided one does.
+
+    >>> import torch
+    >>> from types import SimpleNamespace
+    >>> kl = KLDivergenceLoss(temperature=1.0, weight=0.5)
+    >>> teacher = SimpleNamespace(logits=torch.tensor([[2.0, 0.0]]))
+    >>> kl(teacher, teacher, {})
+    tensor(0.)
+    >>> kl(SimpleNamespace(logits=torch.zeros(1, 2)), teacher, {})
+    tensor(0.3278)
     """
 
-    def __init__(self, temperature: float = 2.0, multi_label: bool = False) -> None:
+    def __init__(self, temperature: float = 2.0, multi_label: bool = False, **kwargs: Any) -> None:
         """Configure the soft-target loss.
 
         Args:
             temperature: softmax temperature ``T`` (> 0); the loss is scaled by ``T²`` so that its gradients keep
                 their size as ``T`` changes.
             multi_label: compare sigmoid (Bernoulli) outputs per label instead of one softmax.
+            **kwargs: ``weight`` and ``name``, as :class:`LossTerm` takes them.
         """
-        super().__init__()
+        super().__init__(**kwargs)
         if temperature <= 0:
             raise DomainBertError(f"temperature={temperature}: expected a positive number")
         self.temperature = float(temperature)
@@ -157,7 +267,7 @@ class KLDivergenceLoss(DistillLoss):
         return loss * temp * temp
 
 
-class HardLabelLoss(DistillLoss):
+class HardLabelLoss(LossTerm):
     """The ordinary supervised loss on the gold labels: cross-entropy, or binary cross-entropy for multi-label.
 
     Cross-entropy ignores labels of -100 (padding, non-first sub-words, unmasked tokens).
@@ -165,14 +275,15 @@ class HardLabelLoss(DistillLoss):
 
     needs_teacher = False
 
-    def __init__(self, kind: Literal["auto", "ce", "bce"] = "auto") -> None:
+    def __init__(self, kind: Literal["auto", "ce", "bce"] = "auto", **kwargs: Any) -> None:
         """Choose the loss.
 
         Args:
             kind: ``ce`` (cross-entropy), ``bce`` (binary cross-entropy on multi-hot labels) or ``auto``
                 (``bce`` when the labels are floats shaped like the logits, else ``ce``).
+            **kwargs: ``weight`` and ``name``, as :class:`LossTerm` takes them.
         """
-        super().__init__()
+        super().__init__(**kwargs)
         self.kind = kind
 
     def forward(self, student_out: Any, teacher_out: Any, batch: dict) -> torch.Tensor:
@@ -192,7 +303,7 @@ class HardLabelLoss(DistillLoss):
         return F.cross_entropy(flat, target, ignore_index=IGNORE_INDEX)
 
 
-class HiddenStateLoss(DistillLoss):
+class HiddenStateLoss(LossTerm):
     """Match student hidden states to the teacher's, layer by layer (TinyBERT, DistilBERT's cosine loss).
 
     Each pair ``(m, g(m))`` of the layer map compares student ``hidden_states[m]``, projected to the
@@ -212,6 +323,7 @@ class HiddenStateLoss(DistillLoss):
         teacher_layers: int | None = None,
         student_width: int | None = None,
         teacher_width: int | None = None,
+        **kwargs: Any,
     ) -> None:
         """Configure the hidden-state loss.
 
@@ -223,8 +335,9 @@ class HiddenStateLoss(DistillLoss):
             teacher_layers: the teacher's depth.
             student_width: the student's hidden size.
             teacher_width: the teacher's hidden size; a learned projection is added when it differs.
+            **kwargs: ``weight`` and ``name``, as :class:`LossTerm` takes them.
         """
-        super().__init__()
+        super().__init__(**kwargs)
         if kind not in ("mse", "cosine"):
             raise DomainBertError(f"hidden-state loss kind={kind!r}: expected 'mse' or 'cosine'")
         self.kind = kind
@@ -260,7 +373,7 @@ class HiddenStateLoss(DistillLoss):
         return torch.stack(losses).mean()
 
 
-class AttentionLoss(DistillLoss):
+class AttentionLoss(LossTerm):
     """Match student attention maps to the teacher's (TinyBERT): mean squared difference of the probabilities.
 
     For each pair ``(m, g(m))`` with ``m >= 1`` of the layer map, the student's layer-``m`` attention
@@ -276,6 +389,7 @@ class AttentionLoss(DistillLoss):
         layer_map: dict[int, int] | None = None,
         student_layers: int | None = None,
         teacher_layers: int | None = None,
+        **kwargs: Any,
     ) -> None:
         """Configure the attention loss.
 
@@ -284,8 +398,9 @@ class AttentionLoss(DistillLoss):
                 default: the uniform map (needs ``student_layers`` and ``teacher_layers``).
             student_layers: the student's depth.
             teacher_layers: the teacher's depth.
+            **kwargs: ``weight`` and ``name``, as :class:`LossTerm` takes them.
         """
-        super().__init__()
+        super().__init__(**kwargs)
         layer_map = resolve_layer_map(layer_map, student_layers, teacher_layers, "AttentionLoss")
         self.layer_map = {k: v for k, v in layer_map.items() if k > 0}
         if not self.layer_map or any(v < 1 for v in self.layer_map.values()):
@@ -309,35 +424,3 @@ class AttentionLoss(DistillLoss):
             pair = (m[:, None, :, None] & m[:, None, None, :]).to(diff.dtype).expand_as(diff)
             losses.append((diff * pair).sum() / pair.sum().clamp_min(1.0))
         return torch.stack(losses).mean()
-
-
-def build_loss(spec: dict) -> tuple[str, DistillLoss, float]:
-    """Instantiate one extra loss term from ``{class_path, init_args, weight, name}``.
-
-    ``class_path`` may be a bare class name of this module (``HiddenStateLoss``) or a full dotted path to
-    any ``nn.Module`` with the ``forward(student_out, teacher_out, batch)`` signature.
-
-    Returns:
-        ``(name, module, weight)``; the name defaults to the class name in lower case.
-    """
-    spec = dict(spec)
-    path = spec.pop("class_path", None)
-    if not path:
-        raise DomainBertError(f"extra_losses entry {spec}: needs a class_path")
-    init_args = dict(spec.pop("init_args", None) or {})
-    weight = float(spec.pop("weight", 1.0))
-    name = spec.pop("name", None)
-    if spec:
-        raise DomainBertError(f"extra_losses entry {path}: unknown keys {sorted(spec)} (expected init_args, weight)")
-    module_name, _, cls_name = path.rpartition(".")
-    try:
-        cls = getattr(importlib.import_module(module_name or __name__), cls_name)
-    except (ImportError, AttributeError) as err:
-        raise DomainBertError(f"extra_losses: cannot import {path!r}: {err}") from err
-    try:
-        loss = cls(**init_args)
-    except TypeError as err:
-        raise DomainBertError(f"extra_losses: {path}({init_args}) failed: {err}") from err
-    if not isinstance(loss, nn.Module):
-        raise DomainBertError(f"extra_losses: {path} is not an nn.Module")
-    return name or cls_name.lower(), loss, weight

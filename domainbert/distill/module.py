@@ -27,6 +27,7 @@ them, the soft-target and hidden-state terms read them, and the hard-label term 
 
 from __future__ import annotations
 
+import copy
 import functools
 import logging
 from typing import Literal
@@ -43,7 +44,8 @@ from domainbert.core.seeding import step_generator
 from domainbert.data.contract import check_agreement, model_labels
 from domainbert.data.masking import IGNORE_INDEX, Masker
 from domainbert.distill.chunks import AUTO_CHUNK_ROWS, check_chunk_rows, length_chunks, run_in_chunks
-from domainbert.distill.losses import HardLabelLoss
+from domainbert.distill.loss_specs import loss_configs
+from domainbert.distill.losses import HardLabelLoss, LossTerm
 from domainbert.distill.objective import build_objective
 from domainbert.distill.student import build_student, tokenizer_difference
 from domainbert.distill.task_table import Outputs, distill_task
@@ -99,7 +101,7 @@ class DistillationModule(HFModule):
         delta: float = 0.0,
         hidden_loss: Literal["mse", "cosine"] = "mse",
         layer_map: dict[int, int] | None = None,
-        extra_losses: list[dict] | None = None,
+        extra_losses: list[LossTerm | dict] | None = None,
         teacher_cache: str | None = None,
         mlm_probability: float = 0.15,
         chunk_rows: int | Literal["auto"] | None = "auto",
@@ -141,8 +143,11 @@ class DistillationModule(HFModule):
             layer_map: ``{student_layer: teacher_layer}`` for the hidden-state and attention losses (1-based
                 layers, 0 = embeddings); default: the layers a copied student came from, else TinyBERT's
                 uniform map.
-            extra_losses: more loss terms, each ``{class_path, init_args, weight}``: any ``nn.Module`` whose
-                ``forward(student_out, teacher_out, batch)`` returns a scalar (see ``domainbert.losses``).
+            extra_losses: more loss terms, each a :class:`~domainbert.distill.losses.LossTerm` given by
+                ``class_path`` and ``init_args`` (``weight``, default 1, and ``name`` among them), e.g.
+                ``{class_path: domainbert.losses.HiddenStateLoss, init_args: {layer_map: {2: 4}, weight: 0.5}}``;
+                ``--model.extra_losses.help <class>`` lists a term's arguments. Each is logged as
+                ``train/loss_<name>``. The older form, ``weight`` beside ``init_args``, still loads.
             teacher_cache: a folder where the teacher's training-set outputs are kept and reused by later epochs
                 and runs (logits, plus the hidden states the hidden-state loss reads). It fills as training runs
                 the teacher (written at each epoch's end): no separate pass over the data. Not for masked-LM
@@ -196,6 +201,7 @@ class DistillationModule(HFModule):
             extra_losses=extra_losses,
         )
         self._use_objective(objective, teacher_cache)
+        self._save_loss_configs()
         self._check_retokenized()
         self.masker = Masker(self.tokenizer, probability=mlm_probability) if self.task_spec.masked else None
         self.val_metrics = self.task_spec.metrics(self.label_names, self.multi_label)
@@ -204,6 +210,17 @@ class DistillationModule(HFModule):
         self._hard = HardLabelLoss()
 
     # -- set-up and checks ------------------------------------------------------------------------
+    def _save_loss_configs(self) -> None:
+        """Keep ``extra_losses`` in the hyper-parameters as ``{class_path, init_args}`` dicts, never as modules.
+
+        Given as terms (from Python) they would be pickled into checkpoints, which ``--ckpt_path`` loads only as
+        plain data; given in the older form they are saved in today's, which every loader reads.
+        """
+        configs = loss_configs(self.hparams.get("extra_losses"))
+        self.hparams["extra_losses"] = configs
+        if hasattr(self, "_hparams_initial"):
+            self._hparams_initial["extra_losses"] = copy.deepcopy(configs)
+
     def _set_task(self, task: str, teacher_cache: str | None) -> None:
         """Keep the task and its distillation record; a teacher cache only for a task that allows one."""
         self.task = Task(task)

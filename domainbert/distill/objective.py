@@ -1,7 +1,8 @@
 """The distillation objective: the weighted loss terms, their layer map, and what they need from the models.
 
 ``α·KL(student/T ‖ teacher/T)·T² + β·hard-label loss + γ·hidden-state loss + δ·attention loss`` plus any
-``extra_losses``; a term whose weight is 0 is left out. The terms are in :mod:`domainbert.distill.losses`.
+``extra_losses``, each with its own ``weight``; a built-in term whose weight is 0 is left out. The terms are in
+:mod:`domainbert.distill.losses`; :mod:`domainbert.distill.loss_specs` reads ``extra_losses`` entries.
 """
 
 from __future__ import annotations
@@ -10,12 +11,13 @@ from dataclasses import dataclass
 
 from torch import nn
 
+from domainbert.distill.loss_specs import build_extra_losses
 from domainbert.distill.losses import (
     AttentionLoss,
     HardLabelLoss,
     HiddenStateLoss,
     KLDivergenceLoss,
-    build_loss,
+    LossTerm,
     check_layer_map,
     uniform_layer_map,
 )
@@ -56,7 +58,7 @@ def build_objective(
     hidden_loss: str = "mse",
     layer_map: dict[int, int] | None = None,
     default_map: dict[int, int] | None = None,
-    extra_losses: list[dict] | None = None,
+    extra_losses: list[LossTerm | dict] | None = None,
 ) -> Objective:
     """The terms of the weights above 0 (see the arguments of ``DistillationModule``).
 
@@ -72,7 +74,9 @@ def build_objective(
         hidden_loss: ``mse`` or ``cosine``.
         layer_map: the user's layer map; checked against both depths.
         default_map: the map used without one (a copied student's layers); else TinyBERT's uniform map.
-        extra_losses: more terms, ``{class_path, init_args, weight}`` each.
+        extra_losses: more terms: :class:`~domainbert.distill.losses.LossTerm` s, or dicts in the older
+            ``{class_path, init_args, weight}`` form (:func:`~domainbert.distill.loss_specs.build_loss`); a name
+            already taken gets ``_`` appended.
     """
     check_weights(alpha=alpha, beta=beta, gamma=gamma, delta=delta)
     s_layers, t_layers = num_layers(student_config), num_layers(teacher_config)
@@ -81,21 +85,20 @@ def build_objective(
     else:
         lmap = default_map or uniform_layer_map(s_layers, t_layers)
     terms: dict[str, nn.Module] = {}
-    weights: dict[str, float] = {}
     if alpha > 0:
-        terms["kl"], weights["kl"] = KLDivergenceLoss(temperature, multi_label=multi_label), alpha
+        terms["kl"] = KLDivergenceLoss(temperature, multi_label=multi_label, weight=alpha)
     if beta > 0:
-        terms["hard"], weights["hard"] = HardLabelLoss(), beta
+        terms["hard"] = HardLabelLoss(weight=beta)
     if gamma > 0:
         widths = hidden_width(student_config), hidden_width(teacher_config)
-        terms["hidden"], weights["hidden"] = HiddenStateLoss(hidden_loss, lmap, s_layers, t_layers, *widths), gamma
+        terms["hidden"] = HiddenStateLoss(hidden_loss, lmap, s_layers, t_layers, *widths, weight=gamma)
     if delta > 0:
-        terms["attention"], weights["attention"] = AttentionLoss(lmap, s_layers, t_layers), delta
-    for spec in extra_losses or []:
-        name, loss, w = build_loss(spec)
+        terms["attention"] = AttentionLoss(lmap, s_layers, t_layers, weight=delta)
+    weights = {name: term.weight for name, term in terms.items()}
+    for name, loss, w in build_extra_losses(extra_losses):
         while name in terms:
             name += "_"
         terms[name], weights[name] = loss, w
     if not any(w > 0 for w in weights.values()):
-        raise DomainBertError("every loss weight is 0: set alpha, beta, gamma or delta above 0")
+        raise DomainBertError("every loss weight is 0: set alpha, beta, gamma, delta or an extra_losses weight above 0")
     return Objective(terms, weights, lmap)

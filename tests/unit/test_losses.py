@@ -14,6 +14,7 @@ from domainbert.losses import (
     HardLabelLoss,
     HiddenStateLoss,
     KLDivergenceLoss,
+    LossTerm,
     build_loss,
     uniform_layer_map,
 )
@@ -135,7 +136,7 @@ def test_attention_loss_masked_mse():
 
 def test_build_loss_from_spec():
     name, loss, w = build_loss({"class_path": "HiddenStateLoss", "init_args": {"layer_map": {1: 1}}, "weight": 0.3})
-    assert name == "hiddenstateloss" and isinstance(loss, HiddenStateLoss) and w == 0.3
+    assert name == "hiddenstateloss" and isinstance(loss, HiddenStateLoss) and w == 0.3 == loss.weight
     name, loss, _ = build_loss({"class_path": "domainbert.losses.KLDivergenceLoss", "name": "kl2"})
     assert name == "kl2" and isinstance(loss, KLDivergenceLoss)
     with pytest.raises(DomainBertError, match="cannot import"):
@@ -145,10 +146,12 @@ def test_build_loss_from_spec():
 
 
 def test_the_old_import_path_is_the_distill_package():
+    import domainbert.distill.loss_specs as specs
     import domainbert.distill.losses as new
     import domainbert.losses as old
 
-    assert old.HiddenStateLoss is new.HiddenStateLoss and old.build_loss is new.build_loss
+    assert old.HiddenStateLoss is new.HiddenStateLoss and old.build_loss is specs.build_loss
+    assert old.DistillLoss is old.LossTerm  # terms written against the older base class still subclass it
 
 
 def test_both_layer_wise_losses_resolve_their_map_the_same_way():
@@ -175,9 +178,12 @@ def test_the_objective_keeps_the_terms_with_a_weight():
 
     small, big = _configs()
     weights = {"alpha": 0.5, "beta": 0.0, "gamma": 1.0, "delta": 0.2, "temperature": 2.0}
-    obj = build_objective(small, big, **weights, extra_losses=[{"class_path": "HardLabelLoss", "name": "kl"}])
-    assert list(obj.terms) == ["kl", "hidden", "attention", "kl_"]  # an extra term never replaces one
-    assert obj.weights == {"kl": 0.5, "hidden": 1.0, "attention": 0.2, "kl_": 1.0}
+    extra = [{"class_path": "HardLabelLoss", "name": "kl"}, HardLabelLoss(weight=0.25, name="gold")]
+    obj = build_objective(small, big, **weights, extra_losses=extra)
+    assert list(obj.terms) == ["kl", "hidden", "attention", "kl_", "gold"]  # an extra term never replaces one
+    assert obj.weights == {"kl": 0.5, "hidden": 1.0, "attention": 0.2, "kl_": 1.0, "gold": 0.25}
+    assert {n: t.weight for n, t in obj.terms.items()} == obj.weights  # each term carries its own weight
+    assert obj.terms["gold"] is extra[1]
     assert obj.layer_map == {0: 0, 1: 2, 2: 4}  # TinyBERT's uniform map
     assert obj.terms["hidden"].projection.weight.shape == (32, 16)  # widths differ: a learned projection
     assert obj.needs("needs_hidden_states") and obj.needs("needs_attentions") and obj.needs("needs_teacher", True)
@@ -187,5 +193,9 @@ def test_the_objective_keeps_the_terms_with_a_weight():
     assert not hard_only.needs("needs_teacher", True)  # the teacher need not run at all
     with pytest.raises(DomainBertError, match="every loss weight is 0"):
         build_objective(small, big, alpha=0.0, beta=0.0, gamma=0.0, delta=0.0, temperature=2.0)
+    only_extra = build_objective(
+        small, big, alpha=0.0, beta=0.0, gamma=0.0, delta=0.0, temperature=2.0, extra_losses=[LossTerm(weight=0.5)]
+    )
+    assert only_extra.weights == {"lossterm": 0.5}  # an extra term's weight counts
     with pytest.raises(DomainBertError, match="gamma=-1.0: loss weights must not be negative"):
         build_objective(small, big, alpha=1.0, beta=0.0, gamma=-1.0, delta=0.0, temperature=2.0)

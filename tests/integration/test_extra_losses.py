@@ -1,0 +1,193 @@
+"""``model.extra_losses`` through the command line: terms by class path train, log, save and reload; older configs,
+older checkpoints and a loss term from another package (``examples/plugin_loss``) load."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from domainbert.cli import cli_main, main
+from domainbert.losses import HiddenStateLoss
+from tests.helpers import FIX, ROOT
+
+TINY = str(ROOT / "configs/distill/tiny_debug.yaml")
+OLD = FIX / "old_main"
+PLUGIN = ROOT / "examples" / "plugin_loss"
+SHORT = ["--trainer.max_steps=2", "--trainer.val_check_interval=2", "--trainer.limit_val_batches=1"]
+
+
+@pytest.fixture(scope="module")
+def teacher(tmp_path_factory) -> Path:
+    """A tiny 4-layer classifier labelled for the fixture task (api, graphics, network)."""
+    from transformers import AutoConfig
+
+    from tests.helpers.distill_tiny import make_teacher
+
+    path = make_teacher("bert", tmp_path_factory.mktemp("teacher"), layers=4)
+    config = AutoConfig.from_pretrained(path)
+    labels = ["api", "graphics", "network"]
+    config.id2label, config.label2id = dict(enumerate(labels)), {n: i for i, n in enumerate(labels)}
+    config.save_pretrained(path)
+    return path
+
+
+def _fit(tmp_path: Path, teacher: Path, extra_losses: list, *args: str):
+    """A two-step distillation of ``configs/distill/tiny_debug.yaml`` with these ``extra_losses``."""
+    snippet = tmp_path / "extra.yaml"
+    snippet.write_text(yaml.safe_dump({"model": {"init_args": {"extra_losses": extra_losses}}}))
+    argv = ["fit", "--config", TINY, "--config", str(snippet), "--model.teacher", str(teacher)]
+    argv += ["--model.init_args.teacher_cache", "null", "--trainer.default_root_dir", str(tmp_path / "runs"), *SHORT]
+    return cli_main([*argv, *args])
+
+
+def _checkpoint(tmp_path: Path) -> Path:
+    found = sorted((tmp_path / "runs").glob("**/checkpoints/*.ckpt"))
+    assert found, sorted(str(p) for p in (tmp_path / "runs").rglob("*"))
+    return found[-1]
+
+
+def test_a_term_by_class_path_trains_logs_and_reloads_from_its_checkpoint(teacher, tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    term = {"class_path": "domainbert.losses.HiddenStateLoss", "init_args": {"kind": "cosine", "layer_map": {2: 4}}}
+    term["init_args"] |= {"weight": 0.25, "name": "cos_hidden"}
+    cli = _fit(tmp_path, teacher, [term])
+    loss = cli.model.losses["cos_hidden"]
+    assert isinstance(loss, HiddenStateLoss) and loss.kind == "cosine" and loss.layer_map == {2: 4}
+    assert cli.model.loss_weights["cos_hidden"] == 0.25
+    assert torch.isfinite(cli.trainer.callback_metrics["train/loss_cos_hidden"])
+    ckpt = _checkpoint(tmp_path)
+    saved = torch.load(ckpt, map_location="cpu", weights_only=True)["hyper_parameters"]["extra_losses"]
+    assert saved[0]["class_path"] == "domainbert.losses.HiddenStateLoss"
+    assert saved[0]["init_args"].items() >= {"kind": "cosine", "weight": 0.25, "name": "cos_hidden"}.items()
+
+    argv = ["validate", "--config", TINY, "--model.teacher", str(teacher), "--model.init_args.teacher_cache", "null"]
+    argv += ["--ckpt_path", str(ckpt), "--trainer.default_root_dir", str(tmp_path / "v"), "--trainer.logger", "false"]
+    again = cli_main([*argv, "--trainer.limit_val_batches=1"])  # the config names no extra term: the checkpoint does
+    assert again.model.loss_weights["cos_hidden"] == 0.25 and again.model.losses["cos_hidden"].kind == "cosine"
+
+
+def test_an_older_config_with_weight_beside_init_args_still_fits(teacher, tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    older = [
+        {"class_path": "HiddenStateLoss", "init_args": {"layer_map": {1: 2}}, "weight": 0.3, "name": "old_hidden"},
+        {"class_path": "domainbert.losses.HardLabelLoss", "weight": 0.2},
+    ]
+    cli = _fit(tmp_path, teacher, older)
+    assert {k: cli.model.loss_weights[k] for k in ("old_hidden", "hardlabelloss")} == {
+        "old_hidden": 0.3,
+        "hardlabelloss": 0.2,
+    }
+    assert {"train/loss_old_hidden", "train/loss_hardlabelloss"} <= set(cli.trainer.callback_metrics)
+    saved = torch.load(_checkpoint(tmp_path), map_location="cpu", weights_only=True)["hyper_parameters"]
+    assert saved["extra_losses"][0] == {
+        "class_path": "domainbert.distill.losses.HiddenStateLoss",
+        "init_args": {"layer_map": {1: 2}, "weight": 0.3, "name": "old_hidden"},
+    }  # saved in today's form
+
+
+def test_a_misspelt_term_argument_is_one_line_naming_the_entry(teacher, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(ROOT)
+    snippet = tmp_path / "bad.yaml"
+    bad = {"class_path": "HiddenStateLoss", "init_args": {"layer_map": {1: 2}, "knd": "cosine"}}
+    snippet.write_text(yaml.safe_dump({"model": {"init_args": {"extra_losses": [bad]}}}))
+    with pytest.raises(SystemExit) as done:
+        main(["fit", "--config", TINY, "--config", str(snippet), "--model.teacher", str(teacher), *SHORT])
+    assert done.value.code == 2
+    err = capsys.readouterr().err
+    assert "model.extra_losses[0]: domainbert.distill.losses.HiddenStateLoss(" in err and "knd='cosine'" in err
+    assert "its arguments are kind, layer_map, student_layers" in err
+
+
+def test_help_and_print_config_show_each_terms_arguments(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main(["fit", "--model", "distill", "--model.extra_losses.help", "HiddenStateLoss"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "--extra_losses.kind {mse,cosine}" in out and "--extra_losses.layer_map LAYER_MAP" in out
+    assert "--extra_losses.weight WEIGHT the term's factor in the distillation loss (>= 0)" in out
+
+    snippet = tmp_path / "extra.yaml"
+    term = {"class_path": "AttentionLoss", "init_args": {"layer_map": {1: 2}, "weight": 0.5}}
+    snippet.write_text(yaml.safe_dump({"model": {"init_args": {"extra_losses": [term]}}}))
+    with pytest.raises(SystemExit):
+        main(["fit", "--config", TINY, "--config", str(snippet), "--model.teacher", "t", "--print_config"])
+    printed = yaml.safe_load(capsys.readouterr().out)["model"]["init_args"]["extra_losses"]
+    assert printed == [
+        {
+            "class_path": "domainbert.distill.losses.AttentionLoss",
+            "init_args": {
+                "layer_map": {"1": 2},  # jsonargparse writes the keys as text, and reads them back as numbers
+                "student_layers": None,
+                "teacher_layers": None,
+                "weight": 0.5,
+                "name": None,
+            },
+        }
+    ]
+
+
+def test_old_checkpoint_with_older_extra_losses_validates_to_the_same_loss(tmp_path, monkeypatch):
+    import json
+
+    monkeypatch.chdir(ROOT)
+    ckpt = torch.load(OLD / "distill" / "model.ckpt", map_location="cpu", weights_only=True)
+    older = [{"class_path": "HiddenStateLoss", "init_args": {"layer_map": {1: 1}}, "weight": 0.2}]
+    ckpt["hyper_parameters"]["extra_losses"] = older  # as a checkpoint of the older code with a term saved it
+    path = tmp_path / "older.ckpt"
+    torch.save(ckpt, path)
+    argv = ["validate", "--config", str(OLD / "distill" / "config.yaml"), "--ckpt_path", str(path)]
+    argv += ["--model.teacher", str(OLD / "teacher-hf"), "--trainer.default_root_dir", str(tmp_path)]
+    cli = cli_main([*argv, "--trainer.logger", "false"])
+    assert cli.model.loss_weights["hiddenstateloss"] == 0.2
+    expected = json.loads((OLD / "expected.json").read_text())["distill"]
+    assert float(cli.trainer.callback_metrics["val/loss"]) == pytest.approx(expected, rel=1e-5)
+
+
+@pytest.fixture(scope="module")
+def installed_plugin(tmp_path_factory) -> Path:
+    """``examples/plugin_loss`` ``pip install``ed into a throwaway folder (returned), never into the environment."""
+    root = tmp_path_factory.mktemp("plugin_loss")
+    copy, target = root / "plugin_loss", root / "site"
+    shutil.copytree(PLUGIN, copy, ignore=shutil.ignore_patterns("build", "*.egg-info"))
+    pip = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-build-isolation"]
+    pip += ["--no-cache-dir", "--disable-pip-version-check", "--target", str(target), str(copy)]
+    done = subprocess.run(pip, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (target / "logit_mse_loss" / "__init__.py").is_file()
+    return target
+
+
+def test_the_example_plugin_term_loads_by_class_path_and_its_loss_is_computed(
+    installed_plugin, teacher, tmp_path, monkeypatch
+):
+    monkeypatch.chdir(ROOT)
+    monkeypatch.syspath_prepend(str(installed_plugin))
+    snippet = yaml.safe_load((PLUGIN / "logit_mse.yaml").read_text())["model"]["init_args"]["extra_losses"]
+    cli = _fit(tmp_path, teacher, snippet)
+    module = cli.model
+    term = module.losses["logit_mse"]
+    assert type(term).__module__ == "logit_mse_loss" and term.scale == 2.0 and module.loss_weights["logit_mse"] == 0.5
+    assert "train/loss_logit_mse" in cli.trainer.callback_metrics
+
+    module.eval()
+    batch = next(iter(cli.datamodule.train_dataloader()))
+    input_ids, _, view = module.prepare(batch, salt=0)
+    with torch.no_grad():
+        inputs = {"input_ids": input_ids, "attention_mask": view["attention_mask"]}
+        student = module.model(**inputs, output_hidden_states=True)
+        teacher_out = module.teacher(**inputs, output_hidden_states=True)
+        total, parts = module.distill_loss(student, teacher_out, view)
+    by_hand = ((student.logits / 2 - teacher_out.logits / 2) ** 2).sum(-1).mean()
+    assert parts["logit_mse"].item() == pytest.approx(by_hand.item(), rel=1e-5) and by_hand.item() > 0
+    weighted = sum(module.loss_weights[name] * value for name, value in parts.items())
+    assert total.item() == pytest.approx(weighted.item(), rel=1e-6) and set(parts) == {
+        "kl",
+        "hard",
+        "hidden",
+        "logit_mse",
+    }

@@ -1,0 +1,175 @@
+"""``model.extra_losses``: loss terms typed for jsonargparse, older entries rewritten, bad entries named."""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+import typing
+from types import SimpleNamespace as NS
+
+import pytest
+import torch
+from jsonargparse import ArgumentParser
+from torch import nn
+
+from domainbert.distill.loss_specs import build_extra_losses, build_loss, loss_configs, normalise_loss_spec
+from domainbert.errors import DomainBertError
+from domainbert.losses import AttentionLoss, DistillLoss, HardLabelLoss, HiddenStateLoss, KLDivergenceLoss
+
+BUILT_IN = "domainbert.distill.losses"
+
+
+class PlainL1(nn.Module):
+    """A term in the older contract: an ``nn.Module`` with the terms' ``forward``, but no :class:`LossTerm`."""
+
+    def __init__(self, scale: float = 1.0) -> None:
+        super().__init__()
+        self.scale = scale
+
+    def forward(self, student_out, teacher_out, batch):
+        return self.scale * (student_out.logits - teacher_out.logits).abs().mean()
+
+
+class OlderTerm(DistillLoss):
+    """A term written against the older base class: its ``__init__`` takes neither ``weight`` nor ``name``."""
+
+    def __init__(self, scale: float = 1.0) -> None:
+        super().__init__()
+        self.scale = scale
+
+    def forward(self, student_out, teacher_out, batch):
+        return self.scale * student_out.logits.sum()
+
+
+@pytest.mark.parametrize("name", ["domainbert.distill.losses", "domainbert.distill.loss_specs"])
+def test_docstring_examples_run(name):
+    result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0 and result.failed == 0
+
+
+def test_a_term_carries_its_weight_name_and_arguments():
+    term = HiddenStateLoss("cosine", {1: 2}, weight=0.5, name="cos_hidden")
+    assert (term.weight, term.term_name) == (0.5, "cos_hidden")
+    assert term.config()["class_path"] == f"{BUILT_IN}.HiddenStateLoss"
+    assert term.config()["init_args"].items() >= {"kind": "cosine", "layer_map": {1: 2}, "weight": 0.5}.items()
+    assert KLDivergenceLoss().term_name == "kldivergenceloss" and KLDivergenceLoss().weight == 1.0
+    rebuilt = build_loss(term.config())[1]  # what a checkpoint's hyper-parameters hold builds the same term
+    assert (type(rebuilt), rebuilt.kind, rebuilt.layer_map, rebuilt.weight) == (HiddenStateLoss, "cosine", {1: 2}, 0.5)
+
+
+@pytest.mark.parametrize("weight", [-0.1, float("nan"), "1", True])
+def test_a_weight_below_zero_or_not_a_number_is_refused(weight):
+    with pytest.raises(DomainBertError, match=r"HardLabelLoss: weight=.*expected a number >= 0"):
+        HardLabelLoss(weight=weight)
+    with pytest.raises(DomainBertError, match=r"model.extra_losses\[0\] \(.*PlainL1\): weight=.*>= 0"):
+        build_extra_losses([{"class_path": f"{__name__}.PlainL1", "weight": weight}])
+
+
+def test_a_name_with_a_dot_is_refused():
+    with pytest.raises(DomainBertError, match=r"name='a.b': expected a name without dots"):
+        AttentionLoss(layer_map={1: 1}, name="a.b")
+
+
+def test_older_entries_are_rewritten_to_class_path_and_init_args():
+    old = {"class_path": "HiddenStateLoss", "init_args": {"layer_map": {1: 1}}, "weight": 0.3, "name": "h"}
+    assert normalise_loss_spec(old) == {
+        "class_path": f"{BUILT_IN}.HiddenStateLoss",
+        "init_args": {"layer_map": {1: 1}, "weight": 0.3, "name": "h"},
+    }
+    assert normalise_loss_spec("HardLabelLoss") == {"class_path": f"{BUILT_IN}.HardLabelLoss", "init_args": {}}
+    today = {"class_path": "my.pkg.Loss", "init_args": {"weight": 2.0}}
+    assert normalise_loss_spec(today) == today
+    assert normalise_loss_spec({"class_path": "my.pkg.Loss", "init_args": {"weight": 2}, "weight": 2}) == {
+        "class_path": "my.pkg.Loss",
+        "init_args": {"weight": 2},
+    }
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        (3, r"model.extra_losses\[0\]: got 3; expected \{class_path: <a LossTerm subclass>"),
+        ({"init_args": {}}, r"model.extra_losses\[0\]: \{'init_args': \{\}\} has no class_path; expected"),
+        ({"class_path": "HardLabelLoss", "wieght": 1}, r"\[0\] \(HardLabelLoss\): unknown keys \['wieght'\]; expected"),
+        ({"class_path": "HardLabelLoss", "init_args": [1]}, r"init_args is \[1\]; expected a mapping"),
+        (
+            {"class_path": "HardLabelLoss", "init_args": {"weight": 1}, "weight": 2},
+            r"weight is given twice, 2 beside init_args and 1 in it",
+        ),
+        ({"class_path": "HiddenLoss"}, r"'HiddenLoss' is no built-in loss term \(AttentionLoss, HardLabelLoss, "),
+        ({"class_path": "no_such_pkg.Loss"}, r"cannot import 'no_such_pkg.Loss' .*expected the class path of an"),
+        ({"class_path": "collections.OrderedDict"}, r"collections.OrderedDict is not a class derived from .*LossTerm"),
+        (
+            {"class_path": "KLDivergenceLoss", "init_args": {"temprature": 1.0}},
+            r"KLDivergenceLoss\(temprature=1.0\) failed: .*its arguments are temperature, multi_label, weight, name",
+        ),
+        ({"class_path": "KLDivergenceLoss", "init_args": {"temperature": 0}}, r"\[0\] \(.*KLDivergenceLoss\): temper"),
+        (nn.Linear(1, 1), r"\[0\]: Linear is an nn.Module but no domainbert.losses.LossTerm; subclass LossTerm"),
+    ],
+)
+def test_a_bad_entry_is_named_with_what_was_expected(entry, message):
+    with pytest.raises(DomainBertError, match=message):
+        build_extra_losses([entry])
+
+
+def test_every_form_builds_a_named_weighted_term():
+    entries = [
+        KLDivergenceLoss(weight=0.5),
+        {"class_path": "HiddenStateLoss", "init_args": {"layer_map": {1: 1}}, "weight": 0.3},
+        "HardLabelLoss",
+        {"class_path": f"{__name__}.PlainL1", "init_args": {"scale": 2.0}, "weight": 0.7, "name": "l1"},
+        {"class_path": f"{__name__}.OlderTerm", "init_args": {"scale": 3.0}, "weight": 0.4, "name": "older"},
+    ]
+    built = build_extra_losses(entries)
+    assert [(n, type(m).__name__, w) for n, m, w in built] == [
+        ("kldivergenceloss", "KLDivergenceLoss", 0.5),
+        ("hiddenstateloss", "HiddenStateLoss", 0.3),
+        ("hardlabelloss", "HardLabelLoss", 1.0),
+        ("l1", "PlainL1", 0.7),
+        ("older", "OlderTerm", 0.4),
+    ]
+    assert (built[4][1].weight, built[4][1].scale) == (0.4, 3.0)  # set beside an __init__ that does not take it
+    value = built[3][1](NS(logits=torch.zeros(1, 2)), NS(logits=torch.ones(1, 2)), {})
+    assert value.item() == pytest.approx(2.0)  # the older module's own arguments, its weight kept apart
+    configs = loss_configs(entries)
+    kl_args = {"temperature": 2.0, "multi_label": False, "weight": 0.5}  # every argument, as jsonargparse dumps them
+    assert configs[0] == {"class_path": f"{BUILT_IN}.KLDivergenceLoss", "init_args": kl_args}
+    assert configs[1]["init_args"] == {"layer_map": {1: 1}, "weight": 0.3}
+    assert [n for n, _, _ in build_extra_losses(configs)] == [n for n, _, _ in built]  # saved, they rebuild alike
+    assert loss_configs(None) is None and build_extra_losses(None) == []
+
+
+def _extra_losses_parser() -> ArgumentParser:
+    """A parser of ``extra_losses`` typed exactly as :class:`DistillationModule` types it."""
+    from domainbert.distill.module import DistillationModule
+
+    hint = typing.get_type_hints(DistillationModule.__init__)["extra_losses"]
+    parser = ArgumentParser(exit_on_error=False)
+    parser.add_argument("--extra_losses", type=hint)
+    return parser
+
+
+def _instantiate(parser: ArgumentParser, value):
+    cfg = parser.parse_object({"extra_losses": value})
+    init = getattr(parser, "instantiate", None) or parser.instantiate_classes
+    return cfg, init(cfg).extra_losses
+
+
+def test_jsonargparse_instantiates_todays_entries_and_passes_older_ones_on():
+    parser = _extra_losses_parser()
+    today = {"class_path": "domainbert.losses.HiddenStateLoss", "init_args": {"kind": "cosine", "layer_map": {2: 4}}}
+    today["init_args"]["weight"] = 0.5
+    older = {"class_path": "HiddenStateLoss", "init_args": {"layer_map": {1: 1}}, "weight": 0.3}
+    _, terms = _instantiate(parser, [today, older, {"class_path": "HardLabelLoss", "init_args": {"kind": "ce"}}])
+    assert isinstance(terms[0], HiddenStateLoss) and terms[0].weight == 0.5 and terms[0].layer_map == {2: 4}
+    assert terms[1] == older  # the older form reaches the module as it was written ...
+    assert isinstance(terms[2], HardLabelLoss) and terms[2].kind == "ce"  # a bare class name, as jsonargparse finds it
+    built = build_extra_losses(terms)  # ... which builds it
+    assert [(n, w) for n, _, w in built] == [("hiddenstateloss", 0.5), ("hiddenstateloss", 0.3), ("hardlabelloss", 1.0)]
+
+
+def test_a_misspelt_argument_in_todays_form_is_named_when_built():
+    parser = _extra_losses_parser()
+    _, terms = _instantiate(parser, [{"class_path": "HiddenStateLoss", "init_args": {"kindd": "cosine"}}])
+    with pytest.raises(DomainBertError, match=r"model.extra_losses\[0\]: .*HiddenStateLoss\(kindd='cosine'\) failed"):
+        build_extra_losses(terms)
