@@ -162,10 +162,10 @@ def _recipe(ctx, probe: ProbeSpec, distill: DistillSpec, export: StageSpec, depl
     recipe.add_probe(ctx)
     registry.run(ctx, "after")
     stopped = tuple(c.name for c in ctx.candidates if c.stopped)  # behind after their first seed: never shipped
-    gated = tuple(c.name for c in ctx.candidates if c.gated and not c.gate.get("skipped"))
+    gated = tuple(c.name for c in ctx.candidates if c.gated and not c.gate.skipped)
     chosen, why = recipe.choose(ctx.results(), ctx.metric, exclude=stopped, gated=gated)
     best = recipe.best_run(ctx.results()[chosen], ctx.metric)
-    teacher = best["hf"]
+    teacher = best.hf
     teachers = recipe.distill_teachers(ctx.results(), chosen, best, distill)
     extra = recipe.transfer_args(distill, ctx) if distill.enabled else []
     if (larger := small_student_args(ctx, best)) is not None:
@@ -177,7 +177,7 @@ def _recipe(ctx, probe: ProbeSpec, distill: DistillSpec, export: StageSpec, depl
         task,
         distill,
         export,
-        teacher_predictions=best.get("predictions"),
+        teacher_predictions=best.predictions,
         teachers=teachers,
         extra_args=extra,
         deploy=deploy,

@@ -26,6 +26,7 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from domainbert.errors import DomainBertError
+from domainbert.pipeline.records import Gate, Kind, Run, Stop
 
 if TYPE_CHECKING:
     from domainbert.pipeline.runner import Runner
@@ -50,9 +51,9 @@ def stage_config(spec: Any, default: str) -> str:
     return str(resources.files("domainbert.pipeline") / "stages" / f"{default}.yaml")
 
 
-def finetune_stage(name: str, seed: int | str) -> str:
-    """The stage name of candidate ``name``'s fine-tuning run with ``seed`` (``soup``: its seed soup's evaluation)."""
-    return f"finetune-{name.replace('+', '-')}-" + ("soup" if seed == "soup" else f"seed{seed}")
+def finetune_stage(name: str, seed: int | None, kind: Kind = "seed") -> str:
+    """The stage name of candidate ``name``'s fine-tuning run with ``seed`` (kind ``soup``: its soup's evaluation)."""
+    return f"finetune-{name.replace('+', '-')}-" + ("soup" if kind == "soup" else f"seed{seed}")
 
 
 @dataclass
@@ -67,8 +68,8 @@ class Candidate:
     """The starting model's folder, fine-tuned over the seeds (None for an ``after`` strategy's candidate)."""
     stages: list[str] = field(default_factory=list)
     """The stages that made it, upstream ones included: its extra minutes in the report. Not its fine-tuning."""
-    runs: list[dict] = field(default_factory=list)
-    """Its fine-tuned (or evaluated) runs, one record per seed: ``metrics``, ``hf``, ``seed``, ``stage``..."""
+    runs: list[Run] = field(default_factory=list)
+    """Its fine-tuned (or evaluated) runs, one per seed (a soup's and the probe's: one); dicts become :class:`Run`."""
     offered: bool = True
     """False for an output that only later strategies use (a curated corpus, an extended vocabulary)."""
     data: dict = field(default_factory=dict)
@@ -77,15 +78,23 @@ class Candidate:
     """Whether it is an adaptation (False for the baseline and the baseline's soup): the report's verdict wording."""
     one_model: bool = False
     """One model made from several seeds' runs (a soup): no seed noise in its interval, not its best seed."""
-    gate: dict | None = None
+    gate: Gate | None = None
     """The probe gate's decision (``open``, ``best``, ``base``...); a closed gate means it is not fine-tuned."""
-    stopped: dict | None = None
+    stopped: Stop | None = None
     """Set when its remaining seeds were skipped (behind the baseline after its first): the choice ignores it."""
+
+    def __post_init__(self) -> None:
+        """Records given as dicts (a strategy written before the records had types) become their types."""
+        self.runs = [Run.from_dict(run) for run in self.runs]
+        if self.gate is not None:
+            self.gate = Gate.from_dict(self.gate)
+        if self.stopped is not None:
+            self.stopped = Stop.from_dict(self.stopped)
 
     @property
     def gated(self) -> bool:
         """Whether the probe gate kept it from fine-tuning."""
-        return self.gate is not None and not self.gate.get("open", True)
+        return self.gate is not None and not self.gate.open
 
 
 class Strategy:
@@ -216,7 +225,7 @@ class Context:
         self.outputs[name] = made
         self.candidates += made
 
-    def results(self) -> dict[str, list[dict]]:
+    def results(self) -> dict[str, list[Run]]:
         """``{name: runs}`` of every candidate with runs, in order: what the choice compares."""
         return {c.name: c.runs for c in self.candidates if c.runs}
 
