@@ -1,5 +1,6 @@
 """The pipeline's typed records: a run, a gate decision and a stop convert to and from the dicts of ``state.json``
-and of strategies written before them; a soup or the probe is a run's kind, never its seed."""
+and of strategies written before them; a soup or the probe is a run's kind, never its seed; ``check`` changes
+nothing of the context it checks."""
 
 from __future__ import annotations
 
@@ -8,10 +9,11 @@ import json
 import pytest
 
 from domainbert.errors import DomainBertError
+from domainbert.pipeline.command import _context, check
 from domainbert.pipeline.recipe import distill_teachers, finetune_candidates
 from domainbert.pipeline.records import Gate, Run, Stop
 from domainbert.pipeline.runner import read_state
-from domainbert.pipeline.specs import DistillSpec
+from domainbert.pipeline.specs import DistillSpec, FinetuneSpec, TaskFiles
 from domainbert.pipeline.strategies.base import Candidate, finetune_stage
 from tests.helpers.pipeline_tiny import bare_context
 
@@ -155,3 +157,19 @@ def test_an_older_pipelines_state_resumes_into_typed_runs_and_a_typed_stop(tmp_p
     assert [r.to_dict()["status"] for r in dapt.runs] == ["done"]
     assert ctx.runner.called == ["finetune-baseline-seed0", "finetune-baseline-seed1", "finetune-dapt-seed0"]
     assert (tmp_path / "state.json").read_text() == written  # its format is the stage records', as it was
+
+
+def test_the_context_holds_the_metrics_short_name_and_the_seeds_and_check_changes_nothing(tmp_path):
+    task = TaskFiles(str(tmp_path / "t.jsonl"), str(tmp_path / "v.jsonl"))
+    for path in (task.train, task.val):
+        (tmp_path / path).write_text('{"text": "a", "label": "x"}\n')
+    inputs = dict(base_model="base", corpus=None, corpus_text_column="text", seeds=None, metric="val/acc")
+    ctx = _context(inputs, task, FinetuneSpec(), {"dapt": {"enabled": False}})
+    assert (ctx.metric, ctx.seeds) == ("acc", [0])
+    before = (ctx.metric, list(ctx.seeds), ctx.seeds)
+    assert check(ctx, DistillSpec(enabled=False)) is None
+    assert (ctx.metric, list(ctx.seeds), ctx.seeds) == before and ctx.seeds is before[2]
+    ctx = _context({**inputs, "seeds": (3, 1)}, task, FinetuneSpec(), {"dapt": {"enabled": False}})
+    assert ctx.seeds == [3, 1]
+    with pytest.raises(DomainBertError, match=r"^pipeline: metric='bleu'; expected one of"):
+        check(_context({**inputs, "metric": "test/bleu"}, task, FinetuneSpec(), {}), DistillSpec(enabled=False))
