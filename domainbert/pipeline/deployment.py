@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from domainbert.pipeline.records import Run
 from domainbert.pipeline.specs import DeploySpec, ExportSpec, TaskFiles
+from domainbert.pipeline.strategies.base import Run
 
 #: The trade-off plot of the export folder (:data:`domainbert.deploy.plot.PLOT_FILE`).
 PLOT_FILE = "tradeoff.png"

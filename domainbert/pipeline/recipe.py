@@ -13,10 +13,18 @@ from pathlib import Path
 
 from domainbert.core.stats import mean_std
 from domainbert.errors import DomainBertError
-from domainbert.pipeline.records import Run, Stop
 from domainbert.pipeline.runner import Runner
 from domainbert.pipeline.specs import DeploySpec, DistillSpec, ExportSpec, ProbeSpec, TaskFiles
-from domainbert.pipeline.strategies.base import BASELINE, PROBE, Candidate, Context, finetune_stage, stage_config
+from domainbert.pipeline.strategies.base import (
+    BASELINE,
+    PROBE,
+    Candidate,
+    Context,
+    Run,
+    Stop,
+    finetune_stage,
+    stage_config,
+)
 
 __all__ = ["BASELINE", "PROBE", "choose", "export_skipped", "run_probe"]
 
@@ -239,7 +247,7 @@ def distill_teachers(results: dict[str, list[Run]], chosen: str, best: Run, spec
 
     A soup's seeds are those of its starting model; the probe and a single run teach alone.
     """
-    if spec.teacher != "ensemble":
+    if getattr(spec, "teacher", "chosen") != "ensemble":  # a StageSpec given as distill: the chosen run
         return [best.hf]
     name = chosen[: -len(" soup")] if chosen.endswith(" soup") else chosen
     folders = [r.hf for r in results.get(name, []) if r.hf and r.kind == "seed"]
@@ -252,8 +260,8 @@ def transfer_args(spec: DistillSpec, ctx: Context) -> list[str]:
     With ``source: nearest`` the documents are first chosen by ``domainbert select`` (stage ``select-transfer``):
     ``ceil(documents / training texts)`` neighbours per training text.
     """
-    transfer, corpus, column = spec.transfer, ctx.corpus, ctx.corpus_text_column
-    if transfer.enabled is False or (transfer.enabled == "auto" and not corpus):
+    transfer, corpus, column = getattr(spec, "transfer", None), ctx.corpus, ctx.corpus_text_column
+    if transfer is None or transfer.enabled is False or (transfer.enabled == "auto" and not corpus):
         return []
     if not corpus:
         raise DomainBertError("pipeline: distill.transfer.enabled: true needs corpus (the documents to add)")

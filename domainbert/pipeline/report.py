@@ -9,8 +9,7 @@ from domainbert.core.files import atomic_write_text
 from domainbert.core.stats import mean_std, paired_bootstrap
 from domainbert.pipeline.deployment import report_lines as deployment_lines
 from domainbert.pipeline.recipe import below_probe, stopped_line
-from domainbert.pipeline.records import Gate, Run
-from domainbert.pipeline.strategies.base import BASELINE, PROBE, Candidate
+from domainbert.pipeline.strategies.base import BASELINE, PROBE, Candidate, Gate, Run
 from domainbert.pipeline.timing import part_lines
 
 
@@ -178,10 +177,14 @@ def chart_figure(rows: list[ChartRow], metric: str, spread: bool = True, chosen:
     return fig
 
 
-def _predictions(runs: list[Run]) -> tuple[list[int], list[list[int]], int] | None:
+def _predictions(runs: list[Run | dict]) -> tuple[list[int], list[list[int]], int] | None:
+    """``(gold, predictions per run, number of labels)`` from the runs' test predictions (None: a run has none).
+
+    A run may be a stage's dict record (``examples/benchmarks/seed_rows.py`` reads ``state.json`` with it).
+    """
     preds, gold, k = [], None, 0
     for r in runs:
-        path = r.predictions
+        path = r.predictions if isinstance(r, Run) else r.get("predictions")
         if not path or not Path(path).is_file():
             return None
         data = json.loads(Path(path).read_text())

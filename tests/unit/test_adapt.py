@@ -10,8 +10,8 @@ from domainbert.core.probe import fit_logreg, select_probe
 from domainbert.core.stats import macro_f1, mean_std, paired_bootstrap
 from domainbert.errors import DomainBertError
 from domainbert.pipeline.recipe import choose
-from domainbert.pipeline.records import Run
 from domainbert.pipeline.specs import TaskFiles
+from domainbert.pipeline.strategies.base import Run
 
 
 def test_macro_f1_equals_a_hand_computed_value():

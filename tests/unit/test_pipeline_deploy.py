@@ -8,8 +8,8 @@ import pytest
 
 from domainbert.errors import DomainBertError
 from domainbert.pipeline.deployment import export_args, final_lines, report_lines
-from domainbert.pipeline.records import Run
 from domainbert.pipeline.specs import DeploySpec, ExportSpec, TaskFiles
+from domainbert.pipeline.strategies.base import Run
 
 TASK = TaskFiles("train.jsonl", "val.jsonl", "test.jsonl")
 STUDENT = {"hf": "p/distill/hf", "predictions": "p/distill/test_predictions.json"}

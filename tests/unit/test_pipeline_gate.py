@@ -10,11 +10,10 @@ import pytest
 
 from domainbert.pipeline import TaskFiles, strategies
 from domainbert.pipeline.recipe import behind_baseline, choose
-from domainbert.pipeline.records import Gate, Run, Stop
 from domainbert.pipeline.report import write_report
 from domainbert.pipeline.runner import Runner
 from domainbert.pipeline.specs import DaptSpec, WatchSpec
-from domainbert.pipeline.strategies.base import BASELINE, Candidate, Context
+from domainbert.pipeline.strategies.base import BASELINE, Candidate, Context, Gate, Run, Stop
 from domainbert.pipeline.strategies.pretrain import every_n_steps, gate, gate_open, max_steps, watch_args
 from tests.helpers.pipeline_tiny import bare_context
 

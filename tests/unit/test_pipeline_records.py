@@ -11,10 +11,9 @@ import pytest
 from domainbert.errors import DomainBertError
 from domainbert.pipeline.command import _context, check
 from domainbert.pipeline.recipe import distill_teachers, finetune_candidates
-from domainbert.pipeline.records import Gate, Run, Stop
 from domainbert.pipeline.runner import read_state
 from domainbert.pipeline.specs import DistillSpec, FinetuneSpec, TaskFiles
-from domainbert.pipeline.strategies.base import Candidate, finetune_stage
+from domainbert.pipeline.strategies.base import Candidate, Gate, Run, Stop, finetune_stage
 from tests.helpers.pipeline_tiny import bare_context
 
 #: A fine-tuning stage's record as ``state.json`` keeps it (what the runner returns for a done stage).
@@ -110,6 +109,7 @@ def test_a_candidate_given_dict_records_holds_them_as_records():
 def test_a_soups_stage_is_named_by_its_kind_and_a_seeds_by_its_seed():
     assert finetune_stage("vocab+dapt", 2) == "finetune-vocab-dapt-seed2"
     assert finetune_stage("vocab+dapt", None, kind="soup") == "finetune-vocab-dapt-soup"
+    assert finetune_stage("x", "soup") == "finetune-x-soup"  # how a strategy named it before runs had a kind
 
 
 def test_an_ensemble_teaches_with_the_seed_runs_never_the_soup():

@@ -9,11 +9,10 @@ import re
 import pytest
 
 from domainbert.pipeline.recipe import PROBE, choose, export_skipped
-from domainbert.pipeline.records import Run
 from domainbert.pipeline.report import chart_figure, write_report
 from domainbert.pipeline.runner import Runner
 from domainbert.pipeline.specs import ExportSpec, TaskFiles
-from domainbert.pipeline.strategies.base import BASELINE, Candidate
+from domainbert.pipeline.strategies.base import BASELINE, Candidate, Run
 
 
 def _run(val: float, test: float, seed=0, hf: str | None = "runs/x/hf") -> Run:

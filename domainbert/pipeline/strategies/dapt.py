@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from domainbert.pipeline.records import Gate
 from domainbert.pipeline.specs import DaptSpec
-from domainbert.pipeline.strategies.base import Candidate, Context, Strategy
+from domainbert.pipeline.strategies.base import Candidate, Context, Gate, Strategy
 from domainbert.pipeline.strategies.pretrain import pretrain
 
 #: Why ``enabled: auto`` skips DAPT: the report's line and the pipeline's output.

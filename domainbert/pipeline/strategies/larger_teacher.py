@@ -13,8 +13,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from domainbert.errors import DomainBertError
-from domainbert.pipeline.records import Run
-from domainbert.pipeline.strategies.base import Candidate, Context, Strategy, finetune_stage, stage_config
+from domainbert.pipeline.strategies.base import Candidate, Context, Run, Strategy, finetune_stage, stage_config
 
 NAME = "larger_teacher"
 """The strategy's name and its config key: ``larger_teacher: {model: <folder>}``."""

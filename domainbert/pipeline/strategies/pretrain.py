@@ -22,9 +22,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from domainbert.pipeline.records import Gate
 from domainbert.pipeline.specs import WatchSpec
-from domainbert.pipeline.strategies.base import BASELINE, Candidate, Context, chained, stage_config
+from domainbert.pipeline.strategies.base import BASELINE, Candidate, Context, Gate, chained, stage_config
 
 #: Checks per step budget when ``every_n_steps`` is not set: with a patience of 3, a stage that does not help the
 #: task's probe stops within 3/16 of its steps.

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import json
 
-from domainbert.pipeline.records import Run
 from domainbert.pipeline.specs import SelfTrainSpec
-from domainbert.pipeline.strategies.base import Candidate, Context, Strategy, finetune_stage, stage_config
+from domainbert.pipeline.strategies.base import Candidate, Context, Run, Strategy, finetune_stage, stage_config
 
 NAME = "self-training"
 

@@ -4,9 +4,16 @@ from __future__ import annotations
 
 import json
 
-from domainbert.pipeline.records import Run
 from domainbert.pipeline.specs import SoupSpec
-from domainbert.pipeline.strategies.base import BASELINE, Candidate, Context, Strategy, finetune_stage, stage_config
+from domainbert.pipeline.strategies.base import (
+    BASELINE,
+    Candidate,
+    Context,
+    Run,
+    Strategy,
+    finetune_stage,
+    stage_config,
+)
 
 SUFFIX = " soup"
 """A soup's name is its candidate's plus this: ``baseline soup`` is the weight average of the baseline's seeds."""
