@@ -162,10 +162,10 @@ def _recipe(ctx, probe: ProbeSpec, distill: DistillSpec, export: StageSpec, depl
     recipe.add_probe(ctx)
     registry.run(ctx, "after")
     stopped = tuple(c.name for c in ctx.candidates if c.stopped)  # behind after their first seed: never shipped
-    gated = tuple(c.name for c in ctx.candidates if c.gated and not c.gate.get("skipped"))
+    gated = tuple(c.name for c in ctx.candidates if c.gated and not c.gate.skipped)
     chosen, why = recipe.choose(ctx.results(), ctx.metric, exclude=stopped, gated=gated)
     best = recipe.best_run(ctx.results()[chosen], ctx.metric)
-    teacher = best["hf"]
+    teacher = best.hf
     teachers = recipe.distill_teachers(ctx.results(), chosen, best, distill)
     extra = recipe.transfer_args(distill, ctx) if distill.enabled else []
     if (larger := small_student_args(ctx, best)) is not None:
@@ -177,7 +177,7 @@ def _recipe(ctx, probe: ProbeSpec, distill: DistillSpec, export: StageSpec, depl
         task,
         distill,
         export,
-        teacher_predictions=best.get("predictions"),
+        teacher_predictions=best.predictions,
         teachers=teachers,
         extra_args=extra,
         deploy=deploy,
@@ -208,23 +208,23 @@ def _start(ctx, distill: DistillSpec, out: str, isolate: str):
     return ctx
 
 
-def check(ctx: Context, distill: Any) -> tuple[str, list[int]]:
-    """Refuse, before any stage runs, a pipeline that cannot work; the metric's short name and the seeds (a list).
+def check(ctx: Context, distill: Any) -> None:
+    """Refuse, before any stage runs, a pipeline that cannot work; it changes nothing.
 
-    Checked, in order: the metric, the seeds, ``finetune.enabled`` (gone), what every enabled strategy needs and
-    its own ``check`` (:class:`~domainbert.pipeline.strategies.base.Strategy`), every stage config a stage would
-    read, and every data path a stage would read (the task's files; the corpus when a strategy reads it). Each
-    refusal is one line naming the field and what was expected.
+    The context comes as :func:`_context` builds it (the metric's short name, the seeds a list). Checked, in
+    order: the metric, the seeds, ``finetune.enabled`` (gone), what every enabled strategy needs and its own
+    ``check`` (:class:`~domainbert.pipeline.strategies.base.Strategy`), every stage config a stage would read, and
+    every data path a stage would read (the task's files; the corpus when a strategy reads it). Each refusal is one
+    line naming the field and what was expected.
 
     Raises:
         DomainBertError: the first problem found.
     """
     from domainbert.core.stats import METRICS
 
-    metric = ctx.metric.split("/")[-1]
+    metric, seeds = ctx.metric, ctx.seeds
     if metric not in METRICS:
         raise DomainBertError(f"pipeline: metric={metric!r}; expected one of {sorted(METRICS)}")
-    seeds = list(_ONE_SEED if ctx.seeds is None else ctx.seeds)
     if not seeds:
         raise DomainBertError(
             "pipeline: seeds is empty; give at least one seed (e.g. [0, 1, 2]) or leave it out (seed 0)"
@@ -233,7 +233,6 @@ def check(ctx: Context, distill: Any) -> tuple[str, list[int]]:
         raise DomainBertError(f"pipeline: seeds {seeds} repeats a seed; give each seed once")
     if getattr(ctx.finetune, "enabled", True) is not True:
         raise DomainBertError(FINETUNE_ENABLED)
-    ctx.metric, ctx.seeds = metric, seeds
     enabled = [n for n in ctx.strategies if ctx.enabled(n)]
     _check_needs(ctx, enabled)
     for name in enabled:
@@ -257,7 +256,6 @@ def check(ctx: Context, distill: Any) -> tuple[str, list[int]]:
     task = ctx.task
     _check_paths({"task_train": task.train, "task_val": task.val, "task_test": task.test})
     _check_paths({"corpus": ctx.corpus if reads_corpus else None})
-    return metric, seeds
 
 
 def _check_needs(ctx: Context, enabled: list[str]) -> None:
@@ -289,6 +287,9 @@ def _check_paths(paths: dict[str, str | None]) -> None:
 def _context(inputs: dict[str, Any], task: TaskFiles, finetune: FinetuneSpec, given: dict[str, Any]) -> Context:
     """The run's context before its runner exists: the inputs, and every installed strategy with its settings.
 
+    The metric is its short name (``val/f1_macro``: ``f1_macro``), the seeds a list (None: seed 0 alone); what
+    :func:`check` then refuses is left as given.
+
     Args:
         inputs: ``base_model``, ``corpus``, ``corpus_text_column``, ``seeds`` and ``metric``.
         task: the task's files and columns.
@@ -304,8 +305,8 @@ def _context(inputs: dict[str, Any], task: TaskFiles, finetune: FinetuneSpec, gi
         task=task,
         corpus=inputs["corpus"],
         corpus_text_column=inputs["corpus_text_column"],
-        seeds=inputs["seeds"],
-        metric=inputs["metric"],
+        seeds=list(_ONE_SEED if inputs["seeds"] is None else inputs["seeds"]),
+        metric=str(inputs["metric"]).split("/")[-1],
         finetune=finetune,
         strategies=installed,
         settings=settings_of(installed, given),

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 from domainbert.pipeline.specs import DeploySpec, ExportSpec, TaskFiles
+from domainbert.pipeline.strategies.base import Run
 
 #: The trade-off plot of the export folder (:data:`domainbert.deploy.plot.PLOT_FILE`).
 PLOT_FILE = "tradeoff.png"
@@ -23,7 +24,7 @@ def export_args(
     export: ExportSpec,
     deploy: DeploySpec | None,
     teacher_predictions: str | None = None,
-    probe: dict | None = None,
+    probe: Run | None = None,
 ) -> list[str]:
     """The options of ``domainbert export`` for the distilled ``student`` (everything but ``--out``).
 
@@ -35,18 +36,18 @@ def export_args(
         export: the export stage's settings; its ``args`` come last, so they override these.
         deploy: the deployment choice's settings (None: the defaults).
         teacher_predictions: the teacher's test predictions (its row's metric without a pass of its own).
-        probe: the frozen probe's record (``hf``: its classifier; ``predictions``); measured as row ``probe``
+        probe: the frozen probe's run (``hf``: its classifier; ``predictions``); measured as row ``probe``
             unless it is the teacher itself or ``deploy.probe`` is off.
     """
     deploy = deploy or DeploySpec()
     args = ["--model", student["hf"], "--teacher", teacher, "--data", str(task.test), "--role", "student"]
     if deploy.validation and task.val:
         args += ["--val", task.val]
-    probe_hf = (probe or {}).get("hf")
+    probe_hf = probe.hf if probe is not None else None
     if deploy.probe and probe_hf and Path(probe_hf).resolve() != Path(teacher).resolve():
         args += ["--probe", probe_hf]
-        if probe.get("predictions"):
-            args += ["--probe_predictions", str(probe["predictions"])]
+        if probe.predictions:
+            args += ["--probe_predictions", str(probe.predictions)]
     known = (("--predictions", student.get("predictions")), ("--teacher_predictions", teacher_predictions))
     args += [arg for flag, path in known if path for arg in (flag, str(path))]
     args += ["--max_drop", _number(deploy.max_drop), "--max_ms", _number(deploy.max_ms)]

@@ -15,7 +15,16 @@ from domainbert.core.stats import mean_std
 from domainbert.errors import DomainBertError
 from domainbert.pipeline.runner import Runner
 from domainbert.pipeline.specs import DeploySpec, DistillSpec, ExportSpec, ProbeSpec, TaskFiles
-from domainbert.pipeline.strategies.base import BASELINE, PROBE, Candidate, Context, finetune_stage, stage_config
+from domainbert.pipeline.strategies.base import (
+    BASELINE,
+    PROBE,
+    Candidate,
+    Context,
+    Run,
+    Stop,
+    finetune_stage,
+    stage_config,
+)
 
 __all__ = ["BASELINE", "PROBE", "choose", "export_skipped", "run_probe"]
 
@@ -83,13 +92,13 @@ def pooling_args(ctx: Context) -> list[str]:
     return ["--model.pooling", pooling(ctx)]
 
 
-def finetune_run(ctx: Context, candidate: Candidate, seed: int) -> dict:
-    """Fine-tune ``candidate``'s starting model with ``seed``; the run's record (with ``seed`` and ``stage``)."""
+def finetune_run(ctx: Context, candidate: Candidate, seed: int) -> Run:
+    """Fine-tune ``candidate``'s starting model with ``seed``; its run."""
     stage, task = finetune_stage(candidate.name, seed), ctx.task
     args = ["--model.init_from", candidate.model, "--seed_everything", str(seed), *pooling_args(ctx)]
     args += [*task.data_args(), *ctx.finetune.args]
     run = ctx.runner.fit(stage, stage_config(ctx.finetune, "finetune"), args, test=bool(task.test))
-    return {**run, "seed": seed, "stage": stage}
+    return Run.of(run, stage, seed)
 
 
 def finetune_candidates(ctx: Context) -> None:
@@ -102,18 +111,17 @@ def finetune_candidates(ctx: Context) -> None:
     baseline = ctx.baseline
     baseline.runs = [finetune_run(ctx, baseline, seed) for seed in ctx.seeds]
     key = f"val/{ctx.metric}"
-    scores = [r["metrics"][key] for r in baseline.runs if r.get("metrics", {}).get(key) is not None]
+    scores = [score for r in baseline.runs if (score := r.metric(key)) is not None]
     for candidate in ctx.candidates:
         if candidate is baseline or candidate.runs or candidate.gated or not (candidate.model and candidate.offered):
             continue
         first = finetune_run(ctx, candidate, ctx.seeds[0])
         candidate.runs = [first]
-        score = first.get("metrics", {}).get(key)
+        score = first.metric(key)
         if not getattr(ctx.finetune, "all_seeds", False) and score is not None and behind_baseline(score, scores):
             mean, std = mean_std(scores)
-            saved = ctx.runner.seconds(first["stage"]) * (len(ctx.seeds) - 1) / 60
-            candidate.stopped = {"seed": ctx.seeds[0], "score": score, "mean": mean, "std": std}
-            candidate.stopped.update(skipped=ctx.seeds[1:], minutes_saved=saved)
+            saved = ctx.runner.seconds(first.stage) * (len(ctx.seeds) - 1) / 60
+            candidate.stopped = Stop(ctx.seeds[0], score, mean, std, skipped=ctx.seeds[1:], minutes_saved=saved)
             print(f"[{candidate.name}] {stopped_line(candidate.name, candidate.stopped, ctx.metric)}", flush=True)
             continue
         candidate.runs += [finetune_run(ctx, candidate, seed) for seed in ctx.seeds[1:]]
@@ -131,34 +139,35 @@ def behind_baseline(first: float, baseline: list[float]) -> bool:
     return mean - first > std
 
 
-def stopped_line(name: str, stopped: dict, metric: str) -> str:
+def stopped_line(name: str, stopped: Stop, metric: str) -> str:
     """What the pipeline's output and the report say of a candidate whose remaining seeds were skipped."""
-    skipped = ", ".join(map(str, stopped["skipped"]))
+    skipped = ", ".join(map(str, stopped.skipped))
     return (
-        f"stopped after seed {stopped['seed']}: validation {metric} {stopped['score']:.4f}, behind the baseline's "
-        f"mean {stopped['mean']:.4f} by more than its seeds' std {stopped['std']:.4f}; seeds {skipped} skipped, "
-        f"saving about {stopped['minutes_saved']:.1f} minutes (finetune.all_seeds: true runs them)"
+        f"stopped after seed {stopped.seed}: validation {metric} {stopped.score:.4f}, behind the baseline's "
+        f"mean {stopped.mean:.4f} by more than its seeds' std {stopped.std:.4f}; seeds {skipped} skipped, "
+        f"saving about {stopped.minutes_saved:.1f} minutes (finetune.all_seeds: true runs them)"
     )
 
 
 def add_probe(ctx: Context) -> None:
-    """Enter this run's frozen-embedding probe among the candidates, as candidate ``frozen probe`` (one record).
+    """Enter this run's frozen-embedding probe among the candidates, as candidate ``frozen probe`` (one run).
 
-    The record looks like a fine-tuning run's: ``metrics`` (``val/<metric>``, ``test/<metric>``), ``predictions``
-    and ``hf`` (the probe as a classifier, or ``hf_error``). Nothing is added when the probe did not run.
+    Its run (kind ``probe``) looks like a fine-tuning run: ``metrics`` (``val/<metric>``, ``test/<metric>``),
+    ``predictions`` and ``hf`` (the probe as a classifier, or ``hf_error``). Nothing is added when the probe did not
+    run.
     """
     runner = ctx.runner
     entry = runner.state.get("probe")
     if "probe" not in runner.called or not isinstance(entry, dict) or entry.get("status") != "done":
         return
     metrics = {f"{split}/{m}": v for split in ("val", "test") for m, v in (entry.get(split) or {}).items()}
-    record = {"seed": "probe", "stage": "probe", "metrics": metrics, "predictions": entry.get("predictions")}
-    run = {**record, **probe_export(ctx.base_model, entry)}
+    record = {"metrics": metrics, "predictions": entry.get("predictions"), **probe_export(ctx.base_model, entry)}
+    run = Run.of(record, "probe", kind="probe")
     ctx.add("probe", [Candidate(PROBE, "probe", runs=[run], adapted=False)])
 
 
 def choose(
-    results: dict[str, list[dict]], metric: str, exclude: tuple[str, ...] = (), gated: tuple[str, ...] = ()
+    results: dict[str, list[Run]], metric: str, exclude: tuple[str, ...] = (), gated: tuple[str, ...] = ()
 ) -> tuple[str, str]:
     """The model to ship: the starting model whose fine-tuned runs score best on **validation**, and why.
 
@@ -191,7 +200,7 @@ def choose(
         why = f"best validation {key}: {scores[best]:.4f} against the baseline's {base:.4f}"
     if probe is None or probe <= scores[best]:
         return best, why + (f"; the frozen probe scored {probe:.4f}" if probe is not None else "")
-    if results[PROBE][0].get("hf"):
+    if results[PROBE][0].hf:
         return PROBE, (
             f"fine-tuning failed to beat the frozen-embedding probe: the probe scored {probe:.4f} validation "
             f"{metric}, every fine-tuned model less (best: {best} {scores[best]:.4f}), so the probe ships as a "
@@ -200,21 +209,21 @@ def choose(
         )
     return best, (
         f"{why}. WARNING: it validates BELOW the frozen-embedding probe ({scores[best]:.4f} against {probe:.4f}), "
-        f"which could not be exported as a classifier ({results[PROBE][0].get('hf_error', 'no export')})"
+        f"which could not be exported as a classifier ({results[PROBE][0].hf_error or 'no export'})"
     )
 
 
-def validation_scores(results: dict[str, list[dict]], metric: str) -> dict[str, float | None]:
+def validation_scores(results: dict[str, list[Run]], metric: str) -> dict[str, float | None]:
     """``{name: mean validation metric over its runs}`` (None where no run recorded it)."""
     key = f"val/{metric}"
     scores = {}
     for name, runs in results.items():
-        vals = [r["metrics"][key] for r in runs if r.get("metrics", {}).get(key) is not None]
+        vals = [score for r in runs if (score := r.metric(key)) is not None]
         scores[name] = mean_std(vals)[0] if vals else None
     return scores
 
 
-def below_probe(results: dict[str, list[dict]], metric: str) -> tuple[str, float, float] | None:
+def below_probe(results: dict[str, list[Run]], metric: str) -> tuple[str, float, float] | None:
     """``(best fine-tuned candidate, its validation score, the probe's)`` when that best is below the probe.
 
     None when the probe did not run or a fine-tuned model validates at least as well.
@@ -228,21 +237,21 @@ def below_probe(results: dict[str, list[dict]], metric: str) -> tuple[str, float
     return (best, tuned[best], probe) if tuned[best] < probe else None
 
 
-def best_run(runs: list[dict], metric: str) -> dict:
+def best_run(runs: list[Run], metric: str) -> Run:
     """The seed whose run scored best on validation."""
-    return max(runs, key=lambda r: r["metrics"].get(f"val/{metric}") or float("-inf"))
+    return max(runs, key=lambda r: r.metric(f"val/{metric}") or float("-inf"))
 
 
-def distill_teachers(results: dict[str, list[dict]], chosen: str, best: dict, spec: DistillSpec) -> list[str]:
+def distill_teachers(results: dict[str, list[Run]], chosen: str, best: Run, spec: DistillSpec) -> list[str]:
     """The distillation's teacher folders: the chosen run, or (``teacher: ensemble``) every seed run it came from.
 
     A soup's seeds are those of its starting model; the probe and a single run teach alone.
     """
-    if getattr(spec, "teacher", "chosen") != "ensemble":
-        return [best["hf"]]
+    if getattr(spec, "teacher", "chosen") != "ensemble":  # a StageSpec given as distill: the chosen run
+        return [best.hf]
     name = chosen[: -len(" soup")] if chosen.endswith(" soup") else chosen
-    folders = [r["hf"] for r in results.get(name, []) if r.get("hf") and isinstance(r.get("seed"), int)]
-    return folders if len(folders) > 1 else [best["hf"]]
+    folders = [r.hf for r in results.get(name, []) if r.hf and r.kind == "seed"]
+    return folders if len(folders) > 1 else [best.hf]
 
 
 def transfer_args(spec: DistillSpec, ctx: Context) -> list[str]:
@@ -286,7 +295,7 @@ def distill_and_export(
     teachers: list[str] | None = None,
     extra_args: list[str] | None = None,
     deploy: DeploySpec | None = None,
-    probe: dict | None = None,
+    probe: Run | None = None,
 ):
     """Distil ``teacher`` into a student and export its deployment variants; ``(student record, export folder)``.
 

@@ -9,7 +9,7 @@ from domainbert.core.files import atomic_write_text
 from domainbert.core.stats import mean_std, paired_bootstrap
 from domainbert.pipeline.deployment import report_lines as deployment_lines
 from domainbert.pipeline.recipe import below_probe, stopped_line
-from domainbert.pipeline.strategies.base import BASELINE, PROBE, Candidate
+from domainbert.pipeline.strategies.base import BASELINE, PROBE, Candidate, Gate, Run
 from domainbert.pipeline.timing import part_lines
 
 
@@ -23,7 +23,7 @@ def candidate_minutes(runner, candidate: Candidate) -> float:
     """
     if candidate.name == BASELINE:
         return 0.0
-    stages = [*candidate.stages, *(r.get("stage") for r in candidate.runs if r.get("stage"))]
+    stages = [*candidate.stages, *(r.stage for r in candidate.runs if r.stage)]
     return sum(runner.seconds(s) for s in dict.fromkeys(stages) if s in runner.called) / 60
 
 
@@ -177,10 +177,14 @@ def chart_figure(rows: list[ChartRow], metric: str, spread: bool = True, chosen:
     return fig
 
 
-def _predictions(runs: list[dict]) -> tuple[list[int], list[list[int]], int] | None:
+def _predictions(runs: list[Run | dict]) -> tuple[list[int], list[list[int]], int] | None:
+    """``(gold, predictions per run, number of labels)`` from the runs' test predictions (None: a run has none).
+
+    A run may be a stage's dict record (``examples/benchmarks/seed_rows.py`` reads ``state.json`` with it).
+    """
     preds, gold, k = [], None, 0
     for r in runs:
-        path = r.get("predictions")
+        path = r.predictions if isinstance(r, Run) else r.get("predictions")
         if not path or not Path(path).is_file():
             return None
         data = json.loads(Path(path).read_text())
@@ -277,7 +281,7 @@ def adaptation_section(
         lines.append(_probe_row(runner, probed, metric))
     verdicts, chart, adapted = [], [], False
     baseline = next(c for c in candidates if c.name == BASELINE)
-    saved = sum(runner.seconds(r["stage"]) for r in baseline.runs if r.get("stage")) / 60
+    saved = sum(runner.seconds(r.stage) for r in baseline.runs if r.stage) / 60
     for candidate in candidates:
         verdicts += [_gate_line(candidate, saved)] if candidate.gate else []
         if candidate.gated:
@@ -330,19 +334,19 @@ def _row(runner, candidate: Candidate, base_pred, metric: str) -> tuple[str, str
         verdict = _verdict(candidate, ci, delta, metric, per_min)
     one = len(runs) == 1
     if candidate.stopped:
-        delta = f"{delta} (stopped after seed {candidate.stopped['seed']})".strip()
+        delta = f"{delta} (stopped after seed {candidate.stopped.seed})".strip()
     cells = [candidate.name, _cell(val, one), _cell(test, one), _cell(acc, True), delta]
     return "| " + " | ".join([*cells, f"{minutes:.1f}"]) + " |", verdict
 
 
-def not_fine_tuned(gate: dict) -> str:
+def not_fine_tuned(gate: Gate) -> str:
     """``not fine-tuned: probe X against the base's Y``: a closed gate's cell and sentence."""
-    return f"not fine-tuned: probe {gate['best']:.4f} against the base's {gate['base']:.4f}"
+    return f"not fine-tuned: probe {gate.best:.4f} against the base's {gate.base:.4f}"
 
 
 def _gated_row(runner, candidate: Candidate) -> str:
     """The table row of a candidate the probe gate kept from fine-tuning: no scores, its stages' minutes."""
-    if candidate.gate.get("skipped"):
+    if candidate.gate.skipped:
         return f"| {candidate.name} | – | – | – | not run (dapt.enabled: auto) | 0.0 |"
     minutes = candidate_minutes(runner, candidate)
     return f"| {candidate.name} | – | – | – | {not_fine_tuned(candidate.gate)} | {minutes:.1f} |"
@@ -351,26 +355,26 @@ def _gated_row(runner, candidate: Candidate) -> str:
 def _gate_line(candidate: Candidate, saved: float) -> str:
     """What the probe watch saw of ``candidate``'s pretraining and what the gate decided (``saved``: minutes)."""
     gate = candidate.gate
-    if gate.get("skipped"):
-        return f"- **{candidate.name}**: {gate['skipped']}."
-    watched = f" The watch: {gate['summary']} (checked at steps {gate.get('steps')})." if gate.get("summary") else ""
+    if gate.skipped:
+        return f"- **{candidate.name}**: {gate.skipped}."
+    watched = f" The watch: {gate.summary} (checked at steps {gate.steps})." if gate.summary else ""
     if candidate.gated:
         return (
-            f"- **{candidate.name}**: {not_fine_tuned(gate)} ({gate['base_from']}; margin {gate['margin']}), which "
+            f"- **{candidate.name}**: {not_fine_tuned(gate)} ({gate.base_from}; margin {gate.margin}), which "
             f"saved about {saved:.1f} minutes (the baseline's fine-tuning, summed over its seeds).{watched}"
         )
-    if gate.get("best") is None or gate.get("base") is None:
-        return f"- **{candidate.name}**: fine-tuned without the probe gate: {gate.get('why')}.{watched}"
-    why = f"): {gate['why']}" if gate.get("why") else f"; margin {gate['margin']})"
+    if gate.best is None or gate.base is None:
+        return f"- **{candidate.name}**: fine-tuned without the probe gate: {gate.why}.{watched}"
+    why = f"): {gate.why}" if gate.why else f"; margin {gate.margin})"
     return (
-        f"- **{candidate.name}**: fine-tuned: probe {gate['best']:.4f} against the base's {gate['base']:.4f} "
-        f"({gate['base_from']}{why}.{watched}"
+        f"- **{candidate.name}**: fine-tuned: probe {gate.best:.4f} against the base's {gate.base:.4f} "
+        f"({gate.base_from}{why}.{watched}"
     )
 
 
-def _mean(runs: list[dict], key: str) -> tuple[float, float]:
+def _mean(runs: list[Run], key: str) -> tuple[float, float]:
     """Mean and std over ``runs`` of metric ``key`` (the runs that recorded it)."""
-    return mean_std([r["metrics"].get(key) for r in runs if r["metrics"].get(key) is not None])
+    return mean_std([score for r in runs if (score := r.metric(key)) is not None])
 
 
 def shipped_lines(choice: tuple[str, str, str], one_model: bool = False) -> list[str]:

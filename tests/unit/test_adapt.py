@@ -11,6 +11,7 @@ from domainbert.core.stats import macro_f1, mean_std, paired_bootstrap
 from domainbert.errors import DomainBertError
 from domainbert.pipeline.recipe import choose
 from domainbert.pipeline.specs import TaskFiles
+from domainbert.pipeline.strategies.base import Run
 
 
 def test_macro_f1_equals_a_hand_computed_value():
@@ -99,7 +100,7 @@ def test_nearest_documents_takes_each_task_texts_k_neighbours_nearest_first():
 
 
 def _runs(val, test=None):
-    return [{"metrics": {"val/f1_macro": v, **({"test/f1_macro": test} if test is not None else {})}} for v in val]
+    return [Run(metrics={"val/f1_macro": v, **({"test/f1_macro": test} if test is not None else {})}) for v in val]
 
 
 def test_choice_reads_validation_only_and_keeps_the_baseline_on_a_tie():
@@ -112,7 +113,7 @@ def test_choice_reads_validation_only_and_keeps_the_baseline_on_a_tie():
     name, why = choose(results, "f1_macro")
     assert name == "tapt" and "0.8350" in why and "0.8100" in why
     with pytest.raises(DomainBertError, match="validation split"):
-        choose({"baseline": [{"metrics": {}}]}, "f1_macro")
+        choose({"baseline": [Run()]}, "f1_macro")
 
 
 def test_task_paths_and_columns_reach_the_data_options():

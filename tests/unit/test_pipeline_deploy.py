@@ -9,10 +9,11 @@ import pytest
 from domainbert.errors import DomainBertError
 from domainbert.pipeline.deployment import export_args, final_lines, report_lines
 from domainbert.pipeline.specs import DeploySpec, ExportSpec, TaskFiles
+from domainbert.pipeline.strategies.base import Run
 
 TASK = TaskFiles("train.jsonl", "val.jsonl", "test.jsonl")
 STUDENT = {"hf": "p/distill/hf", "predictions": "p/distill/test_predictions.json"}
-PROBE = {"hf": "p/probe/hf", "predictions": "p/probe/test_predictions.json"}
+PROBE = Run("probe", kind="probe", hf="p/probe/hf", predictions="p/probe/test_predictions.json")
 
 
 def _value(args: list[str], flag: str) -> str | None:

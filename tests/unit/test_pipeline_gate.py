@@ -4,6 +4,7 @@ the choice and the report make of a gated or stopped candidate."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -12,7 +13,7 @@ from domainbert.pipeline.recipe import behind_baseline, choose
 from domainbert.pipeline.report import write_report
 from domainbert.pipeline.runner import Runner
 from domainbert.pipeline.specs import DaptSpec, WatchSpec
-from domainbert.pipeline.strategies.base import BASELINE, Candidate, Context
+from domainbert.pipeline.strategies.base import BASELINE, Candidate, Context, Gate, Run, Stop
 from domainbert.pipeline.strategies.pretrain import every_n_steps, gate, gate_open, max_steps, watch_args
 from tests.helpers.pipeline_tiny import bare_context
 
@@ -81,23 +82,23 @@ def test_the_base_score_is_step_0_from_the_base_and_a_base_started_stages_step_0
     ctx = _context(tmp_path)
     base = ctx.baseline
     shut = gate(ctx, "dapt", _watched([0.80, 0.79, 0.78, 0.80]), base, WatchSpec())
-    assert not shut["open"] and (shut["best"], shut["base"], shut["base_from"]) == (0.80, 0.80, "step 0 of dapt")
+    assert not shut.open and (shut.best, shut.base, shut.base_from) == (0.80, 0.80, "step 0 of dapt")
     dapt = Candidate("dapt", "dapt", model="d")
     tapt = gate(ctx, "tapt", _watched([0.70, 0.82]), dapt, WatchSpec())  # step 0 is DAPT's model, not the base
-    assert tapt["open"] and (tapt["best"], tapt["base"], tapt["base_from"]) == (0.82, 0.80, "step 0 of dapt")
-    assert not gate(ctx, "tapt", _watched([0.70, 0.82]), dapt, WatchSpec(margin=0.05))["open"]
-    assert gate(ctx, "dapt", _watched([0.80, 0.70]), base, WatchSpec(gate=False))["open"]
+    assert tapt.open and (tapt.best, tapt.base, tapt.base_from) == (0.82, 0.80, "step 0 of dapt")
+    assert not gate(ctx, "tapt", _watched([0.70, 0.82]), dapt, WatchSpec(margin=0.05)).open
+    assert gate(ctx, "dapt", _watched([0.80, 0.70]), base, WatchSpec(gate=False)).open
 
 
 def test_with_no_base_started_stage_the_base_score_is_the_probe_stages_else_the_gate_stays_open(tmp_path):
     ctx = _context(tmp_path)
     vocab = Candidate("vocab", "vocab", model="v", offered=False)
     unknown = gate(ctx, "dapt", _watched([0.70, 0.72]), vocab, WatchSpec())
-    assert unknown["open"] and "no score of the base model" in unknown["why"]
+    assert unknown.open and "no score of the base model" in unknown.why
     ctx.runner.state["probe"] = {"status": "done", "val": {"acc": 0.75}}
     ctx.runner.called.append("probe")
     known = gate(ctx, "dapt", _watched([0.70, 0.72]), vocab, WatchSpec())
-    assert not known["open"] and (known["base"], known["base_from"]) == (0.75, "the probe stage")
+    assert not known.open and (known.base, known.base_from) == (0.75, "the probe stage")
 
 
 def test_a_watch_given_as_a_dict_becomes_its_settings():
@@ -105,8 +106,8 @@ def test_a_watch_given_as_a_dict_becomes_its_settings():
     assert settings["dapt"] == DaptSpec(watch=WatchSpec(margin=-1.0))
 
 
-def _run(val: float, test: float, seed, stage: str) -> dict:
-    return {"seed": seed, "stage": stage, "hf": "x", "metrics": {"val/acc": val, "test/acc": test}}
+def _run(val: float, test: float, seed, stage: str) -> Run:
+    return Run(stage, seed, hf="x", metrics={"val/acc": val, "test/acc": test})
 
 
 def test_the_choice_never_ships_a_stopped_branch_nor_says_a_gated_one_was_off():
@@ -123,9 +124,9 @@ def test_the_report_says_a_gated_branch_was_not_fine_tuned_with_both_probes_and_
         runner.state[stage] = {"status": "done", "seconds": seconds}
         runner.called.append(stage)
     baseline = Candidate(BASELINE, BASELINE, runs=[_run(0.8, 0.7, 0, "b0"), _run(0.9, 0.8, 1, "b1")], adapted=False)
-    shut = {"open": False, "best": 0.7712, "base": 0.7800, "base_from": "step 0 of dapt", "margin": 0.0}
-    dapt = Candidate("dapt", "dapt", model="d", stages=["dapt"], gate={**shut, "summary": "did not improve"})
-    stopped = {"seed": 0, "score": 0.5, "mean": 0.85, "std": 0.07, "skipped": [1], "minutes_saved": 0.1}
+    shut = Gate(open=False, best=0.7712, base=0.7800, base_from="step 0 of dapt", margin=0.0)
+    dapt = Candidate("dapt", "dapt", model="d", stages=["dapt"], gate=replace(shut, summary="did not improve"))
+    stopped = Stop(seed=0, score=0.5, mean=0.85, std=0.07, skipped=[1], minutes_saved=0.1)
     tapt = Candidate("tapt", "tapt", model="t", runs=[_run(0.5, 0.4, 0, "t0")], stopped=stopped)
     choice = (BASELINE, "why", "x")
     text = write_report(runner, [baseline, dapt, tapt], None, choice, None, None, "acc", [0, 1]).read_text()

@@ -12,16 +12,16 @@ from domainbert.pipeline.recipe import PROBE, choose, export_skipped
 from domainbert.pipeline.report import chart_figure, write_report
 from domainbert.pipeline.runner import Runner
 from domainbert.pipeline.specs import ExportSpec, TaskFiles
-from domainbert.pipeline.strategies.base import BASELINE, Candidate
+from domainbert.pipeline.strategies.base import BASELINE, Candidate, Run
 
 
-def _run(val: float, test: float, seed=0, hf: str | None = "runs/x/hf") -> dict:
-    return {"seed": seed, "hf": hf, "metrics": {"val/f1_macro": val, "test/f1_macro": test, "test/acc": test}}
+def _run(val: float, test: float, seed=0, hf: str | None = "runs/x/hf") -> Run:
+    return Run(seed=seed, hf=hf, metrics={"val/f1_macro": val, "test/f1_macro": test, "test/acc": test})
 
 
-def _probe(val: float, hf: str | None = "runs/p/probe/hf") -> list[dict]:
-    record = {"seed": "probe", "metrics": {"val/f1_macro": val, "test/f1_macro": val}}
-    return [{**record, "hf": hf} if hf else {**record, "hf_error": "no encoder class for this family"}]
+def _probe(val: float, hf: str | None = "runs/p/probe/hf") -> list[Run]:
+    error = None if hf else "no encoder class for this family"
+    return [Run("probe", kind="probe", hf=hf, hf_error=error, metrics={"val/f1_macro": val, "test/f1_macro": val})]
 
 
 def test_the_probe_ships_when_it_validates_above_every_fine_tuned_model_and_the_reason_says_so():
@@ -133,9 +133,9 @@ def test_a_plugin_candidate_that_is_no_adaptation_is_not_called_one_and_its_fine
     runner = Runner(tmp_path / "p")
     runner.called += ["finetune-baseline-seed0", "finetune-relabel-seed0"]
     runner.state.update({"finetune-baseline-seed0": {"seconds": 120.0}, "finetune-relabel-seed0": {"seconds": 90.0}})
-    base = {**_run(0.8, 0.7), "stage": "finetune-baseline-seed0"}
+    base = {**_run(0.8, 0.7).to_dict(), "stage": "finetune-baseline-seed0"}  # a plugin's dict records
     base["predictions"] = _predictions(tmp_path / "b.json", [0, 1, 2, 0, 1, 2])
-    other = {**_run(0.8, 0.7), "stage": "finetune-relabel-seed0"}
+    other = {**_run(0.8, 0.7).to_dict(), "stage": "finetune-relabel-seed0"}
     other["predictions"] = _predictions(tmp_path / "o.json", [0, 1, 2, 0, 1, 1])
     candidates = [
         Candidate(BASELINE, BASELINE, runs=[base], adapted=False),

@@ -10,9 +10,14 @@ settings dataclass with its defaults, a :meth:`Strategy.check` that refuses a co
 - ``after`` strategies act on the fine-tuned runs (self-training, seed soups) and return candidates with runs.
 
 A candidate carries its name (the report's row), its starting model (or its runs) and the stages it ran: the report
-adds up its minutes from those stages. Chains are declared: a strategy starts from the output of the first
-strategy in its ``builds_on`` that ran (:meth:`Context.upstream`), and its candidate's name and stages extend that
-output's (``vocab+dapt``, ``knn-dapt+tapt``).
+adds up its minutes from those stages. Its records are typed: a :class:`Run` per fine-tuned (or evaluated) model,
+a seed's, a seed soup's or the frozen probe's (its ``kind``), the probe gate's :class:`Gate` decision and the
+:class:`Stop` of its seeds; each converts to and from the plain dict strategies wrote before (``to_dict``,
+``from_dict``: a record whose ``seed`` is ``"soup"`` or ``"probe"`` reads as that kind).
+
+Chains are declared: a strategy starts from the output of the first strategy in its ``builds_on`` that ran
+(:meth:`Context.upstream`), and its candidate's name and stages extend that output's (``vocab+dapt``,
+``knn-dapt+tapt``).
 
 Built-in strategies live in :mod:`domainbert.pipeline.strategies`, one file each; other packages add theirs
 through the ``domainbert.strategies`` entry-point group. This module imports nothing heavy: ``domainbert pipeline
@@ -21,9 +26,11 @@ through the ``domainbert.strategies`` entry-point group. This module imports not
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, get_args
 
 from domainbert.errors import DomainBertError
 
@@ -43,6 +50,189 @@ NEEDS = {
 }
 
 
+Kind = Literal["seed", "soup", "probe"]
+"""What a run is: a fine-tuning run with a seed, a seed soup's evaluation, or the frozen-embedding probe."""
+KINDS: tuple[str, ...] = get_args(Kind)
+
+
+def _refuse(what: str, key: str, value: Any, expected: str) -> DomainBertError:
+    return DomainBertError(f"pipeline: {what} record: {key}={value!r}; expected {expected}")
+
+
+@dataclass
+class Run:
+    """One fine-tuned (or evaluated) model of a candidate: its stage's record and which run it is."""
+
+    stage: str | None = None
+    """The stage that made it (``finetune-dapt-seed0``): its minutes and its record in ``state.json``."""
+    seed: int | None = None
+    """Its fine-tuning seed (None for a soup or the probe)."""
+    kind: Kind = "seed"
+    """``seed`` (a fine-tuning run), ``soup`` (a seed soup's evaluation) or ``probe`` (the frozen probe)."""
+    metrics: dict[str, float] = field(default_factory=dict)
+    """Its metrics by name: ``val/<metric>`` and, with a test split, ``test/<metric>``."""
+    hf: str | None = None
+    """Its exported model's folder (None when it exported none)."""
+    predictions: str | None = None
+    """The JSON file of its test rows' gold and predicted label ids (paired comparisons), if any."""
+    run: str | None = None
+    """Its run folder (``metrics.csv``), if any."""
+    hf_error: str | None = None
+    """Why it has no export (the probe, when it could not be exported as a classifier)."""
+    extra: dict[str, Any] = field(default_factory=dict)
+    """The stage record's other keys (``status``, ``seconds``, ``inputs``...), kept as they are."""
+
+    def __post_init__(self) -> None:
+        """Refuse a kind or a seed the pipeline cannot read."""
+        if self.kind not in KINDS:
+            raise _refuse("run", "kind", self.kind, f"one of {list(KINDS)}")
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
+            raise _refuse("run", "seed", self.seed, "an integer seed (or none, for a soup or the probe)")
+
+    @classmethod
+    def of(cls, record: Mapping[str, Any], stage: str, seed: int | None = None, kind: Kind = "seed") -> Run:
+        """The run a stage record (what :class:`~domainbert.pipeline.runner.Runner` returns) is.
+
+        Args:
+            record: the stage's record, as ``state.json`` keeps it.
+            stage: the stage's name.
+            seed: its fine-tuning seed (None for a soup or the probe).
+            kind: which run it is.
+        """
+        return cls.from_dict({**record, "stage": stage, "seed": seed, "kind": kind})
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Run:
+        """The run a dict record holds (see :meth:`to_dict`); ``seed: "soup"`` or ``"probe"`` is that kind.
+
+        Raises:
+            DomainBertError: a record that is not a mapping, or whose ``metrics``, ``kind`` or ``seed`` the
+                pipeline cannot read.
+        """
+        if isinstance(data, Run):
+            return data
+        if not isinstance(data, Mapping):
+            raise _refuse("run", "record", data, "a Run or a dict with metrics, hf, seed, stage")
+        values = dict(data)
+        seed = values.pop("seed", None)
+        kind = values.pop("kind", None)
+        if seed in ("soup", "probe"):  # the record of a domainbert before runs had a kind
+            kind, seed = kind or seed, None
+        metrics = values.pop("metrics", None) or {}
+        if not isinstance(metrics, Mapping):
+            raise _refuse("run", "metrics", metrics, "a dict of metric values by name")
+        own = {f.name for f in dataclasses.fields(cls)} - {"seed", "kind", "metrics", "extra"}
+        known = {key: values.pop(key) for key in list(values) if key in own}
+        return cls(seed=seed, kind=kind or "seed", metrics=dict(metrics), **known, extra=values)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The run as a plain dict: the stage record's keys, ``metrics``, ``seed``, ``stage`` and ``kind``.
+
+        Optional fields that are None (``hf_error``, ``run``...) are left out, as the stage record leaves them out.
+        """
+        record = dict(self.extra)
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name == "extra" or (value is None and f.name not in ("seed", "hf")):
+                continue
+            record[f.name] = dict(value) if f.name == "metrics" else value
+        return record
+
+    def __getitem__(self, key: str) -> Any:
+        """``run["hf"]``: the value of :meth:`to_dict`'s ``key``, for strategies written for dict records."""
+        return self.to_dict()[key]
+
+    def metric(self, key: str) -> float | None:
+        """Its metric ``key`` (``val/f1_macro``), None when it recorded none."""
+        return self.metrics.get(key)
+
+
+@dataclass
+class Gate:
+    """The probe gate's decision on a pretraining stage's model (:mod:`~domainbert.pipeline.strategies.pretrain`)."""
+
+    open: bool = True
+    """Whether the model is fine-tuned (a closed gate keeps it from fine-tuning)."""
+    stage: str | None = None
+    """The pretraining stage watched."""
+    best: float | None = None
+    """The stage's best probe score (None when the watch recorded none)."""
+    base: float | None = None
+    """The base model's probe score on the same protocol (None when there is none)."""
+    base_from: str | None = None
+    """Where the base model's score came from (``step 0 of dapt``, ``the probe stage``)."""
+    margin: float | None = None
+    """How much the best probe must beat the base's by to open the gate (``watch.margin``)."""
+    summary: str | None = None
+    """The watch's verdict, in words."""
+    steps: list[int | None] | None = None
+    """The steps the watch checked at."""
+    why: str | None = None
+    """Why the gate stayed open without comparing (the gate off, no base score, no probe score)."""
+    skipped: str | None = None
+    """Why the stage did not run at all (``dapt.enabled: auto`` on a model with no masked-LM head)."""
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Gate:
+        """The decision a dict holds (see :meth:`to_dict`).
+
+        Raises:
+            DomainBertError: a key that is no field of a gate decision.
+        """
+        return _from_dict(cls, "gate", data)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The decision as a plain dict, its None fields left out."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+
+
+@dataclass
+class Stop:
+    """Why a candidate's remaining seeds were skipped: its first seed validated behind the baseline's seeds."""
+
+    seed: int
+    """The seed it ran."""
+    score: float
+    """That seed's validation score."""
+    mean: float
+    """The baseline seeds' mean validation score."""
+    std: float
+    """The baseline seeds' standard deviation."""
+    skipped: list[int] = field(default_factory=list)
+    """The seeds it did not run."""
+    minutes_saved: float = 0.0
+    """About how many minutes skipping them saved."""
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Stop:
+        """The stop a dict holds (see :meth:`to_dict`).
+
+        Raises:
+            DomainBertError: a key that is no field of a stop, or a missing one.
+        """
+        return _from_dict(cls, "stop", data)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The stop as a plain dict."""
+        return dataclasses.asdict(self)
+
+
+def _from_dict(cls, what: str, data: Any):
+    """``cls(**data)``, ``data`` itself when it is one already; a bad record named in one line."""
+    if isinstance(data, cls):
+        return data
+    if not isinstance(data, Mapping):
+        raise _refuse(what, "record", data, f"a {cls.__name__} or a dict of its fields")
+    names = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(set(data) - set(names))
+    if unknown:
+        raise _refuse(what, unknown[0], data[unknown[0]], f"only the fields {names}")
+    try:
+        return cls(**data)
+    except TypeError as err:
+        raise DomainBertError(f"pipeline: {what} record {dict(data)!r}: {err}; expected the fields {names}") from None
+
+
 def stage_config(spec: Any, default: str) -> str:
     """The stage's config file: the one ``spec.config`` names, else the built-in ``stages/<default>.yaml``."""
     if getattr(spec, "config", None):
@@ -50,9 +240,14 @@ def stage_config(spec: Any, default: str) -> str:
     return str(resources.files("domainbert.pipeline") / "stages" / f"{default}.yaml")
 
 
-def finetune_stage(name: str, seed: int | str) -> str:
-    """The stage name of candidate ``name``'s fine-tuning run with ``seed`` (``soup``: its seed soup's evaluation)."""
-    return f"finetune-{name.replace('+', '-')}-" + ("soup" if seed == "soup" else f"seed{seed}")
+def finetune_stage(name: str, seed: int | None, kind: Kind = "seed") -> str:
+    """The stage name of candidate ``name``'s fine-tuning run with ``seed`` (kind ``soup``: its soup's evaluation).
+
+    A ``seed`` of ``"soup"`` (how a strategy named a soup's stage before runs had a kind) is kind ``soup``.
+    """
+    if seed == "soup":
+        kind = "soup"
+    return f"finetune-{name.replace('+', '-')}-" + ("soup" if kind == "soup" else f"seed{seed}")
 
 
 @dataclass
@@ -67,8 +262,8 @@ class Candidate:
     """The starting model's folder, fine-tuned over the seeds (None for an ``after`` strategy's candidate)."""
     stages: list[str] = field(default_factory=list)
     """The stages that made it, upstream ones included: its extra minutes in the report. Not its fine-tuning."""
-    runs: list[dict] = field(default_factory=list)
-    """Its fine-tuned (or evaluated) runs, one record per seed: ``metrics``, ``hf``, ``seed``, ``stage``..."""
+    runs: list[Run] = field(default_factory=list)
+    """Its fine-tuned (or evaluated) runs, one per seed (a soup's and the probe's: one); dicts become :class:`Run`."""
     offered: bool = True
     """False for an output that only later strategies use (a curated corpus, an extended vocabulary)."""
     data: dict = field(default_factory=dict)
@@ -77,15 +272,23 @@ class Candidate:
     """Whether it is an adaptation (False for the baseline and the baseline's soup): the report's verdict wording."""
     one_model: bool = False
     """One model made from several seeds' runs (a soup): no seed noise in its interval, not its best seed."""
-    gate: dict | None = None
+    gate: Gate | None = None
     """The probe gate's decision (``open``, ``best``, ``base``...); a closed gate means it is not fine-tuned."""
-    stopped: dict | None = None
+    stopped: Stop | None = None
     """Set when its remaining seeds were skipped (behind the baseline after its first): the choice ignores it."""
+
+    def __post_init__(self) -> None:
+        """Records given as dicts (a strategy written before the records had types) become their types."""
+        self.runs = [Run.from_dict(run) for run in self.runs]
+        if self.gate is not None:
+            self.gate = Gate.from_dict(self.gate)
+        if self.stopped is not None:
+            self.stopped = Stop.from_dict(self.stopped)
 
     @property
     def gated(self) -> bool:
         """Whether the probe gate kept it from fine-tuning."""
-        return self.gate is not None and not self.gate.get("open", True)
+        return self.gate is not None and not self.gate.open
 
 
 class Strategy:
@@ -216,7 +419,7 @@ class Context:
         self.outputs[name] = made
         self.candidates += made
 
-    def results(self) -> dict[str, list[dict]]:
+    def results(self) -> dict[str, list[Run]]:
         """``{name: runs}`` of every candidate with runs, in order: what the choice compares."""
         return {c.name: c.runs for c in self.candidates if c.runs}
 

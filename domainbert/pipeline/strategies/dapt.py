@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from domainbert.pipeline.specs import DaptSpec
-from domainbert.pipeline.strategies.base import Candidate, Context, Strategy
+from domainbert.pipeline.strategies.base import Candidate, Context, Gate, Strategy
 from domainbert.pipeline.strategies.pretrain import pretrain
 
 #: Why ``enabled: auto`` skips DAPT: the report's line and the pipeline's output.
@@ -35,7 +35,7 @@ class Dapt(
         skipped = self.skip_reason(ctx, settings)
         if skipped:
             print(f"[dapt] {skipped}", flush=True)
-            return [Candidate("dapt", self.name, offered=False, gate={"open": False, "skipped": skipped})]
+            return [Candidate("dapt", self.name, offered=False, gate=Gate(open=False, skipped=skipped))]
         start, curated = ctx.upstream(("vocab",)), ctx.output("select")
         corpus, column = (curated.data["corpus"], curated.data["column"]) if curated else (ctx.corpus, None)
         data = ["--data.train", corpus, "--data.text_column", column or ctx.corpus_text_column]

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from domainbert.errors import DomainBertError
-from domainbert.pipeline.strategies.base import BASELINE, Candidate, Context, Strategy, finetune_stage, stage_config
+from domainbert.pipeline.strategies.base import Candidate, Context, Run, Strategy, finetune_stage, stage_config
 
 NAME = "larger_teacher"
 """The strategy's name and its config key: ``larger_teacher: {model: <folder>}``."""
@@ -66,13 +66,12 @@ class LargerTeacher(Strategy, name=NAME, kind="after", order=85, settings=Larger
         tuned_stage = finetune_stage(NAME, seed)
         args = ["--model.init_from", settings.model, "--seed_everything", str(seed), *task.data_args()]
         args += [*ctx.finetune.args, *settings.args]
-        tuned = {**runner.fit(tuned_stage, stage_config(ctx.finetune, "finetune"), args, test=bool(task.test))}
-        tuned.update(seed=seed, stage=tuned_stage)
+        record = runner.fit(tuned_stage, stage_config(ctx.finetune, "finetune"), args, test=bool(task.test))
+        tuned = Run.of(record, tuned_stage, seed)
         ctx.cache[NAME] = tuned
-        baseline = next(c for c in ctx.candidates if c.name == BASELINE)
-        student = best_run(baseline.runs, ctx.metric)
+        student = best_run(ctx.baseline.runs, ctx.metric)
         stage = f"distill-{NAME}"
-        args = ["--model.teacher", tuned["hf"], "--model.student", student["hf"], "--model.student_layers", "null"]
+        args = ["--model.teacher", tuned.hf, "--model.student", student.hf, "--model.student_layers", "null"]
         args += ["--model.gamma", "0", *task.data_args()]
         args += [*transfer_args(DistillSpec(), ctx), *settings.distill_args]
         run = runner.fit(stage, stage_config(None, "distill"), args, test=bool(task.test), after=(tuned_stage,))
@@ -80,7 +79,7 @@ class LargerTeacher(Strategy, name=NAME, kind="after", order=85, settings=Larger
             Candidate(
                 DISTILLED,
                 NAME,
-                runs=[{**run, "seed": seed, "stage": stage}],
+                runs=[Run.of(run, stage, seed)],
                 stages=[tuned_stage, stage],
                 adapted=False,
                 one_model=True,
@@ -89,22 +88,22 @@ class LargerTeacher(Strategy, name=NAME, kind="after", order=85, settings=Larger
         ]
 
 
-def small_student_args(ctx: Context, chosen: dict) -> tuple[list[str], list[str]] | None:
+def small_student_args(ctx: Context, chosen: Run) -> tuple[list[str], list[str]] | None:
     """``(teachers, extra distillation args)`` when the larger teacher validates better than the chosen run.
 
     The larger teacher then teaches the small student, copied from the chosen model's layers
     (``--model.student``), with the hidden-state term off (the teacher may read other tokens). None when the
     strategy did not run, or its model validates no better than ``chosen`` (the chosen run teaches, as always).
     """
-    tuned = ctx.cache.get(NAME)
-    if not tuned or not tuned.get("hf"):
+    tuned: Run | None = ctx.cache.get(NAME)
+    if tuned is None or not tuned.hf:
         return None
     key = f"val/{ctx.metric}"
-    ours, theirs = (tuned.get("metrics") or {}).get(key), (chosen.get("metrics") or {}).get(key)
+    ours, theirs = tuned.metric(key), chosen.metric(key)
     if ours is None or (theirs is not None and ours <= theirs):
         print(f"[{NAME}] the chosen model ({theirs}) validates at least as well as the teacher ({ours}): it teaches")
         return None
-    return [tuned["hf"]], ["--model.student", chosen["hf"], "--model.gamma", "0"]
+    return [tuned.hf], ["--model.student", chosen.hf, "--model.gamma", "0"]
 
 
 STRATEGY = LargerTeacher()

@@ -23,7 +23,7 @@ import json
 from pathlib import Path
 
 from domainbert.pipeline.specs import WatchSpec
-from domainbert.pipeline.strategies.base import BASELINE, Candidate, Context, chained, stage_config
+from domainbert.pipeline.strategies.base import BASELINE, Candidate, Context, Gate, chained, stage_config
 
 #: Checks per step budget when ``every_n_steps`` is not set: with a patience of 3, a stage that does not help the
 #: task's probe stops within 3/16 of its steps.
@@ -101,27 +101,29 @@ def read_watch(record: dict) -> dict | None:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
-def gate(ctx: Context, stage: str, watched: dict | None, start: Candidate, watch: WatchSpec) -> dict:
-    """The gate's decision on stage ``stage``'s model (see the module's docstring): a dict for the report.
+def gate(ctx: Context, stage: str, watched: dict | None, start: Candidate, watch: WatchSpec) -> Gate:
+    """The gate's decision on stage ``stage``'s model (see the module's docstring), for the report.
 
-    Keys: ``open``, ``best`` and ``base`` (the two scores, or None), ``base_from`` (where the base's came from),
-    ``margin``, ``summary`` (the watch's verdict), ``why`` (when the gate could not compare), ``stopped``.
+    It holds ``open``, ``best`` and ``base`` (the two scores, or None), ``base_from`` (where the base's came from),
+    ``margin``, ``summary`` (the watch's verdict), ``steps`` and ``why`` (when the gate could not compare).
     """
     if not watched or watched.get("best_score") is None:
-        return {"open": True, "why": "the watch recorded no probe score", "stage": stage}
+        return Gate(open=True, why="the watch recorded no probe score", stage=stage)
     history = watched.get("history") or [{}]
     if start.name == BASELINE:
         base, base_from = history[0].get("score"), f"step 0 of {stage}"
         ctx.cache.setdefault("base_probe", (base, base_from))
     else:
         base, base_from = base_probe(ctx)
-    decision = {"stage": stage, "best": watched["best_score"], "base": base, "base_from": base_from}
-    decision.update(margin=watch.margin, summary=watched.get("summary"), steps=[h.get("step") for h in history])
+    decision = Gate(stage=stage, best=watched["best_score"], base=base, base_from=base_from, margin=watch.margin)
+    decision.summary, decision.steps = watched.get("summary"), [h.get("step") for h in history]
     if base is None:
-        return {**decision, "open": True, "why": "no score of the base model on the same protocol (enable probe)"}
-    if not watch.gate:
-        return {**decision, "open": True, "why": "the gate is off (watch.gate: false)"}
-    return {**decision, "open": gate_open(watched["best_score"], base, watch.margin)}
+        decision.why = "no score of the base model on the same protocol (enable probe)"
+    elif not watch.gate:
+        decision.why = "the gate is off (watch.gate: false)"
+    else:
+        decision.open = gate_open(watched["best_score"], base, watch.margin)
+    return decision
 
 
 def base_probe(ctx: Context) -> tuple[float | None, str | None]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from domainbert.pipeline.specs import SelfTrainSpec
-from domainbert.pipeline.strategies.base import Candidate, Context, Strategy, finetune_stage, stage_config
+from domainbert.pipeline.strategies.base import Candidate, Context, Run, Strategy, finetune_stage, stage_config
 
 NAME = "self-training"
 
@@ -28,24 +28,24 @@ class SelfTrain(
         runs, stages = [], []
         for record in baselines:
             if shared is None:
-                labels = f"pseudo-seed{record['seed']}"
+                labels = f"pseudo-seed{record.seed}"
                 train = _pseudolabel(ctx, labels, [record], settings)
             else:
                 labels, train = "pseudo-ensemble", shared
             run, made = _student(ctx, record, labels, train, settings)
             runs.append(run)
-            stages += [s for s in (labels, record["stage"], *made) if s not in stages]
+            stages += [s for s in (labels, record.stage, *made) if s not in stages]
         return [Candidate(NAME, self.name, runs=runs, stages=stages)]
 
 
-def _student(ctx: Context, teacher: dict, labels: str, train: str, spec: SelfTrainSpec) -> tuple[dict, list[str]]:
-    """Seed ``teacher["seed"]``'s self-trained run; ``(its record, the stages before its last)``."""
+def _student(ctx: Context, teacher: Run, labels: str, train: str, spec: SelfTrainSpec) -> tuple[Run, list[str]]:
+    """Seed ``teacher.seed``'s self-trained run; ``(the run, the stages before its last)``."""
     from domainbert.pipeline.recipe import pooling_args
 
-    runner, task, seed = ctx.runner, ctx.task, teacher["seed"]
+    runner, task, seed = ctx.runner, ctx.task, teacher.seed
     config, name = stage_config(ctx.finetune, "finetune"), finetune_stage(NAME, seed)
     fit = ["--seed_everything", str(seed), *pooling_args(ctx), *task.data_args(), *ctx.finetune.args]
-    start = ctx.base_model if spec.start == "base" else teacher["hf"]
+    start = ctx.base_model if spec.start == "base" else teacher.hf
     soft = ["--data.soft_label_column", "probabilities"] if spec.soft else []
     first = f"{name}-mixed" if spec.then_task else name
     run = runner.fit(
@@ -53,20 +53,20 @@ def _student(ctx: Context, teacher: dict, labels: str, train: str, spec: SelfTra
         config,
         ["--model.init_from", start, *fit, "--data.train", train, *soft, *spec.args],
         test=not spec.then_task and bool(task.test),
-        after=(labels,) if spec.start == "base" else (labels, teacher["stage"]),
+        after=(labels,) if spec.start == "base" else (labels, teacher.stage),
     )
     if not spec.then_task:
-        return {**run, "seed": seed, "stage": name}, []
+        return Run.of(run, name, seed), []
     run = runner.fit(name, config, ["--model.init_from", run["hf"], *fit], test=bool(task.test), after=(first,))
-    return {**run, "seed": seed, "stage": name}, [first]
+    return Run.of(run, name, seed), [first]
 
 
-def _pseudolabel(ctx: Context, stage: str, teachers: list[dict], spec: SelfTrainSpec) -> str:
+def _pseudolabel(ctx: Context, stage: str, teachers: list[Run], spec: SelfTrainSpec) -> str:
     """Run ``domainbert pseudolabel`` with the teachers' exports; the path of the task + pseudo-labelled rows."""
     task, folder = ctx.task, ctx.runner.out / stage
-    args = ["pseudolabel", "--model", json.dumps([t["hf"] for t in teachers])]
+    args = ["pseudolabel", "--model", json.dumps([t.hf for t in teachers])]
     args += ["--corpus", ctx.corpus, "--task", task.train]
-    args += ["--text_column", task.text_column, "--label_column", task.label_column, "--seed", str(teachers[0]["seed"])]
+    args += ["--text_column", task.text_column, "--label_column", task.label_column, "--seed", str(teachers[0].seed)]
     args += ["--corpus_text_column", ctx.corpus_text_column, "--ratio", str(spec.ratio), "--out", str(folder)]
     args += ["--max_documents", str(spec.max_documents) if spec.max_documents else "null"]
     args += ["--soft", "true"] if spec.soft else []

@@ -5,7 +5,15 @@ from __future__ import annotations
 import json
 
 from domainbert.pipeline.specs import SoupSpec
-from domainbert.pipeline.strategies.base import BASELINE, Candidate, Context, Strategy, finetune_stage, stage_config
+from domainbert.pipeline.strategies.base import (
+    BASELINE,
+    Candidate,
+    Context,
+    Run,
+    Strategy,
+    finetune_stage,
+    stage_config,
+)
 
 SUFFIX = " soup"
 """A soup's name is its candidate's plus this: ``baseline soup`` is the weight average of the baseline's seeds."""
@@ -32,27 +40,27 @@ class Soup(Strategy, name="soup", kind="after", order=90, settings=SoupSpec):
         """
         made = []
         for candidate in list(ctx.candidates):
-            exported = [r for r in candidate.runs if r.get("hf")]
+            exported = [r for r in candidate.runs if r.hf]
             if len(exported) >= 2 and not candidate.one_model and candidate.stopped is None:
                 made.append(_soup(ctx, candidate, exported))
         return made
 
 
-def _soup(ctx: Context, candidate: Candidate, exported: list[dict]) -> Candidate:
+def _soup(ctx: Context, candidate: Candidate, exported: list[Run]) -> Candidate:
     """Average ``exported`` (``candidate``'s seed runs) and evaluate the average: candidate ``<name> soup``."""
     from domainbert.pipeline.recipe import pooling_args
 
     runner, name = ctx.runner, candidate.name
     stage, folder = soup_stage(name), ctx.runner.out / soup_stage(name) / "hf"  # beside the stage's log.txt
-    args = ["soup", "--models", json.dumps([r["hf"] for r in exported]), "--out", str(folder)]
-    made = runner.tool(stage, args, result=str(folder), after=tuple(r["stage"] for r in exported))["result"]
+    args = ["soup", "--models", json.dumps([r.hf for r in exported]), "--out", str(folder)]
+    made = runner.tool(stage, args, result=str(folder), after=tuple(r.stage for r in exported))["result"]
     evaluate = ["--model.init_from", made, *pooling_args(ctx), *ctx.task.data_args(), *ctx.finetune.args]
-    config, evaluated = stage_config(ctx.finetune, "finetune"), finetune_stage(name, "soup")
+    config, evaluated = stage_config(ctx.finetune, "finetune"), finetune_stage(name, None, kind="soup")
     run = runner.evaluate(evaluated, config, [*evaluate, "--model.head_init", "null"], after=(stage,))
     return Candidate(
         name + SUFFIX,
         "soup",
-        runs=[{**run, "seed": "soup", "stage": evaluated}],
+        runs=[Run.of(run, evaluated, kind="soup")],
         stages=[*candidate.stages, stage, evaluated],
         adapted=candidate.name != BASELINE,
         one_model=True,
