@@ -21,7 +21,7 @@ plus the terms a config lists under ``model.extra_losses``, each by ``class_path
 
 A new term is one :class:`LossTerm` subclass (and its test); ``domainbert fit --model distill
 --model.extra_losses.help <ClassName>`` lists its arguments. Older entries (``weight`` beside ``init_args``, bare
-class names) are read by :mod:`domainbert.distill.loss_specs`.
+class names) are read by :mod:`domainbert.distill.objective`.
 
 Layer maps use one convention everywhere: ``{student_layer: teacher_layer}`` with 1-based encoder layer
 numbers and 0 for the embedding output, i.e. indexes into ``hidden_states`` (TinyBERT's ``m -> g(m)``).

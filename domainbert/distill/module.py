@@ -44,9 +44,8 @@ from domainbert.core.seeding import step_generator
 from domainbert.data.contract import check_agreement, model_labels
 from domainbert.data.masking import IGNORE_INDEX, Masker
 from domainbert.distill.chunks import AUTO_CHUNK_ROWS, check_chunk_rows, length_chunks, run_in_chunks
-from domainbert.distill.loss_specs import loss_configs
 from domainbert.distill.losses import HardLabelLoss, LossTerm
-from domainbert.distill.objective import build_objective
+from domainbert.distill.objective import build_objective, loss_configs
 from domainbert.distill.student import build_student, tokenizer_difference
 from domainbert.distill.task_table import Outputs, distill_task
 from domainbert.distill.teacher import (

@@ -13,6 +13,7 @@ import torch
 import yaml
 
 from domainbert.cli import cli_main, main
+from domainbert.distill.module import DistillationModule
 from domainbert.losses import HiddenStateLoss
 from tests.helpers import FIX, ROOT
 
@@ -65,6 +66,8 @@ def test_a_term_by_class_path_trains_logs_and_reloads_from_its_checkpoint(teache
     saved = torch.load(ckpt, map_location="cpu", weights_only=True)["hyper_parameters"]["extra_losses"]
     assert saved[0]["class_path"] == "domainbert.losses.HiddenStateLoss"
     assert saved[0]["init_args"].items() >= {"kind": "cosine", "weight": 0.25, "name": "cos_hidden"}.items()
+    loaded = DistillationModule.load_from_checkpoint(ckpt, weights_only=True)  # Lightning's own loader, no CLI
+    assert loaded.loss_weights["cos_hidden"] == 0.25 and loaded.losses["cos_hidden"].layer_map == {2: 4}
 
     argv = ["validate", "--config", TINY, "--model.teacher", str(teacher), "--model.init_args.teacher_cache", "null"]
     argv += ["--ckpt_path", str(ckpt), "--trainer.default_root_dir", str(tmp_path / "v"), "--trainer.logger", "false"]

@@ -12,7 +12,7 @@ import torch
 from jsonargparse import ArgumentParser
 from torch import nn
 
-from domainbert.distill.loss_specs import build_extra_losses, build_loss, loss_configs, normalise_loss_spec
+from domainbert.distill.objective import build_extra_losses, build_loss, loss_configs, normalise_loss_spec
 from domainbert.errors import DomainBertError
 from domainbert.losses import AttentionLoss, DistillLoss, HardLabelLoss, HiddenStateLoss, KLDivergenceLoss
 
@@ -41,7 +41,7 @@ class OlderTerm(DistillLoss):
         return self.scale * student_out.logits.sum()
 
 
-@pytest.mark.parametrize("name", ["domainbert.distill.losses", "domainbert.distill.loss_specs"])
+@pytest.mark.parametrize("name", ["domainbert.distill.losses", "domainbert.distill.objective"])
 def test_docstring_examples_run(name):
     result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0 and result.failed == 0
