@@ -184,6 +184,7 @@ def export(
         torch.manual_seed(seed)
         base, tokenizer, _ = load_variant(model, trust_pickle=trust_pickle)
         base = base.float().eval()
+        max_length = _fitting_length(max_length, base.config)
         label2id = _label2id(base.config)
         _check_pruning(prune_heads, train, label2id)
         chosen = enabled({"int8": int8, "bf16": bf16, "onnx": onnx}, formats)
@@ -238,6 +239,19 @@ def _write_formats(outs: Outputs, model: nn.Module, chosen: list[ExportFormat], 
             )
             continue
         write_variant(outs, fmt, model, f"{prefix}{fmt.name}", role, ctx=ctx)
+
+
+def _fitting_length(max_length: int, config) -> int:
+    """``max_length``, lowered to what the model's position embeddings hold (a model of 64 positions reads 64)."""
+    from domainbert.core.families import max_positions
+
+    limit = max_positions(config)
+    if limit is not None and max_length > limit:
+        log.info(
+            "export: --max_length %d is beyond the model's %d positions; inputs are cut at %d", max_length, limit, limit
+        )
+        return limit
+    return max_length
 
 
 def _val_batches(read: Callable, val: str | None, limit, tokenizer, batch_size: int, max_length: int, num_labels):
