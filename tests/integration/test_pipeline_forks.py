@@ -197,7 +197,15 @@ def _pipeline(tmp_path: Path, tiny_bert) -> subprocess.Popen:
     args += [str(FIX / "cls_val.jsonl"), "--probe.enabled", "false", "--dapt.enabled", "false", "--distill.enabled"]
     args += ["false", "--export.enabled", "false", "--finetune.config", "c.yaml", "--out", "p"]
     cmd = [sys.executable, "-m", "domainbert", "pipeline", *args]
-    return subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_as_from_a_terminal
+    )
+
+
+def _as_from_a_terminal() -> None:
+    """Ctrl-C and hang-up act as on a terminal, also when the suite runs in the background (which ignores them)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
 def _children(pid: int) -> list[int]:
