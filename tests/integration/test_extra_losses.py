@@ -3,9 +3,6 @@ older checkpoints and a loss term from another package (``examples/plugin_loss``
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +13,7 @@ from domainbert.cli import cli_main, main
 from domainbert.distill.module import DistillationModule
 from domainbert.losses import HiddenStateLoss
 from tests.helpers import FIX, ROOT
+from tests.helpers.examples import install_example
 
 TINY = str(ROOT / "configs/distill/tiny_debug.yaml")
 OLD = FIX / "old_main"
@@ -154,13 +152,7 @@ def test_old_checkpoint_with_older_extra_losses_validates_to_the_same_loss(tmp_p
 @pytest.fixture(scope="module")
 def installed_plugin(tmp_path_factory) -> Path:
     """``examples/plugin_loss`` ``pip install``ed into a throwaway folder (returned), never into the environment."""
-    root = tmp_path_factory.mktemp("plugin_loss")
-    copy, target = root / "plugin_loss", root / "site"
-    shutil.copytree(PLUGIN, copy, ignore=shutil.ignore_patterns("build", "*.egg-info"))
-    pip = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-build-isolation"]
-    pip += ["--no-cache-dir", "--disable-pip-version-check", "--target", str(target), str(copy)]
-    done = subprocess.run(pip, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout + done.stderr
+    target = install_example("plugin_loss", tmp_path_factory.mktemp("plugin_loss"))
     assert (target / "logit_mse_loss" / "__init__.py").is_file()
     return target
 

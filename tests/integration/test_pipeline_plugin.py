@@ -4,43 +4,25 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from domainbert.pipeline import strategies
+from tests.helpers.examples import install_example, run_with_path
 from tests.helpers.pipeline_tiny import OPEN_GATE, tiny_pipeline
-
-ROOT = Path(__file__).resolve().parents[2]
-PLUGIN = ROOT / "examples" / "plugin_strategy"
-
-
-def _run(*args: str, path: Path) -> subprocess.CompletedProcess:
-    """``python *args`` with ``path`` on the subprocess's ``PYTHONPATH``."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(path), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
 
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory) -> Path:
     """The example strategy ``pip install``ed into a throwaway folder (returned), never into the environment."""
-    root = tmp_path_factory.mktemp("strategy")
-    copy, target = root / "plugin_strategy", root / "site"
-    shutil.copytree(PLUGIN, copy, ignore=shutil.ignore_patterns("build", "*.egg-info"))
-    pip = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-build-isolation"]
-    pip += ["--no-cache-dir", "--disable-pip-version-check", "--target", str(target), str(copy)]
-    done = subprocess.run(pip, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout + done.stderr
+    target = install_example("plugin_strategy", tmp_path_factory.mktemp("strategy"))
     assert "mask40" not in strategies.load(refresh=True)  # this environment does not have it
     return target
 
 
 def test_help_lists_the_installed_strategy_with_its_one_line_doc_and_settings(installed):
-    done = _run("-m", "domainbert", "pipeline", "--help", path=installed)
+    done = run_with_path("-m", "domainbert", "pipeline", "--help", path=installed)
     assert done.returncode == 0, done.stderr
     text = " ".join(done.stdout.split())
     assert "mask40 (start [mask40_strategy]): Mask40: masked-LM pretraining on the task's training text" in text

@@ -3,7 +3,6 @@
 import importlib.metadata
 import importlib.util
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +15,7 @@ from domainbert.cli import short_names
 from domainbert.data import registry
 from domainbert.data.contract import check_datamodule
 from domainbert.errors import DomainBertError
+from tests.helpers.examples import install_example
 
 ROOT = Path(__file__).resolve().parents[2]
 PLUGIN = ROOT / "examples" / "plugin_datamodule"
@@ -38,12 +38,7 @@ def installed_plugin(tmp_path_factory) -> Path:
     (``build/``, ``*.egg-info``) in the source tree; ``--no-cache-dir`` keeps pip's wheel cache untouched.
     Subprocesses see the plugin with the folder on their ``PYTHONPATH`` (its entry points come with it).
     """
-    root = tmp_path_factory.mktemp("plugin")
-    copy, target = root / "plugin_datamodule", root / "site"
-    shutil.copytree(PLUGIN, copy, ignore=shutil.ignore_patterns("build", "*.egg-info", "sample"))
-    pip = ["-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-build-isolation", "--no-cache-dir"]
-    done = _run(*pip, "--disable-pip-version-check", "--target", str(target), str(copy))
-    assert done.returncode == 0, done.stdout + done.stderr
+    target = install_example("plugin_datamodule", tmp_path_factory.mktemp("plugin"), skip=("sample",))
     assert list(target.glob("*.dist-info/entry_points.txt")), sorted(p.name for p in target.iterdir())
     return target
 
