@@ -720,6 +720,59 @@ def cli_main(args: list[str] | None = None, run: bool = True) -> DomainBertCLI:
     return DomainBertCLI(args=rooted_loggers(expand_help_names(expand_short_names(args))), run=run)
 
 
+class _Parsed(Exception):  # noqa: N818 - not an error: how ConfigResolver leaves LightningCLI's __init__
+    """The resolved config, as YAML: raised by :class:`ConfigResolver` once the arguments are parsed and checked."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__("parsed")
+        self.text = text
+
+
+class ConfigResolver(DomainBertCLI):
+    """Parses and checks a config as ``domainbert fit`` does (without a subcommand), then stops: nothing is built."""
+
+    def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
+        super().parse_arguments(parser, args)
+        raise _Parsed(parser.dump(self.config, skip_none=False))
+
+
+def resolve_config(sources: list[str | dict], where: str) -> str:
+    """The one config ``sources`` make, resolved by jsonargparse: YAML that ``fit --config`` reads back as it is.
+
+    Args:
+        sources: a config file's path, then config dicts and lists of command-line options, in order (later ones
+            win; a ``key+`` list in a dict is appended to the list ``key``).
+        where: what the config is for, named in an error (``stage 'finetune-baseline-seed0'``).
+
+    Raises:
+        DomainBertError: a file that is not valid YAML, an option or value that ``domainbert fit`` would refuse.
+    """
+    from domainbert.cli import _user_error
+    from domainbert.cli.short_names import expand_short_names
+    from domainbert.data.registry import load_plugins
+
+    load_plugins()
+    args: list[str] = []
+    for source in sources:
+        if isinstance(source, dict):
+            args += ["--config", yaml.safe_dump(source, sort_keys=False)] if source else []
+        elif isinstance(source, str):
+            args += ["--config", source]
+        else:
+            args += list(source)
+    check_config_files(args)
+    try:
+        ConfigResolver(args=rooted_loggers(expand_short_names(args)), run=False)
+    except _Parsed as parsed:
+        return parsed.text
+    except Exception as err:  # noqa: BLE001 - a user's mistake is one line naming the stage; anything else raises
+        user = _user_error(err)
+        if user is None:
+            raise
+        raise DomainBertError(f"{where}: {user}") from None
+    raise AssertionError("ConfigResolver returned without parsing")  # pragma: no cover - parse_arguments raises
+
+
 def _one_log_handler() -> None:
     """Drop the console handler ``lightning`` adds to its logger at import when the root logger has one already.
 

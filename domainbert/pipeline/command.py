@@ -153,7 +153,8 @@ def _recipe(ctx, probe: ProbeSpec, distill: DistillSpec, export: StageSpec, depl
     import domainbert.pipeline.strategies as registry
     from domainbert.pipeline.deployment import final_lines
     from domainbert.pipeline.report import write_report
-    from domainbert.pipeline.strategies.larger_teacher import small_student_args
+    from domainbert.pipeline.stage import merge
+    from domainbert.pipeline.strategies.larger_teacher import small_student
 
     task = ctx.task
     probed = recipe.run_probe(ctx.runner, ctx.base_model, task, probe)
@@ -167,9 +168,9 @@ def _recipe(ctx, probe: ProbeSpec, distill: DistillSpec, export: StageSpec, depl
     best = recipe.best_run(ctx.results()[chosen], ctx.metric)
     teacher = best.hf
     teachers = recipe.distill_teachers(ctx.results(), chosen, best, distill)
-    extra = recipe.transfer_args(distill, ctx) if distill.enabled else []
-    if (larger := small_student_args(ctx, best)) is not None:
-        teachers, extra = larger[0], extra + larger[1]
+    extra = recipe.transfer_values(distill, ctx) if distill.enabled else {}
+    if (larger := small_student(ctx, best)) is not None:
+        teachers, extra = larger[0], merge(extra, larger[1])
     probe_run = (ctx.results().get(recipe.PROBE) or [None])[0]
     student, deployed = recipe.distill_and_export(
         ctx.runner,
@@ -179,7 +180,7 @@ def _recipe(ctx, probe: ProbeSpec, distill: DistillSpec, export: StageSpec, depl
         export,
         teacher_predictions=best.predictions,
         teachers=teachers,
-        extra_args=extra,
+        extra=extra,
         deploy=deploy,
         probe=probe_run,
     )

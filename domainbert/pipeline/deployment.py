@@ -9,53 +9,52 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
-from domainbert.pipeline.specs import DeploySpec, ExportSpec, TaskFiles
+from domainbert.pipeline.specs import DeploySpec, TaskFiles
 from domainbert.pipeline.strategies.base import Run
 
 #: The trade-off plot of the export folder (:data:`domainbert.deploy.plot.PLOT_FILE`).
 PLOT_FILE = "tradeoff.png"
 
 
-def export_args(
+def export_options(
     student: dict,
     teacher: str,
     task: TaskFiles,
-    export: ExportSpec,
     deploy: DeploySpec | None,
     teacher_predictions: str | None = None,
     probe: Run | None = None,
-) -> list[str]:
-    """The options of ``domainbert export`` for the distilled ``student`` (everything but ``--out``).
+) -> dict[str, Any]:
+    """The options of ``domainbert export`` for the distilled ``student`` (everything but ``out``), by name.
 
     Args:
         student: the distillation stage's record (``hf``, ``predictions``).
         teacher: the shipped fine-tuned model's folder.
-        task: the task's files (``--data`` is the test split; ``--val`` the validation split when
+        task: the task's files (``data`` is the test split; ``val`` the validation split when
             ``deploy.validation``).
-        export: the export stage's settings; its ``args`` come last, so they override these.
         deploy: the deployment choice's settings (None: the defaults).
         teacher_predictions: the teacher's test predictions (its row's metric without a pass of its own).
         probe: the frozen probe's run (``hf``: its classifier; ``predictions``); measured as row ``probe``
             unless it is the teacher itself or ``deploy.probe`` is off.
     """
     deploy = deploy or DeploySpec()
-    args = ["--model", student["hf"], "--teacher", teacher, "--data", str(task.test), "--role", "student"]
+    options: dict[str, Any] = {"model": student["hf"], "teacher": teacher, "data": str(task.test), "role": "student"}
     if deploy.validation and task.val:
-        args += ["--val", task.val]
+        options["val"] = task.val
     probe_hf = probe.hf if probe is not None else None
     if deploy.probe and probe_hf and Path(probe_hf).resolve() != Path(teacher).resolve():
-        args += ["--probe", probe_hf]
+        options["probe"] = probe_hf
         if probe.predictions:
-            args += ["--probe_predictions", str(probe.predictions)]
-    known = (("--predictions", student.get("predictions")), ("--teacher_predictions", teacher_predictions))
-    args += [arg for flag, path in known if path for arg in (flag, str(path))]
-    args += ["--max_drop", _number(deploy.max_drop), "--max_ms", _number(deploy.max_ms)]
-    return [*args, "--text_column", task.text_column, "--label_column", task.label_column, *export.args]
+            options["probe_predictions"] = str(probe.predictions)
+    known = {"predictions": student.get("predictions"), "teacher_predictions": teacher_predictions}
+    options.update({name: str(path) for name, path in known.items() if path})
+    options.update(max_drop=_number(deploy.max_drop), max_ms=_number(deploy.max_ms))
+    return {**options, "text_column": task.text_column, "label_column": task.label_column}
 
 
-def _number(value: float | None) -> str:
-    return "null" if value is None else repr(float(value))
+def _number(value: float | None) -> float | None:
+    return None if value is None else float(value)
 
 
 def recommendation(folder: str | None) -> dict | None:

@@ -150,6 +150,22 @@ def server_pid() -> int | None:
     return _server.proc.pid if _server is not None else None
 
 
+def run_stage(module: str, argv: list[str], log: Path) -> int:
+    """Run ``python -m <module> <argv>`` in a process of its own, writing to ``log``; its exit status.
+
+    The stage worker (``domainbert.pipeline``) is forked from the server where forking is on (:func:`run`), and
+    started as a new interpreter where it is not, or where the server cannot start; any other module is a new
+    interpreter. Either way the process is the same: its output in ``log``, its exit status returned.
+    """
+    if module == "domainbert.pipeline" and enabled():
+        with contextlib.suppress(OSError):  # no server (it said so in one line): a new interpreter instead
+            return run(argv, log)
+    with open(log, "w", encoding="utf-8") as fh:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        cmd = [sys.executable, "-m", module, *argv]
+        return subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env).returncode
+
+
 def run(argv: list[str], log: Path) -> int:
     """Run the stage worker with ``argv`` (``--worker RESULT [--test|--evaluate] <fit args>``) in a forked process.
 

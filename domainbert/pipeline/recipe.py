@@ -8,13 +8,14 @@ fine-tuning of the base model and of every starting model they offer, over the s
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+from typing import Any
 
 from domainbert.core.stats import mean_std
 from domainbert.errors import DomainBertError
 from domainbert.pipeline.runner import Runner
 from domainbert.pipeline.specs import DeploySpec, DistillSpec, ExportSpec, ProbeSpec, TaskFiles
+from domainbert.pipeline.stage import StageConfig, data, merge, model, seed, trainer
 from domainbert.pipeline.strategies.base import (
     BASELINE,
     PROBE,
@@ -38,13 +39,13 @@ def run_probe(runner: Runner, base_model: str, task: TaskFiles, spec: ProbeSpec)
     if not spec.enabled:
         return None
     folder = runner.out / "probe"
-    args = ["probe", "--model", base_model, "--train", task.train, "--val", task.val or "null"]
-    args += ["--test", task.test or "null", "--text_column", task.text_column, "--label_column", task.label_column]
-    args += ["--text_pair_column", task.text_pair_column or "null", "--max_length", str(spec.max_length)]
-    record = runner.tool("probe", [*args, "--out", str(folder)], result=str(folder))
+    options = {"model": base_model, "train": task.train, "val": task.val, "test": task.test}
+    options.update(text_column=task.text_column, label_column=task.label_column)
+    options.update(text_pair_column=task.text_pair_column, max_length=spec.max_length, out=str(folder))
+    record = runner.tool("probe", "probe", options, result=str(folder))
     if not record.get("weights") and isinstance(runner.state.get("probe"), dict):  # done by an older domainbert
         runner.state["probe"]["status"] = "outdated"
-        record = runner.tool("probe", [*args, "--out", str(folder)], result=str(folder))
+        record = runner.tool("probe", "probe", options, result=str(folder))
     return record
 
 
@@ -77,7 +78,7 @@ def pooling(ctx: Context) -> str:
 
     Mean when the base model was trained mean-pooled. Adapted models (MLM exports) no longer carry the
     sentence-transformers files that say so, so the baseline and the adapted runs use the same head (a stage's
-    own ``finetune.args`` come later on the command line and can still override it).
+    own ``finetune.args`` are applied last and can still override it).
     """
     if "pooling" not in ctx.cache:
         from domainbert.core.embed import native_pooling
@@ -87,18 +88,27 @@ def pooling(ctx: Context) -> str:
     return ctx.cache["pooling"]
 
 
-def pooling_args(ctx: Context) -> list[str]:
-    """``--model.pooling mean|cls`` for every fine-tuning run (see :func:`pooling`)."""
-    return ["--model.pooling", pooling(ctx)]
+def finetune_config(ctx: Context, init_from: str, seed_value: int | None, pooled: bool = True) -> StageConfig:
+    """The fine-tuning stage's config for a run from ``init_from``: the task's data, ``finetune.args`` last.
+
+    Args:
+        ctx: the run.
+        init_from: the starting model's folder.
+        seed_value: ``seed_everything`` (None: the config's own, for an evaluation).
+        pooled: set the pooling every fine-tuning run of this pipeline uses (:func:`pooling`); False leaves the
+            config's (a larger teacher's own ``auto``).
+    """
+    values = [model(init_from=init_from), ctx.task.values()]
+    values += [model(pooling=pooling(ctx))] if pooled else []
+    values += [seed(seed_value)] if seed_value is not None else []
+    return StageConfig(stage_config(ctx.finetune, "finetune"), merge(*values)).then(ctx.finetune.args)
 
 
-def finetune_run(ctx: Context, candidate: Candidate, seed: int) -> Run:
-    """Fine-tune ``candidate``'s starting model with ``seed``; its run."""
-    stage, task = finetune_stage(candidate.name, seed), ctx.task
-    args = ["--model.init_from", candidate.model, "--seed_everything", str(seed), *pooling_args(ctx)]
-    args += [*task.data_args(), *ctx.finetune.args]
-    run = ctx.runner.fit(stage, stage_config(ctx.finetune, "finetune"), args, test=bool(task.test))
-    return Run.of(run, stage, seed)
+def finetune_run(ctx: Context, candidate: Candidate, seed_value: int) -> Run:
+    """Fine-tune ``candidate``'s starting model with ``seed_value``; its run."""
+    stage = finetune_stage(candidate.name, seed_value)
+    run = ctx.runner.fit(stage, finetune_config(ctx, candidate.model, seed_value), test=bool(ctx.task.test))
+    return Run.of(run, stage, seed_value)
 
 
 def finetune_candidates(ctx: Context) -> None:
@@ -254,21 +264,21 @@ def distill_teachers(results: dict[str, list[Run]], chosen: str, best: Run, spec
     return folders if len(folders) > 1 else [best.hf]
 
 
-def transfer_args(spec: DistillSpec, ctx: Context) -> list[str]:
-    """The distillation's ``--data.transfer`` option: the corpus as its transfer set, when it is on.
+def transfer_values(spec: DistillSpec, ctx: Context) -> dict[str, Any]:
+    """The distillation's ``data.transfer`` (the corpus as its transfer set) and epochs, when it is on; else ``{}``.
 
     With ``source: nearest`` the documents are first chosen by ``domainbert select`` (stage ``select-transfer``):
     ``ceil(documents / training texts)`` neighbours per training text.
     """
     transfer, corpus, column = getattr(spec, "transfer", None), ctx.corpus, ctx.corpus_text_column
     if transfer is None or transfer.enabled is False or (transfer.enabled == "auto" and not corpus):
-        return []
+        return {}
     if not corpus:
         raise DomainBertError("pipeline: distill.transfer.enabled: true needs corpus (the documents to add)")
     if transfer.source == "nearest":
         corpus, column = nearest_transfer(ctx, transfer.documents), "text"
     settings = {"path": corpus, "documents": transfer.documents, "text_column": column}
-    return ["--data.transfer", json.dumps(settings), f"--trainer.max_epochs={transfer.epochs}"]
+    return merge(data(transfer=settings), trainer(max_epochs=transfer.epochs))
 
 
 def nearest_transfer(ctx: Context, documents: int | None) -> str:
@@ -279,10 +289,10 @@ def nearest_transfer(ctx: Context, documents: int | None) -> str:
 
     texts = sum(1 for _ in read_documents(ctx.task.train, ctx.task.text_column))
     k = 20 if documents is None else max(1, math.ceil(documents / max(1, texts)))
-    folder = ctx.runner.out / "select-transfer"
-    args = ["select", "--model", ctx.base_model, "--corpus", ctx.corpus, "--task", ctx.task.train, "--k", str(k)]
-    args += ["--text_column", ctx.task.text_column, "--corpus_text_column", ctx.corpus_text_column]
-    return ctx.runner.tool("select-transfer", [*args, "--out", str(folder)], result=str(folder))["corpus"]
+    folder, task = ctx.runner.out / "select-transfer", ctx.task
+    options = {"model": ctx.base_model, "corpus": ctx.corpus, "task": task.train, "k": k}
+    options.update(text_column=task.text_column, corpus_text_column=ctx.corpus_text_column, out=str(folder))
+    return ctx.runner.tool("select-transfer", "select", options, result=str(folder))["corpus"]
 
 
 def distill_and_export(
@@ -293,35 +303,37 @@ def distill_and_export(
     export: ExportSpec,
     teacher_predictions: str | None = None,
     teachers: list[str] | None = None,
-    extra_args: list[str] | None = None,
+    extra: dict[str, Any] | None = None,
     deploy: DeploySpec | None = None,
     probe: Run | None = None,
 ):
     """Distil ``teacher`` into a student and export its deployment variants; ``(student record, export folder)``.
 
     ``teachers`` (default: ``[teacher]``) teach the student, their probabilities averaged; ``teacher``, the shipped
-    model, is the export's teacher row. ``extra_args`` come before the stage's own (the transfer set's options).
+    model, is the export's teacher row. ``extra``: config values before ``distill.args`` (the transfer set's).
     When the export does not run, the pipeline's output says why, and so does the student record's
     ``export_skipped`` (for the report). The export's teacher and student rows take their test metrics from the
     test passes their stages made (``teacher_predictions``, the student record's ``predictions``): each model reads
     the test split once. ``deploy``: the deployment choice's settings; ``probe``: the frozen probe's record (its
-    classifier is measured beside the variants), both passed on by :func:`~domainbert.pipeline.deployment.export_args`.
+    classifier is measured beside the variants), both passed on by
+    :func:`~domainbert.pipeline.deployment.export_options`.
     """
-    from domainbert.pipeline.deployment import export_args
+    from domainbert.pipeline.deployment import export_options
 
     if not distill.enabled:
         return None, None
     teachers = teachers or [teacher]
-    named = teachers[0] if len(teachers) == 1 else "[" + ",".join(teachers) + "]"
-    args = ["--model.teacher", named, *task.data_args(), *(extra_args or []), *distill.args]
-    student = runner.fit("distill", stage_config(distill, "distill"), args, test=bool(task.test))
+    named = teachers[0] if len(teachers) == 1 else teachers
+    values = merge(model(teacher=named), task.values(), extra or {})
+    config = StageConfig(stage_config(distill, "distill"), values).then(distill.args)
+    student = runner.fit("distill", config, test=bool(task.test))
     skipped = export_skipped(export, student, task)
     if skipped:
         print(f"[export] skipped: {skipped}", flush=True)
         return {**student, "export_skipped": skipped}, None
     folder = runner.out / "export"
-    args = export_args(student, teacher, task, export, deploy, teacher_predictions, probe)
-    runner.tool("export", ["export", "--out", str(folder), *args], result=str(folder))
+    options = export_options(student, teacher, task, deploy, teacher_predictions, probe)
+    runner.tool("export", "export", {"out": str(folder), **options}, result=str(folder), args=export.args)
     return student, str(folder)
 
 

@@ -21,8 +21,6 @@ import hashlib
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -30,6 +28,7 @@ from typing import Any, Literal
 
 from domainbert.core.files import MARKER, atomic_write_text, claim_folder
 from domainbert.errors import DomainBertError
+from domainbert.pipeline.stage import StageConfig
 
 Isolate = Literal["training", "all", "none"]
 #: The values of ``isolate``: which stages get a process of their own.
@@ -154,15 +153,18 @@ class Runner:
     def _save(self) -> None:
         atomic_write_text(self.state_file, json.dumps(self.state, indent=2, sort_keys=True) + "\n")
 
-    def fingerprint(self, config: str | None, after: tuple[str, ...] = ()) -> str:
+    def fingerprint(self, resolved: str | None, after: tuple[str, ...] = ()) -> str:
         """What a stage depends on beyond its command line.
 
-        That is its config file's contents, and when each upstream stage in ``after`` last finished (an upstream
-        that wrote to the same path again makes this stage rerun).
+        That is its resolved config (the YAML a training stage's worker reads, its values as loaded: comments and
+        layout do not count), and when each upstream stage in ``after`` last finished (an upstream that wrote to
+        the same path again makes this stage rerun).
         """
         h = hashlib.sha256()
-        if config and Path(config).is_file():
-            h.update(Path(config).read_bytes())
+        if resolved:
+            import yaml
+
+            h.update(json.dumps(yaml.safe_load(resolved), sort_keys=True, default=str).encode())
         for name in after:
             h.update(f"{name}:{self.state.get(name, {}).get('finished', '')}".encode())
         return h.hexdigest()[:16]
@@ -183,16 +185,16 @@ class Runner:
     def _run(
         self,
         stage: str,
-        cmd: list[str],
+        module: str,
+        argv: list[str],
         inline: Callable[[], Any] | None = None,
         shown: list[str] | None = None,
-        fork: list[str] | None = None,
     ) -> float:
-        """Run ``stage``: the command ``cmd`` in a process of its own, or ``inline`` in this one; its seconds.
+        """Run ``stage``: ``python -m <module> <argv>`` in a process of its own, or ``inline`` in this one; its seconds.
 
-        ``shown`` is the command line the output names (and ``sys.argv`` of an inline run); default ``cmd[2:]``.
-        With ``fork`` (the worker's arguments), the process of its own is forked from the pipeline's server
-        (:func:`domainbert.pipeline.forks.run`) instead of started as ``cmd``.
+        The process of its own is forked from the pipeline's server or started as a new interpreter, behind one call
+        (:func:`domainbert.pipeline.forks.run_stage`). ``shown`` is the command line the output names (and
+        ``sys.argv`` of an inline run); default ``python -m <module> <argv>``.
         The stage's marks (``<out>/<stage>/marks.json``, which its run writes) become its record's ``parts`` in
         :meth:`_finish`.
         """
@@ -204,12 +206,12 @@ class Runner:
         (folder / MARKER).touch()  # the pipeline's own folder: the stage's tool (probe, select...) may write here
         (folder / MARKS).unlink(missing_ok=True)  # an earlier run's
         log = folder / "log.txt"
-        shown = cmd[2:] if shown is None else shown
+        shown = ["python", "-m", module, *argv] if shown is None else shown
         where = "" if inline is None else " (the stage runs in the pipeline's process)"
         print(f"[{stage}] running: {' '.join(shown)}\n[{stage}] log: {log}{where}", flush=True)
         t0 = time.time()
         try:
-            code = self._launch(cmd, log, inline, shown, fork)
+            code = self._launch(module, argv, log, inline, shown)
         except KeyboardInterrupt as err:  # Ctrl-C, SIGTERM, SIGHUP: the stage was ended; the record says so
             self._stopped(stage, err, log, time.time() - t0)
             raise
@@ -230,22 +232,15 @@ class Runner:
         return seconds
 
     @staticmethod
-    def _launch(cmd: list[str], log: Path, inline: Callable[[], Any] | None, shown: list[str], fork: list[str] | None):
+    def _launch(module: str, argv: list[str], log: Path, inline: Callable[[], Any] | None, shown: list[str]) -> int:
         """Run the stage as :meth:`_run` says; its exit status."""
-        from domainbert.pipeline.inprocess import run_in_process
-
-        if fork is not None:
-            from domainbert.pipeline.forks import run as run_forked
-
-            try:
-                return run_forked(fork, log)
-            except OSError:  # no server (it said so in one line): a new interpreter instead
-                pass
         if inline is not None:
+            from domainbert.pipeline.inprocess import run_in_process
+
             return run_in_process(inline, log, shown)
-        with open(log, "w", encoding="utf-8") as fh:
-            env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-            return subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env).returncode
+        from domainbert.pipeline.forks import run_stage
+
+        return run_stage(module, argv, log)
 
     def _stopped(self, stage: str, err: KeyboardInterrupt, log: Path, seconds: float) -> None:
         """Record ``stage`` as stopped by the signal of ``err`` (which learns the stage's name)."""
@@ -284,52 +279,92 @@ class Runner:
         print(f"[{stage}] done in {seconds:.0f} s: {record.get('hf') or record.get('result')}", flush=True)
         return record
 
-    def fit(self, stage: str, config: str, args: list[str], test: bool = False, after: tuple[str, ...] = ()) -> dict:
-        """Run ``domainbert fit`` (then ``test`` on the best weights); return its record.
+    def fit(
+        self,
+        stage: str,
+        config: StageConfig | str,
+        args: list[str] | None = None,
+        test: bool = False,
+        after: tuple[str, ...] = (),
+    ) -> dict:
+        """Run ``domainbert fit`` (then ``test`` on the best weights) on the stage's config; return its record.
+
+        Args:
+            stage: the stage's name: its folder ``<out>/<stage>`` and its record in ``state.json``.
+            config: the stage's :class:`~domainbert.pipeline.stage.StageConfig` (or a fit config file's path).
+            args: more overrides, after the config's own (a list of options, as on ``domainbert fit``'s command
+                line); jsonargparse parses them.
+            test: test the best weights too.
+            after: upstream stages whose finishing again makes this one rerun.
 
         The record holds ``run`` (the run folder), ``hf`` (the export), ``metrics`` (the best checkpoint's
-        validation metrics and, with ``test``, its test metrics) and ``predictions`` (a JSON file of the test
-        rows' gold and predicted label ids, for paired comparisons).
+        validation metrics and, with ``test``, its test metrics), ``predictions`` (a JSON file of the test
+        rows' gold and predicted label ids, for paired comparisons) and ``config`` (the resolved config it ran).
         """
-        return self._worker(stage, config, args, "--test" if test else None, after)
+        return self._worker(stage, _stage_config(config, args), "--test" if test else None, after)
 
-    def evaluate(self, stage: str, config: str, args: list[str], after: tuple[str, ...] = ()) -> dict:
-        """Validate and test a model without training it (``args`` name it: ``--model.init_from <folder>``).
+    def evaluate(
+        self, stage: str, config: StageConfig | str, args: list[str] | None = None, after: tuple[str, ...] = ()
+    ) -> dict:
+        """Validate and test a model without training it (the config names it: ``model.init_args.init_from``).
 
         The record is a fine-tuning run's, with ``test``: ``run``, ``metrics`` (``val/...`` and ``test/...``),
-        ``predictions`` and ``hf``, which is the evaluated folder itself.
+        ``predictions``, ``config`` and ``hf``, which is the evaluated folder itself.
         """
-        return self._worker(stage, config, args, "--evaluate", after)
+        return self._worker(stage, _stage_config(config, args), "--evaluate", after)
 
-    def _worker(self, stage: str, config: str, args: list[str], mode: str | None, after: tuple[str, ...]) -> dict:
-        """Run the stage worker (``python -m domainbert.pipeline --worker``) in ``mode``, unless done; its record."""
-        inputs = [config, *args, *([mode] if mode else [])]
-        fingerprint = self.fingerprint(config, after)
+    def resolve(self, stage: str, config: StageConfig) -> str:
+        """The stage's resolved config (YAML), with its run folder ``<out>/<stage>/run``: what its worker reads."""
+        from domainbert.cli.lightning_cli import resolve_config
+
+        rooted = config.then({"trainer": {"default_root_dir": str(self.out / stage)}, "run_name": "run"})
+        return resolve_config(rooted.sources(), where=f"stage {stage!r}")
+
+    def _worker(self, stage: str, config: StageConfig, mode: str | None, after: tuple[str, ...]) -> dict:
+        """Run the stage worker on the stage's resolved config in ``mode``, unless done; its record."""
+        resolved = self.resolve(stage, config)
+        path = self.out / stage / "config.yaml"
+        inputs = [str(path), *([mode] if mode else [])]
+        fingerprint = self.fingerprint(resolved, after)
         if (done := self._done(stage, inputs, fingerprint)) is not None:
             return done
-        from domainbert.pipeline.forks import enabled as fork_enabled
-
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, resolved)
         result = self.out / stage / "result.json"
-        flags = ["--worker", str(result), *([mode] if mode else [])]
-        cmd = [sys.executable, "-m", "domainbert.pipeline", *flags, "--config", config, *args]
-        cmd += ["--trainer.default_root_dir", str(self.out / stage), "--run_name", "run"]
+        argv = ["--worker", str(result), *([mode] if mode else []), "--config", str(path)]
         inline = None
         if self.isolate == "none":
             from domainbert.pipeline.worker import worker
 
-            rest = cmd[3 + len(flags) :]  # the worker's fit arguments
-            inline = functools.partial(worker, str(result), rest, test=mode == "--test", evaluate=mode == "--evaluate")
-        fork = cmd[3:] if inline is None and fork_enabled() else None  # forked from the server: no new interpreter
-        seconds = self._run(stage, cmd, inline, fork=fork)
-        return self._finish(stage, json.loads(result.read_text()), seconds, inputs, fingerprint)
+            run = functools.partial(worker, str(result), ["--config", str(path)])
+            inline = functools.partial(run, test=mode == "--test", evaluate=mode == "--evaluate")
+        seconds = self._run(stage, "domainbert.pipeline", argv, inline)
+        record = {**json.loads(result.read_text()), "config": str(path)}
+        return self._finish(stage, record, seconds, inputs, fingerprint)
 
-    def tool(self, stage: str, args: list[str], result: str, after: tuple[str, ...] = ()) -> dict:
+    def tool(
+        self,
+        stage: str,
+        command: str | list[str],
+        options: dict[str, Any] | None = None,
+        result: str = "",
+        after: tuple[str, ...] = (),
+        args: list[str] | tuple[str, ...] = (),
+    ) -> dict:
         """Run a ``domainbert`` tool subcommand for ``stage``; its record's ``result`` is ``result``.
 
+        Args:
+            stage: the stage's name.
+            command: the subcommand (``"select"``, ``"vocab extend"``), or its whole command line as a list.
+            options: its options by name (``{"k": 20, "out": folder}``; None is ``null``, a list or dict is JSON).
+            result: the stage's result (its output folder or file).
+            after: upstream stages whose finishing again makes this one rerun (see :meth:`fingerprint`).
+            args: the user's own options of the tool (``export.args``), last, so they win.
+
         A tool that writes ``<result>/result.json`` (or ``result`` itself when it is a ``.json`` file) has that
-        JSON merged into the record. With ``after``, the stage also reruns when one of those upstream stages
-        finished again since (see :meth:`fingerprint`).
+        JSON merged into the record.
         """
+        args = tool_argv(command, options, args)
         fingerprint = self.fingerprint(None, after) if after else None
         if (done := self._done(stage, args, fingerprint)) is not None:
             return done
@@ -338,8 +373,8 @@ class Runner:
 
         marks = self.out / stage / MARKS
         inline = functools.partial(run_tool, list(args), marks) if self.isolate != "all" else None
-        cmd = [sys.executable, "-m", "domainbert.pipeline.toolstage", str(marks), *args]
-        seconds = self._run(stage, cmd, inline, shown=["domainbert", *args])
+        argv = [str(marks), *args]
+        seconds = self._run(stage, "domainbert.pipeline.toolstage", argv, inline, shown=["domainbert", *args])
         record: dict[str, Any] = {"result": result}
         for candidate in (Path(result), Path(result) / "result.json"):
             if candidate.suffix == ".json" and candidate.is_file():
@@ -349,3 +384,36 @@ class Runner:
     def seconds(self, stage: str) -> float:
         """The measured wall-clock seconds of a finished stage (0 when unknown)."""
         return float(self.state.get(stage, {}).get("seconds") or 0.0)
+
+
+def _stage_config(config: StageConfig | str, args: list[str] | None) -> StageConfig:
+    """``config`` as a :class:`StageConfig` (a file's path: that file), with ``args`` as its last overrides."""
+    spec = config if isinstance(config, StageConfig) else StageConfig(str(config))
+    return spec.then(list(args)) if args else spec
+
+
+def tool_argv(
+    command: str | list[str], options: dict[str, Any] | None, args: list[str] | tuple[str, ...] = ()
+) -> list[str]:
+    """A tool's command line: ``command``, then ``--<name> <value>`` for each option, then ``args``.
+
+    >>> tool_argv("select", {"k": 20, "max_documents": None, "model": "m"})
+    ['select', '--k', '20', '--max_documents', 'null', '--model', 'm']
+    >>> tool_argv("soup", {"models": ["a", "b"], "soft": True}, ["--x", "1"])
+    ['soup', '--models', '["a", "b"]', '--soft', 'true', '--x', '1']
+    """
+    argv = command.split() if isinstance(command, str) else list(command)
+    for name, value in (options or {}).items():
+        argv += [f"--{name}", _option(value)]
+    return [*argv, *args]
+
+
+def _option(value: Any) -> str:
+    """An option's value as the tool's parser reads it: ``null``, ``true``/``false``, JSON for a list or dict."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list | tuple | dict):
+        return json.dumps(value)
+    return repr(value) if isinstance(value, float) else str(value)

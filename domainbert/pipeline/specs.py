@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from domainbert.core.settings import finite, whole_number
 from domainbert.errors import DomainBertError
@@ -15,8 +15,9 @@ class StageSpec:
 
     config: str | None = None
     """The stage's fit config; None: the built-in one for this stage (``domainbert/pipeline/stages/``)."""
-    args: list[str] = field(default_factory=list)
-    """Extra command-line overrides, e.g. ``["--trainer.max_steps=200"]``."""
+    args: list[str] | dict[str, Any] = field(default_factory=list)
+    """Overrides of the stage's config, applied last: a config dict (``{trainer: {max_steps: 200}}``) or
+    command-line options (``["--trainer.max_steps=200"]``), which jsonargparse parses as ``domainbert fit`` does."""
     enabled: bool = True
     """Run this stage."""
 
@@ -84,8 +85,9 @@ class FinetuneSpec:
 
     config: str | None = None
     """The stage's fit config; None: the built-in one (``domainbert/pipeline/stages/finetune.yaml``)."""
-    args: list[str] = field(default_factory=list)
-    """Extra command-line overrides, e.g. ``["--trainer.max_epochs=2"]``."""
+    args: list[str] | dict[str, Any] = field(default_factory=list)
+    """Overrides of the stage's config, applied last: a config dict (``{trainer: {max_epochs: 2}}``) or
+    command-line options (``["--trainer.max_epochs=2"]``)."""
     all_seeds: bool = False
     """Fine-tune every starting model on every seed. False: a starting model whose first seed validates behind the
     baseline's mean by more than the baseline seeds' std (two or more seeds) skips its other seeds."""
@@ -144,9 +146,9 @@ class SelfTrainSpec:
     learns their probabilities (``data.soft_label_column``)."""
     start: Literal["base", "baseline"] = "base"
     """What the self-trained model starts from: the base model, or the seed's own fine-tuned baseline."""
-    args: list[str] = field(default_factory=list)
-    """Extra overrides of the run on task + pseudo-labelled rows (after the fine-tuning stage's own), e.g.
-    ``["--trainer.max_epochs=1"]``."""
+    args: list[str] | dict[str, Any] = field(default_factory=list)
+    """Overrides of the run on task + pseudo-labelled rows (after the fine-tuning stage's own): a config dict
+    (``{trainer: {max_epochs: 1}}``) or command-line options (``["--trainer.max_epochs=1"]``)."""
 
 
 @dataclass
@@ -272,10 +274,10 @@ class TaskFiles:
     label_column: str = "label"
     """The label column."""
 
-    def data_args(self) -> list[str]:
-        """``--data.*`` overrides of a classification datamodule for these files and columns."""
-        args = ["--data.train", self.train, "--data.val", self.val or "null"]
-        args += ["--data.test", self.test or "null", "--data.predict", self.test or "null"]
-        args += ["--data.text_column", self.text_column, "--data.label_column", self.label_column]
-        args += ["--data.text_pair_column", self.text_pair_column or "null"]
-        return args
+    def values(self) -> dict[str, Any]:
+        """The data module's arguments for these files and columns (``{"data": {"init_args": ...}}``)."""
+        from domainbert.pipeline.stage import data
+
+        files = {"train": self.train, "val": self.val, "test": self.test, "predict": self.test}
+        columns = {"text_column": self.text_column, "label_column": self.label_column}
+        return data(**files, **columns, text_pair_column=self.text_pair_column)

@@ -24,6 +24,7 @@ from domainbert.pipeline import (
 )
 from domainbert.pipeline.runner import Runner
 from domainbert.pipeline.specs import TaskFiles
+from domainbert.pipeline.stage import StageConfig, merge, model
 from tests.helpers.pipeline_tiny import OPEN_GATE, tiny_pipeline
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,11 +38,11 @@ def test_a_fit_records_the_best_checkpoints_validation_metrics_without_validatin
     runner = Runner(tmp_path / "p", isolate="none")
     task = TaskFiles(str(FIX / "cls_train.jsonl"), str(FIX / "cls_val.jsonl"), str(FIX / "cls_test.jsonl"))
     config = str(ROOT / "configs/finetune/tiny_classification.yaml")
-    args = [*task.data_args(), "--trainer.max_epochs=3", "--model.learning_rate=3e-3"]
-    record = runner.fit("ft", config, ["--model.init_from", str(tiny_bert), *args], test=True)
+    stage = StageConfig(config, task.values()).then(["--trainer.max_epochs=3", "--model.learning_rate=3e-3"])
+    record = runner.fit("ft", stage.but(model(init_from=str(tiny_bert))), test=True)
     marks = json.loads((tmp_path / "p" / "ft" / "marks.json").read_text())
     assert len(marks["eval"]) == 1 + 3 + 1
-    again = runner.evaluate("ev", config, ["--model.init_from", record["hf"], *args])
+    again = runner.evaluate("ev", stage.but(model(init_from=record["hf"])))
     val = {k: v for k, v in record["metrics"].items() if k.startswith("val/")}
     assert set(val) == {"val/loss", "val/acc", "val/f1_macro"}
     assert val == pytest.approx({k: again["metrics"][k] for k in val}, abs=1e-6)
@@ -80,8 +81,8 @@ def test_stages_in_processes_of_their_own_record_their_results_and_a_failure_nam
     runner = Runner(tmp_path / "p", isolate="all")
     task = TaskFiles(str(FIX / "cls_train.jsonl"), str(FIX / "cls_val.jsonl"), str(FIX / "cls_test.jsonl"))
     config = str(ROOT / "configs/finetune/tiny_classification.yaml")
-    args = [*task.data_args(), "--trainer.max_epochs=1"]
-    record = runner.fit("ft", config, ["--model.init_from", str(tiny_bert), *args], test=True)
+    args = ["--trainer.max_epochs=1"]
+    record = runner.fit("ft", StageConfig(config, merge(model(init_from=str(tiny_bert)), task.values())), args, True)
     assert {"val/f1_macro", "test/f1_macro"} <= set(record["metrics"]) and Path(record["hf"]).is_dir()
     preds = json.loads(Path(record["predictions"]).read_text())
     assert len(preds["gold"]) == len(preds["pred"]) == 15 and preds["labels"] == ["api", "graphics", "network"]
@@ -89,10 +90,10 @@ def test_stages_in_processes_of_their_own_record_their_results_and_a_failure_nam
         record["metrics"]["test/f1_macro"], abs=1e-4
     )
     printed = capsys.readouterr().out
-    assert "[ft] running: domainbert.pipeline --worker" in printed and "pipeline's process" not in printed
+    assert "[ft] running: python -m domainbert.pipeline --worker" in printed and "pipeline's process" not in printed
 
     with pytest.raises(DomainBertError) as err:
-        runner.fit("bad", config, ["--model.init_from", str(tmp_path / "no-model"), *args])
+        runner.fit("bad", StageConfig(config, merge(model(init_from=str(tmp_path / "no-model")), task.values())), args)
     log = tmp_path / "p" / "bad" / "log.txt"
     assert f"stage 'bad' failed (exit 2); its log is {log}" in str(err.value)
     assert "domainbert: error:" in str(err.value) and "no-model" in log.read_text()
@@ -100,19 +101,16 @@ def test_stages_in_processes_of_their_own_record_their_results_and_a_failure_nam
     assert state["ft"]["status"] == "done" and state["bad"]["status"] == "failed"
 
 
-def test_a_rerun_reruns_a_stage_whose_config_file_changed_and_what_follows_an_upstream_rerun(tmp_path, capsys):
-    config = tmp_path / "stage.yaml"
-    config.write_text("a: 1\n")
+def test_a_rerun_reruns_a_stage_whose_resolved_config_changed_and_what_follows_an_upstream_rerun(tmp_path):
     runner = Runner(tmp_path / "p")
-    first = runner.fingerprint(str(config))
-    assert runner.fingerprint(str(config)) == first
-    config.write_text("a: 2\n")
-    assert runner.fingerprint(str(config)) != first  # an edited config is a changed input
+    first = runner.fingerprint("trainer:\n  max_epochs: 1\n")
+    assert runner.fingerprint("# a comment\ntrainer: {max_epochs: 1}\n") == first  # the values count, not the layout
+    assert runner.fingerprint("trainer:\n  max_epochs: 2\n") != first  # a changed value is a changed input
     runner.tool("vocab", ["datamodules"], result="x")
-    after_vocab = runner.fingerprint(str(config), after=("vocab",))
+    after_vocab = runner.fingerprint("a: 1\n", after=("vocab",))
     runner.state["vocab"]["status"] = "failed"  # force the upstream tool stage to run again
     runner.tool("vocab", ["datamodules"], result="x")
-    assert runner.fingerprint(str(config), after=("vocab",)) != after_vocab
+    assert runner.fingerprint("a: 1\n", after=("vocab",)) != after_vocab
 
 
 @pytest.mark.parametrize(

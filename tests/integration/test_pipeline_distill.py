@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import yaml
+
 from domainbert.pipeline import DistillSpec, StageSpec
 from domainbert.pipeline.specs import TransferSpec
 from tests.helpers.pipeline_tiny import FIX, tiny_pipeline
@@ -12,25 +14,33 @@ from tests.helpers.tiny import make_tiny
 DISTILL = "configs/distill/tiny_debug.yaml"
 
 
-def _inputs(out, stage: str) -> list[str]:
-    return json.loads((out / "state.json").read_text())[stage]["inputs"]
+def _config(out, stage: str) -> dict:
+    """The stage's resolved config, as its worker read it."""
+    return yaml.safe_load((out / stage / "config.yaml").read_text())
 
 
-def _value(inputs: list[str], flag: str) -> str:
-    return inputs[inputs.index(flag) + 1]
+def _model(out, stage: str) -> dict:
+    return _config(out, stage)["model"]["init_args"]
+
+
+def _transfer(out, stage: str = "distill") -> dict | None:
+    return _config(out, stage)["data"]["init_args"]["transfer"]
 
 
 def test_the_student_learns_from_the_seeds_ensemble_on_the_task_and_corpus_documents(tiny_bert, tmp_path):
     out = tmp_path / "p"
     spec = DistillSpec(DISTILL, ["--trainer.max_steps=4"], teacher="ensemble", transfer=TransferSpec(documents=20))
     tiny_pipeline(tiny_bert, out, [0, 1], distill=spec, export=StageSpec(enabled=False), soup={"enabled": False})
-    inputs = _inputs(out, "distill")
     seeds = [json.loads((out / "state.json").read_text())[f"finetune-baseline-seed{s}"]["hf"] for s in (0, 1)]
-    assert _value(inputs, "--model.teacher") == "[" + ",".join(seeds) + "]"
-    transfer = json.loads(_value(inputs, "--data.transfer"))
-    assert transfer == {"path": str(FIX / "corpus.txt"), "documents": 20, "text_column": "text"}
-    epochs = [a for a in inputs if a.startswith("--trainer.max_epochs=")]
-    assert epochs == ["--trainer.max_epochs=2"]  # the transfer set's epochs; the stage's args come after them
+    assert _model(out, "distill")["teacher"] == seeds
+    transfer = _transfer(out)
+    assert {k: transfer[k] for k in ("path", "documents", "text_column")} == {
+        "path": str(FIX / "corpus.txt"),
+        "documents": 20,
+        "text_column": "text",
+    }
+    trainer = _config(out, "distill")["trainer"]
+    assert (trainer["max_epochs"], trainer["max_steps"]) == (2, 4)  # the transfer set's epochs, the stage's args
     log = (out / "distill" / "log.txt").read_text()
     assert "transfer set: 20 documents of" in log
 
@@ -39,10 +49,9 @@ def test_without_a_corpus_the_student_learns_from_the_task_alone(tiny_bert, tmp_
     out = tmp_path / "p"
     spec = DistillSpec(DISTILL, ["--trainer.max_steps=2"])
     tiny_pipeline(tiny_bert, out, [0], corpus=None, distill=spec, export=StageSpec(enabled=False))
-    inputs = _inputs(out, "distill")
-    assert "--data.transfer" not in inputs
+    assert _transfer(out) is None
     assert (
-        _value(inputs, "--model.teacher")
+        _model(out, "distill")["teacher"]
         == json.loads((out / "state.json").read_text())["finetune-baseline-seed0"]["hf"]
     )
 
@@ -56,15 +65,15 @@ def test_a_larger_teacher_is_fine_tuned_distilled_into_the_base_size_and_compete
     report = tiny_pipeline(tiny_bert, out, [0], distill=spec, export=StageSpec(enabled=False), larger_teacher=teacher)
     state = json.loads((out / "state.json").read_text())
     assert state["finetune-larger_teacher-seed0"]["status"] == "done"
-    inputs = _inputs(out, "distill-larger_teacher")
-    assert _value(inputs, "--model.teacher") == state["finetune-larger_teacher-seed0"]["hf"]
-    assert _value(inputs, "--model.student") == state["finetune-baseline-seed0"]["hf"]
-    assert _value(inputs, "--model.student_layers") == "null"
+    taught = _model(out, "distill-larger_teacher")
+    assert taught["teacher"] == state["finetune-larger_teacher-seed0"]["hf"]
+    assert taught["student"] == state["finetune-baseline-seed0"]["hf"]
+    assert taught["student_layers"] is None
     assert "distilled from the larger teacher" in report.read_text()
-    small = _inputs(out, "distill")
+    small = _model(out, "distill")
     tuned, base = state["finetune-larger_teacher-seed0"], state["finetune-baseline-seed0"]
     better = tuned["metrics"]["val/f1_macro"] > base["metrics"]["val/f1_macro"]
-    assert (_value(small, "--model.teacher") == tuned["hf"]) is better  # the better of the two on validation
+    assert (small["teacher"] == tuned["hf"]) is better  # the better of the two on validation
 
 
 def test_nearest_documents_as_transfer_set_are_chosen_by_the_base_models_embeddings(tiny_bert, tmp_path):
@@ -73,9 +82,8 @@ def test_nearest_documents_as_transfer_set_are_chosen_by_the_base_models_embeddi
     tiny_pipeline(tiny_bert, out, [0], distill=spec, export=StageSpec(enabled=False))
     state = json.loads((out / "state.json").read_text())
     select = state["select-transfer"]
-    assert _value(select["inputs"], "--k") == "2"  # 120 documents over 60 training texts
-    inputs = _inputs(out, "distill")
-    assert json.loads(_value(inputs, "--data.transfer"))["path"] == select["corpus"]
+    assert select["inputs"][select["inputs"].index("--k") + 1] == "2"  # 120 documents over 60 training texts
+    assert _transfer(out)["path"] == select["corpus"]
     assert (out / "select-transfer" / "corpus.jsonl").is_file()
 
 
@@ -83,7 +91,7 @@ def test_the_whole_corpus_as_transfer_set(tiny_bert, tmp_path):
     out = tmp_path / "p"
     spec = DistillSpec(DISTILL, ["--trainer.max_steps=2"], transfer=TransferSpec(documents=None))
     tiny_pipeline(tiny_bert, out, [0], distill=spec, export=StageSpec(enabled=False))
-    assert json.loads(_value(_inputs(out, "distill"), "--data.transfer"))["documents"] is None
+    assert _transfer(out)["documents"] is None
     task = {
         json.loads(line)["text"].casefold()
         for f in ("cls_train", "cls_val", "cls_test")

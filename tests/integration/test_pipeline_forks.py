@@ -15,6 +15,7 @@ import pytest
 from domainbert.pipeline import forks
 from domainbert.pipeline.runner import Runner
 from domainbert.pipeline.specs import TaskFiles
+from domainbert.pipeline.stage import StageConfig, merge, model
 
 ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "tests" / "fixtures"
@@ -78,8 +79,10 @@ def test_a_users_unguarded_script_is_not_run_again_by_a_stage(tiny_bert, tmp_pat
         "from domainbert.pipeline.specs import TaskFiles\n"
         f"Path({str(marker)!r}).open('a').write('ran\\n')\n"
         f"task = TaskFiles({str(FIX / 'cls_train.jsonl')!r}, {str(FIX / 'cls_val.jsonl')!r})\n"
-        f"args = ['--model.init_from', {str(tiny_bert)!r}, *task.data_args(), '--trainer.max_epochs=1']\n"
-        f"Runner(Path({str(out)!r})).fit('ft', {str(ROOT / 'configs/finetune/tiny_classification.yaml')!r}, args)\n"
+        "from domainbert.pipeline.stage import StageConfig, merge, model\n"
+        f"values = merge(model(init_from={str(tiny_bert)!r}), task.values())\n"
+        f"stage = StageConfig({str(ROOT / 'configs/finetune/tiny_classification.yaml')!r}, values)\n"
+        "Runner(Path(" + repr(str(out)) + ")).fit('ft', stage, ['--trainer.max_epochs=1'])\n"
     )
     subprocess.run([sys.executable, str(script)], check=True, cwd=tmp_path, timeout=600)
     assert marker.read_text() == "ran\n"
@@ -90,10 +93,10 @@ def test_a_users_unguarded_script_is_not_run_again_by_a_stage(tiny_bert, tmp_pat
 @pytest.mark.timeout(300)  # a relaunch of the wrong program would wait for its ranks until gloo's timeout
 def test_a_two_process_ddp_stage_relaunches_the_worker_not_the_pipeline(tiny_bert, tmp_path):
     task = TaskFiles(str(FIX / "cls_train.jsonl"), str(FIX / "cls_val.jsonl"), str(FIX / "cls_test.jsonl"))
-    args = ["--config", str(ROOT / "configs/trainer/ddp_cpu.yaml"), "--model.init_from", str(tiny_bert)]
-    args += [*task.data_args(), "--trainer.max_epochs=1"]
+    args = ["--config", str(ROOT / "configs/trainer/ddp_cpu.yaml"), "--trainer.max_epochs=1"]
+    values = merge(model(init_from=str(tiny_bert)), task.values())
     runner = Runner(tmp_path / "p", isolate="training")
-    record = runner.fit("ddp", str(ROOT / "configs/finetune/tiny_classification.yaml"), args)
+    record = runner.fit("ddp", StageConfig(str(ROOT / "configs/finetune/tiny_classification.yaml"), values), args)
     assert record["status"] == "done" and Path(record["hf"], "config.json").is_file()
     assert json.loads((tmp_path / "p" / "ddp" / "result.json").read_text())["metrics"]
 

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from domainbert.pipeline import strategies
 from tests.helpers.examples import install_example, run_with_path
@@ -42,7 +43,7 @@ def test_the_tiny_pipeline_runs_the_installed_strategy_and_reports_its_candidate
         monkeypatch.undo()
         strategies.load(refresh=True)
     state = json.loads((tmp_path / "p" / "state.json").read_text())
-    inputs = state["mask40"]["inputs"]
-    assert inputs[inputs.index("--model.mlm_probability") + 1] == "0.4"
+    config = yaml.safe_load(Path(state["mask40"]["config"]).read_text())
+    assert config["model"]["init_args"]["mlm_probability"] == 0.4
     assert state["finetune-mask40-seed0"]["status"] == "done"
     assert "| mask40 |" in report and "**mask40**: adaptation" in report

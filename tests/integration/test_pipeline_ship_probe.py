@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import yaml
+
 from domainbert.pipeline import ExportSpec, ProbeSpec, StageSpec
 from tests.helpers.pipeline_tiny import FIX, tiny_pipeline
 
@@ -54,8 +56,8 @@ def test_when_fine_tuning_fails_the_probe_ships_as_a_classifier_and_the_last_lin
     assert "Warning: fine-tuning failed." in text and "ships the probe as a classifier" in text
     assert "**frozen probe**, the base encoder, frozen, with the probe's logistic regression as its" in text
     # the distillation's teacher is the probe classifier; with no test split the export is skipped, and said so
-    distill = state["distill"]["inputs"]
-    assert distill[distill.index("--model.teacher") + 1] == str(shipped)
+    distill = yaml.safe_load(Path(state["distill"]["config"]).read_text())
+    assert distill["model"]["init_args"]["teacher"] == str(shipped)
     assert "[export] skipped: no test split (task_test)" in printed and "export" not in state
     assert "**not exported**: no test split (task_test)" in text
     # the shipped folder is a classifier domainbert loads: its predictions are the probe's own

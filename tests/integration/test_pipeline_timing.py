@@ -9,6 +9,7 @@ import pytest
 from domainbert.pipeline import forks
 from domainbert.pipeline.runner import Runner
 from domainbert.pipeline.specs import TaskFiles
+from domainbert.pipeline.stage import StageConfig, merge, model
 from domainbert.pipeline.timing import PARTS, part_lines
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -19,8 +20,8 @@ def _fit(runner: Runner, stage: str, tiny_bert) -> dict:
     """A one-epoch fine-tuning of the tiny model on the fixture task, tested."""
     task = TaskFiles(str(FIX / "cls_train.jsonl"), str(FIX / "cls_val.jsonl"), str(FIX / "cls_test.jsonl"))
     config = str(ROOT / "configs/finetune/tiny_classification.yaml")
-    args = ["--model.init_from", str(tiny_bert), *task.data_args(), "--trainer.max_epochs=1"]
-    return runner.fit(stage, config, args, test=True)
+    values = merge(model(init_from=str(tiny_bert)), task.values())
+    return runner.fit(stage, StageConfig(config, values), ["--trainer.max_epochs=1"], test=True)
 
 
 def _check(record: dict, out: Path, stage: str) -> dict:

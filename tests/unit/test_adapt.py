@@ -117,16 +117,19 @@ def test_choice_reads_validation_only_and_keeps_the_baseline_on_a_tie():
 
 
 def test_task_paths_and_columns_reach_the_data_options():
-    args = TaskFiles("tr.jsonl", "va.jsonl", None, "body", None, "section").data_args()
-    opts = dict(zip(args[::2], args[1::2]))
-    assert opts == {
-        "--data.train": "tr.jsonl",
-        "--data.val": "va.jsonl",
-        "--data.test": "null",
-        "--data.predict": "null",
-        "--data.text_column": "body",
-        "--data.label_column": "section",
-        "--data.text_pair_column": "null",
+    values = TaskFiles("tr.jsonl", "va.jsonl", None, "body", None, "section").values()
+    assert values == {
+        "data": {
+            "init_args": {
+                "train": "tr.jsonl",
+                "val": "va.jsonl",
+                "test": None,
+                "predict": None,
+                "text_column": "body",
+                "label_column": "section",
+                "text_pair_column": None,
+            }
+        }
     }
 
 

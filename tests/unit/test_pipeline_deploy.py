@@ -7,7 +7,8 @@ import json
 import pytest
 
 from domainbert.errors import DomainBertError
-from domainbert.pipeline.deployment import export_args, final_lines, report_lines
+from domainbert.pipeline.deployment import export_options, final_lines, report_lines
+from domainbert.pipeline.runner import tool_argv
 from domainbert.pipeline.specs import DeploySpec, ExportSpec, TaskFiles
 from domainbert.pipeline.strategies.base import Run
 
@@ -16,27 +17,24 @@ STUDENT = {"hf": "p/distill/hf", "predictions": "p/distill/test_predictions.json
 PROBE = Run("probe", kind="probe", hf="p/probe/hf", predictions="p/probe/test_predictions.json")
 
 
-def _value(args: list[str], flag: str) -> str | None:
-    return args[args.index(flag) + 1] if flag in args else None
-
-
 def test_the_export_measures_the_probe_and_validation_and_carries_the_rule():
-    args = export_args(STUDENT, "p/ft/hf", TASK, ExportSpec(), DeploySpec(max_drop=0.5), "p/ft/test.json", PROBE)
-    assert _value(args, "--model") == "p/distill/hf" and _value(args, "--teacher") == "p/ft/hf"
-    assert _value(args, "--role") == "student" and _value(args, "--data") == "test.jsonl"
-    assert _value(args, "--val") == "val.jsonl" and _value(args, "--probe") == "p/probe/hf"
-    assert _value(args, "--probe_predictions") == "p/probe/test_predictions.json"
-    assert _value(args, "--max_drop") == "0.5" and _value(args, "--max_ms") == "null"
-    assert args[-2:] == ["--int8", "true"]  # the export stage's own args come last
+    options = export_options(STUDENT, "p/ft/hf", TASK, DeploySpec(max_drop=0.5), "p/ft/test.json", PROBE)
+    assert (options["model"], options["teacher"]) == ("p/distill/hf", "p/ft/hf")
+    assert (options["role"], options["data"], options["val"]) == ("student", "test.jsonl", "val.jsonl")
+    assert (options["probe"], options["probe_predictions"]) == ("p/probe/hf", "p/probe/test_predictions.json")
+    assert (options["max_drop"], options["max_ms"]) == (0.5, None)
+    argv = tool_argv("export", options, ExportSpec().args)
+    assert argv[argv.index("--max_ms") + 1] == "null"
+    assert argv[-2:] == ["--int8", "true"]  # the export stage's own args come last
 
 
 def test_a_probe_that_is_the_teacher_is_not_measured_twice_and_the_settings_turn_rows_off():
-    shipped_probe = export_args(STUDENT, "p/probe/hf", TASK, ExportSpec(), None, None, PROBE)
-    assert "--probe" not in shipped_probe and _value(shipped_probe, "--max_drop") == "1.0"
-    off = export_args(STUDENT, "p/ft/hf", TASK, ExportSpec(), DeploySpec(validation=False, probe=False), None, PROBE)
-    assert "--probe" not in off and "--val" not in off
-    no_val = export_args(STUDENT, "p/ft/hf", TaskFiles("t", None, "te"), ExportSpec(), DeploySpec(), None, None)
-    assert "--val" not in no_val and "--probe" not in no_val
+    shipped_probe = export_options(STUDENT, "p/probe/hf", TASK, None, None, PROBE)
+    assert "probe" not in shipped_probe and shipped_probe["max_drop"] == 1.0
+    off = export_options(STUDENT, "p/ft/hf", TASK, DeploySpec(validation=False, probe=False), None, PROBE)
+    assert "probe" not in off and "val" not in off
+    no_val = export_options(STUDENT, "p/ft/hf", TaskFiles("t", None, "te"), DeploySpec(), None, None)
+    assert "val" not in no_val and "probe" not in no_val
 
 
 @pytest.mark.parametrize(

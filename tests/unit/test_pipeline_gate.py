@@ -3,8 +3,8 @@ the choice and the report make of a gated or stopped candidate."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -13,9 +13,12 @@ from domainbert.pipeline.recipe import behind_baseline, choose
 from domainbert.pipeline.report import write_report
 from domainbert.pipeline.runner import Runner
 from domainbert.pipeline.specs import DaptSpec, WatchSpec
+from domainbert.pipeline.stage import StageConfig
 from domainbert.pipeline.strategies.base import BASELINE, Candidate, Context, Gate, Run, Stop
-from domainbert.pipeline.strategies.pretrain import every_n_steps, gate, gate_open, max_steps, watch_args
+from domainbert.pipeline.strategies.pretrain import every_n_steps, gate, gate_open, max_steps, watch_callback
 from tests.helpers.pipeline_tiny import bare_context
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize(
@@ -41,13 +44,11 @@ def test_a_branch_behind_the_baselines_mean_by_more_than_its_std_stops():
     assert not behind_baseline(0.10, [0.80])  # one seed: no spread to judge by
 
 
-def test_the_watch_checks_sixteen_times_per_step_budget_and_reads_the_last_max_steps(tmp_path):
+def test_the_watch_checks_sixteen_times_per_step_budget_and_reads_the_resolved_max_steps():
     assert [every_n_steps(n) for n in (400, 220, 16, 10, None, -1)] == [25, 13, 1, 1, 100, 100]
-    config = tmp_path / "stage.yaml"
-    config.write_text("trainer:\n  max_steps: 400\n")
-    assert max_steps(str(config), []) == 400
-    assert max_steps(str(config), ["--trainer.max_steps=16", "--trainer.max_steps", "32"]) == 32
-    assert max_steps(str(tmp_path / "none.yaml"), ["--trainer.max_epochs=2"]) is None
+    assert max_steps("trainer:\n  max_steps: 400\n") == 400
+    assert max_steps("trainer:\n  max_steps: -1\n  max_epochs: 2\n") is None  # an epoch budget
+    assert max_steps("model: {}\n") is None
 
 
 def _context(tmp_path, **settings) -> Context:
@@ -56,11 +57,11 @@ def _context(tmp_path, **settings) -> Context:
 
 
 def test_the_watch_is_a_callback_with_the_tasks_files_columns_and_metric(tmp_path):
+    """The schedule comes from the stage's resolved max_steps: the config's 400, then the user's override (64)."""
     ctx = _context(tmp_path)
-    (arg,) = watch_args(ctx, WatchSpec(), "no-config.yaml", ["--trainer.max_steps=64"])
-    key, value = arg.split("=", 1)
-    assert key == "--trainer.callbacks+"
-    callback = json.loads(value)
+    config = StageConfig(str(ROOT / "domainbert/pipeline/stages/dapt.yaml"))
+    entry = watch_callback(ctx, "dapt", WatchSpec(), config)
+    (callback,) = entry["trainer"]["callbacks+"]
     assert callback["class_path"] == "domainbert.adapt.watch.ProbeWatch"
     init = callback["init_args"]
     assert (init["train"], init["val"], init["text_column"], init["label_column"]) == (
@@ -69,7 +70,9 @@ def test_the_watch_is_a_callback_with_the_tasks_files_columns_and_metric(tmp_pat
         "body",
         "section",
     )
-    assert (init["every_n_steps"], init["patience"], init["metric"]) == (4, 3, "acc")
+    assert (init["every_n_steps"], init["patience"], init["metric"]) == (400 // 16, 3, "acc")
+    shorter = watch_callback(ctx, "dapt", WatchSpec(), config.then(["--trainer.max_steps=64"]))
+    assert shorter["trainer"]["callbacks+"][0]["init_args"]["every_n_steps"] == 4
 
 
 def _watched(scores: list[float]) -> dict:

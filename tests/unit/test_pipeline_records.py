@@ -125,7 +125,7 @@ class _DoneRunner:
     def __init__(self, state: dict) -> None:
         self.state, self.called = state, []
 
-    def fit(self, stage: str, config: str, args: list[str], test: bool = False, after=()) -> dict:
+    def fit(self, stage: str, config, args: list[str] | None = None, test: bool = False, after=()) -> dict:
         self.called.append(stage)
         return self.state[stage]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from domainbert.pipeline.specs import PretrainSpec
+from domainbert.pipeline.stage import data, merge, model
 from domainbert.pipeline.strategies.base import Candidate, Context, Strategy
 from domainbert.pipeline.strategies.pretrain import pretrain
 
@@ -28,9 +29,8 @@ class Contrastive(Strategy, name="contrastive", kind="start", order=50, settings
         """One ``ContrastiveModule`` fit from the base model; its export is candidate ``contrastive``."""
         from domainbert.pipeline.recipe import pooling
 
-        data = ["--data.train", ctx.corpus, "--data.text_column", ctx.corpus_text_column]
-        data += ["--model.pooling", pooling(ctx)]
-        return [pretrain(ctx, self, settings, ctx.baseline, data, "contrastive", default="contrastive")]
+        values = merge(data(train=ctx.corpus, text_column=ctx.corpus_text_column), model(pooling=pooling(ctx)))
+        return [pretrain(ctx, self, settings, ctx.baseline, values, "contrastive", default="contrastive")]
 
 
 STRATEGY = Contrastive()

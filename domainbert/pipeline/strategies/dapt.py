@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from domainbert.pipeline.specs import DaptSpec
+from domainbert.pipeline.stage import data
 from domainbert.pipeline.strategies.base import Candidate, Context, Gate, Strategy
 from domainbert.pipeline.strategies.pretrain import pretrain
 
@@ -38,9 +39,9 @@ class Dapt(
             return [Candidate("dapt", self.name, offered=False, gate=Gate(open=False, skipped=skipped))]
         start, curated = ctx.upstream(("vocab",)), ctx.output("select")
         corpus, column = (curated.data["corpus"], curated.data["column"]) if curated else (ctx.corpus, None)
-        data = ["--data.train", corpus, "--data.text_column", column or ctx.corpus_text_column]
+        values = data(train=corpus, text_column=column or ctx.corpus_text_column)
         own = (curated.data.get("prefix", "") if curated else "") + "dapt"
-        made = pretrain(ctx, self, settings, start, data, own)
+        made = pretrain(ctx, self, settings, start, values, own)
         made.stages = [*(curated.stages if curated else []), *made.stages]
         return [made]
 

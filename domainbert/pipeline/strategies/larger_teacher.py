@@ -10,9 +10,10 @@ distilled (:mod:`domainbert.distill.teacher`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from domainbert.errors import DomainBertError
+from domainbert.pipeline.stage import StageConfig, merge, model
 from domainbert.pipeline.strategies.base import Candidate, Context, Run, Strategy, finetune_stage, stage_config
 
 NAME = "larger_teacher"
@@ -30,9 +31,10 @@ class LargerTeacherSpec:
     """Run it: true, false, or auto (when ``model`` is given)."""
     model: str | None = None
     """The larger encoder (a local folder, an installed package's ``pkg:`` name, or a hub name); None: off."""
-    args: list[str] = field(default_factory=list)
-    """Overrides of its fine-tuning, after the fine-tuning stage's own (e.g. ``["--model.learning_rate=2e-5"]``)."""
-    distill_args: list[str] = field(default_factory=list)
+    args: list[str] | dict[str, Any] = field(default_factory=list)
+    """Overrides of its fine-tuning, after the fine-tuning stage's own: a config dict
+    (``{model: {learning_rate: 2.0e-5}}``) or command-line options (``["--model.learning_rate=2e-5"]``)."""
+    distill_args: list[str] | dict[str, Any] = field(default_factory=list)
     """Overrides of its distillation into the base model's size (after the built-in ``stages/distill.yaml``)."""
 
 
@@ -59,22 +61,20 @@ class LargerTeacher(Strategy, name=NAME, kind="after", order=85, settings=Larger
 
     def run(self, ctx: Context, settings: LargerTeacherSpec) -> list[Candidate]:
         """Fine-tune the larger model, then distil it into the baseline's size; the distilled candidate."""
-        from domainbert.pipeline.recipe import best_run, transfer_args
+        from domainbert.pipeline.recipe import best_run, finetune_config, transfer_values
         from domainbert.pipeline.specs import DistillSpec
 
         runner, task, seed = ctx.runner, ctx.task, ctx.seeds[0]
         tuned_stage = finetune_stage(NAME, seed)
-        args = ["--model.init_from", settings.model, "--seed_everything", str(seed), *task.data_args()]
-        args += [*ctx.finetune.args, *settings.args]
-        record = runner.fit(tuned_stage, stage_config(ctx.finetune, "finetune"), args, test=bool(task.test))
-        tuned = Run.of(record, tuned_stage, seed)
+        config = finetune_config(ctx, settings.model, seed, pooled=False).then(settings.args)
+        tuned = Run.of(runner.fit(tuned_stage, config, test=bool(task.test)), tuned_stage, seed)
         ctx.cache[NAME] = tuned
         student = best_run(ctx.baseline.runs, ctx.metric)
         stage = f"distill-{NAME}"
-        args = ["--model.teacher", tuned.hf, "--model.student", student.hf, "--model.student_layers", "null"]
-        args += ["--model.gamma", "0", *task.data_args()]
-        args += [*transfer_args(DistillSpec(), ctx), *settings.distill_args]
-        run = runner.fit(stage, stage_config(None, "distill"), args, test=bool(task.test), after=(tuned_stage,))
+        taught = model(teacher=tuned.hf, student=student.hf, student_layers=None, gamma=0)
+        values = merge(taught, task.values(), transfer_values(DistillSpec(), ctx))
+        config = StageConfig(stage_config(None, "distill"), values).then(settings.distill_args)
+        run = runner.fit(stage, config, test=bool(task.test), after=(tuned_stage,))
         return [
             Candidate(
                 DISTILLED,
@@ -88,11 +88,11 @@ class LargerTeacher(Strategy, name=NAME, kind="after", order=85, settings=Larger
         ]
 
 
-def small_student_args(ctx: Context, chosen: Run) -> tuple[list[str], list[str]] | None:
-    """``(teachers, extra distillation args)`` when the larger teacher validates better than the chosen run.
+def small_student(ctx: Context, chosen: Run) -> tuple[list[str], dict[str, Any]] | None:
+    """``(teachers, distillation config values)`` when the larger teacher validates better than the chosen run.
 
     The larger teacher then teaches the small student, copied from the chosen model's layers
-    (``--model.student``), with the hidden-state term off (the teacher may read other tokens). None when the
+    (``model.student``), with the hidden-state term off (the teacher may read other tokens). None when the
     strategy did not run, or its model validates no better than ``chosen`` (the chosen run teaches, as always).
     """
     tuned: Run | None = ctx.cache.get(NAME)
@@ -103,7 +103,7 @@ def small_student_args(ctx: Context, chosen: Run) -> tuple[list[str], list[str]]
     if ours is None or (theirs is not None and ours <= theirs):
         print(f"[{NAME}] the chosen model ({theirs}) validates at least as well as the teacher ({ours}): it teaches")
         return None
-    return [tuned.hf], ["--model.student", chosen.hf, "--model.gamma", "0"]
+    return [tuned.hf], model(student=chosen.hf, gamma=0)
 
 
 STRATEGY = LargerTeacher()

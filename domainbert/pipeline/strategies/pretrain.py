@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from domainbert.pipeline.specs import WatchSpec
+from domainbert.pipeline.stage import StageConfig, callback, merge, model
 from domainbert.pipeline.strategies.base import BASELINE, Candidate, Context, Gate, chained, stage_config
 
 #: Checks per step budget when ``every_n_steps`` is not set: with a patience of 3, a stage that does not help the
@@ -33,9 +35,15 @@ FALLBACK_EVERY = 100
 
 
 def pretrain(
-    ctx: Context, strategy, settings, start: Candidate, data: list[str], name: str, default: str = "dapt"
+    ctx: Context,
+    strategy,
+    settings,
+    start: Candidate,
+    values: dict[str, Any] | list[str],
+    name: str,
+    default: str = "dapt",
 ) -> Candidate:
-    """Fit stage ``strategy.name`` from ``start``'s model on ``data``, the task watched; the candidate its export is.
+    """Fit stage ``strategy.name`` from ``start``'s model on ``values``, the task watched; the candidate its export is.
 
     Args:
         ctx: the run.
@@ -43,30 +51,38 @@ def pretrain(
         settings: its settings: ``config`` (None: ``stages/<default>.yaml``), ``args`` (overrides, last) and
             ``watch`` (a :class:`~domainbert.pipeline.specs.WatchSpec`; absent: the defaults).
         start: the output it starts from (the baseline's candidate: the base model).
-        data: the ``--data.*`` (and ``--model.*``) overrides that name its training text.
+        values: the config values that name its training text (``data(train=..., text_column=...)``, and any
+            ``model`` arguments), merged over the stage config's (a list of command-line options is read too).
         name: its own part of the candidate's name, chained after ``start``'s (``dapt``, ``vocab+dapt``).
         default: the built-in stage config's name.
     """
     watch = getattr(settings, "watch", None) or WatchSpec()
-    config = stage_config(settings, default)
-    watching = watch_args(ctx, watch, config, settings.args) if watch.enabled else []
-    args = ["--model.init_from", start.model, *data, *watching, *settings.args]
-    record = ctx.runner.fit(strategy.name, config, args, after=strategy.builds_on)
+    given = values if isinstance(values, dict) else {}
+    config = StageConfig(stage_config(settings, default), merge(model(init_from=start.model), given))
+    if isinstance(values, list):  # command-line options, as strategies wrote them before configs had values
+        config = config.then(values)
+    config = config.then(settings.args)
+    if watch.enabled:
+        config = config.but(watch_callback(ctx, strategy.name, watch, config))
+    record = ctx.runner.fit(strategy.name, config, after=strategy.builds_on)
     made = Candidate(chained(start, name), strategy.name, model=record["hf"], stages=[*start.stages, strategy.name])
     if watch.enabled:
         made.gate = gate(ctx, strategy.name, read_watch(record), start, watch)
     return made
 
 
-def watch_args(ctx: Context, watch: WatchSpec, config: str, args: list[str]) -> list[str]:
-    """``--trainer.callbacks+=<ProbeWatch>``: the task's files and columns, the metric, the checks' schedule."""
+def watch_callback(ctx: Context, stage: str, watch: WatchSpec, config: StageConfig) -> dict[str, Any]:
+    """The ``ProbeWatch`` callback entry (appended to the stage's ``trainer.callbacks``): the task, the schedule.
+
+    Without ``watch.every_n_steps``, the checks' schedule comes from the stage's resolved ``trainer.max_steps``.
+    """
     task = ctx.task
-    every = watch.every_n_steps if watch.every_n_steps is not None else every_n_steps(max_steps(config, args))
+    every = watch.every_n_steps
+    if every is None:
+        every = every_n_steps(max_steps(ctx.runner.resolve(stage, config)))
     init = {"train": task.train, "val": task.val, "every_n_steps": every, "patience": watch.patience}
     init.update(metric=ctx.metric, text_column=task.text_column, text_pair_column=task.text_pair_column)
-    init.update(label_column=task.label_column)
-    callback = {"class_path": "domainbert.adapt.watch.ProbeWatch", "init_args": init}
-    return [f"--trainer.callbacks+={json.dumps(callback)}"]
+    return callback("domainbert.adapt.watch.ProbeWatch", **init, label_column=task.label_column)
 
 
 def every_n_steps(budget: int | None) -> int:
@@ -74,22 +90,12 @@ def every_n_steps(budget: int | None) -> int:
     return FALLBACK_EVERY if not budget or budget < 1 else max(1, budget // CHECKS_PER_BUDGET)
 
 
-def max_steps(config: str, args: list[str]) -> int | None:
-    """The stage's ``trainer.max_steps``: the last override in ``args``, else the config's (None when neither)."""
-    found = None
-    for i, arg in enumerate(args):
-        key, eq, value = arg.partition("=")
-        if key in ("--trainer.max_steps", "--trainer.init_args.max_steps"):
-            found = value if eq else (args[i + 1] if i + 1 < len(args) else None)
-    if found is None and Path(config).is_file():
-        import yaml
+def max_steps(resolved: str) -> int | None:
+    """A resolved stage config's ``trainer.max_steps`` (None when it has none: -1, an epoch budget)."""
+    import yaml
 
-        loaded = yaml.safe_load(Path(config).read_text(encoding="utf-8")) or {}
-        found = (loaded.get("trainer") or {}).get("max_steps")
-    try:
-        return int(found) if found is not None else None
-    except (TypeError, ValueError):
-        return None
+    found = ((yaml.safe_load(resolved) or {}).get("trainer") or {}).get("max_steps")
+    return found if isinstance(found, int) and not isinstance(found, bool) and found >= 0 else None
 
 
 def read_watch(record: dict) -> dict | None:

@@ -20,12 +20,11 @@ class Select(Strategy, name="select", kind="start", order=10, settings=SelectSpe
     def run(self, ctx: Context, settings: SelectSpec) -> list[Candidate]:
         """``domainbert select`` into ``<out>/select``; an intermediate output: the curated corpus, no model."""
         task, folder = ctx.task, ctx.runner.out / "select"
-        args = ["select", "--model", ctx.base_model, "--corpus", ctx.corpus, "--task", task.train]
-        args += ["--k", str(settings.k), "--text_column", task.text_column]
-        args += ["--corpus_text_column", ctx.corpus_text_column, "--out", str(folder)]
+        options = {"model": ctx.base_model, "corpus": ctx.corpus, "task": task.train, "k": settings.k}
+        options.update(text_column=task.text_column, corpus_text_column=ctx.corpus_text_column, out=str(folder))
         if settings.max_documents:
-            args += ["--max_documents", str(settings.max_documents)]
-        corpus = ctx.runner.tool("select", args, result=str(folder))["corpus"]
+            options["max_documents"] = settings.max_documents
+        corpus = ctx.runner.tool("select", "select", options, result=str(folder))["corpus"]
         data = {"corpus": corpus, "column": "text", "prefix": "knn-"}  # select writes {"text": ...}
         return [Candidate("select", self.name, stages=["select"], offered=False, data=data)]
 

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import json
-
 from domainbert.pipeline.specs import SelfTrainSpec
-from domainbert.pipeline.strategies.base import Candidate, Context, Run, Strategy, finetune_stage, stage_config
+from domainbert.pipeline.stage import data
+from domainbert.pipeline.strategies.base import Candidate, Context, Run, Strategy, finetune_stage
 
 NAME = "self-training"
 
@@ -40,37 +39,33 @@ class SelfTrain(
 
 def _student(ctx: Context, teacher: Run, labels: str, train: str, spec: SelfTrainSpec) -> tuple[Run, list[str]]:
     """Seed ``teacher.seed``'s self-trained run; ``(the run, the stages before its last)``."""
-    from domainbert.pipeline.recipe import pooling_args
+    from domainbert.pipeline.recipe import finetune_config
 
     runner, task, seed = ctx.runner, ctx.task, teacher.seed
-    config, name = stage_config(ctx.finetune, "finetune"), finetune_stage(NAME, seed)
-    fit = ["--seed_everything", str(seed), *pooling_args(ctx), *task.data_args(), *ctx.finetune.args]
+    name = finetune_stage(NAME, seed)
     start = ctx.base_model if spec.start == "base" else teacher.hf
-    soft = ["--data.soft_label_column", "probabilities"] if spec.soft else []
+    rows = data(train=train, **({"soft_label_column": "probabilities"} if spec.soft else {}))
     first = f"{name}-mixed" if spec.then_task else name
     run = runner.fit(
         first,
-        config,
-        ["--model.init_from", start, *fit, "--data.train", train, *soft, *spec.args],
+        finetune_config(ctx, start, seed).but(rows).then(spec.args),
         test=not spec.then_task and bool(task.test),
         after=(labels,) if spec.start == "base" else (labels, teacher.stage),
     )
     if not spec.then_task:
         return Run.of(run, name, seed), []
-    run = runner.fit(name, config, ["--model.init_from", run["hf"], *fit], test=bool(task.test), after=(first,))
+    run = runner.fit(name, finetune_config(ctx, run["hf"], seed), test=bool(task.test), after=(first,))
     return Run.of(run, name, seed), [first]
 
 
 def _pseudolabel(ctx: Context, stage: str, teachers: list[Run], spec: SelfTrainSpec) -> str:
     """Run ``domainbert pseudolabel`` with the teachers' exports; the path of the task + pseudo-labelled rows."""
     task, folder = ctx.task, ctx.runner.out / stage
-    args = ["pseudolabel", "--model", json.dumps([t.hf for t in teachers])]
-    args += ["--corpus", ctx.corpus, "--task", task.train]
-    args += ["--text_column", task.text_column, "--label_column", task.label_column, "--seed", str(teachers[0].seed)]
-    args += ["--corpus_text_column", ctx.corpus_text_column, "--ratio", str(spec.ratio), "--out", str(folder)]
-    args += ["--max_documents", str(spec.max_documents) if spec.max_documents else "null"]
-    args += ["--soft", "true"] if spec.soft else []
-    return ctx.runner.tool(stage, args, result=str(folder))["train"]
+    options = {"model": [t.hf for t in teachers], "corpus": ctx.corpus, "task": task.train}
+    options.update(text_column=task.text_column, label_column=task.label_column, seed=teachers[0].seed)
+    options.update(corpus_text_column=ctx.corpus_text_column, ratio=spec.ratio, out=str(folder))
+    options.update(max_documents=spec.max_documents or None, **({"soft": True} if spec.soft else {}))
+    return ctx.runner.tool(stage, "pseudolabel", options, result=str(folder))["train"]
 
 
 STRATEGY = SelfTrain()

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import json
-
 from domainbert.pipeline.specs import SoupSpec
+from domainbert.pipeline.stage import model
 from domainbert.pipeline.strategies.base import (
     BASELINE,
     Candidate,
@@ -12,7 +11,6 @@ from domainbert.pipeline.strategies.base import (
     Run,
     Strategy,
     finetune_stage,
-    stage_config,
 )
 
 SUFFIX = " soup"
@@ -48,15 +46,15 @@ class Soup(Strategy, name="soup", kind="after", order=90, settings=SoupSpec):
 
 def _soup(ctx: Context, candidate: Candidate, exported: list[Run]) -> Candidate:
     """Average ``exported`` (``candidate``'s seed runs) and evaluate the average: candidate ``<name> soup``."""
-    from domainbert.pipeline.recipe import pooling_args
+    from domainbert.pipeline.recipe import finetune_config
 
     runner, name = ctx.runner, candidate.name
     stage, folder = soup_stage(name), ctx.runner.out / soup_stage(name) / "hf"  # beside the stage's log.txt
-    args = ["soup", "--models", json.dumps([r.hf for r in exported]), "--out", str(folder)]
-    made = runner.tool(stage, args, result=str(folder), after=tuple(r.stage for r in exported))["result"]
-    evaluate = ["--model.init_from", made, *pooling_args(ctx), *ctx.task.data_args(), *ctx.finetune.args]
-    config, evaluated = stage_config(ctx.finetune, "finetune"), finetune_stage(name, None, kind="soup")
-    run = runner.evaluate(evaluated, config, [*evaluate, "--model.head_init", "null"], after=(stage,))
+    options = {"models": [r.hf for r in exported], "out": str(folder)}
+    made = runner.tool(stage, "soup", options, result=str(folder), after=tuple(r.stage for r in exported))["result"]
+    config = finetune_config(ctx, made, None).then(model(head_init=None))  # the seeds' heads, averaged: no refit
+    evaluated = finetune_stage(name, None, kind="soup")
+    run = runner.evaluate(evaluated, config, after=(stage,))
     return Candidate(
         name + SUFFIX,
         "soup",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from domainbert.pipeline.specs import PretrainSpec
+from domainbert.pipeline.stage import data
 from domainbert.pipeline.strategies.base import Candidate, Context, Strategy
 from domainbert.pipeline.strategies.pretrain import pretrain
 
@@ -19,8 +20,8 @@ class Tapt(Strategy, name="tapt", kind="start", order=40, settings=PretrainSpec,
     def run(self, ctx: Context, settings: PretrainSpec) -> list[Candidate]:
         """One masked-LM fit (the DAPT stage config by default); its candidate is ``tapt`` or ``<upstream>+tapt``."""
         start = ctx.upstream(self.builds_on)
-        data = ["--data.train", ctx.task.train, "--data.text_column", ctx.task.text_column]
-        return [pretrain(ctx, self, settings, start, data, "tapt")]
+        values = data(train=ctx.task.train, text_column=ctx.task.text_column)
+        return [pretrain(ctx, self, settings, start, values, "tapt")]
 
 
 STRATEGY = Tapt()

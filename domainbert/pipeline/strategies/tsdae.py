@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from domainbert.pipeline.specs import PretrainSpec
+from domainbert.pipeline.stage import data, merge, model
 from domainbert.pipeline.strategies.base import Candidate, Context, Strategy
 from domainbert.pipeline.strategies.pretrain import pretrain
 
@@ -29,9 +30,8 @@ class Tsdae(Strategy, name="tsdae", kind="start", order=55, settings=TsdaeSpec, 
         """One ``TsdaeModule`` fit from the base model; its export is candidate ``tsdae``."""
         from domainbert.pipeline.recipe import pooling
 
-        data = ["--data.train", ctx.corpus, "--data.text_column", ctx.corpus_text_column]
-        data += ["--model.pooling", pooling(ctx)]
-        return [pretrain(ctx, self, settings, ctx.baseline, data, "tsdae", default="tsdae")]
+        values = merge(data(train=ctx.corpus, text_column=ctx.corpus_text_column), model(pooling=pooling(ctx)))
+        return [pretrain(ctx, self, settings, ctx.baseline, values, "tsdae", default="tsdae")]
 
 
 STRATEGY = Tsdae()

@@ -20,10 +20,9 @@ class Vocab(Strategy, name="vocab", kind="start", order=20, settings=VocabSpec, 
     def run(self, ctx: Context, settings: VocabSpec) -> list[Candidate]:
         """``domainbert vocab extend`` into ``<out>/vocab/hf``; an intermediate model, not fine-tuned as it is."""
         folder = str(ctx.runner.out / "vocab" / "hf")
-        args = ["vocab", "extend", "--model", ctx.base_model, "--corpus", ctx.corpus, "--top_k", str(settings.top_k)]
-        args += ["--min_freq", str(settings.min_freq), "--text_column", ctx.corpus_text_column]
-        args += ["--out", folder, "--overwrite", "true"]
-        model = ctx.runner.tool("vocab", args, result=folder)["result"]
+        options = {"model": ctx.base_model, "corpus": ctx.corpus, "top_k": settings.top_k}
+        options.update(min_freq=settings.min_freq, text_column=ctx.corpus_text_column, out=folder, overwrite=True)
+        model = ctx.runner.tool("vocab", "vocab extend", options, result=folder)["result"]
         return [Candidate("vocab", self.name, model=model, stages=["vocab"], offered=False)]
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from domainbert.pipeline.specs import PretrainSpec
+from domainbert.pipeline.stage import data, merge, model
 from domainbert.pipeline.strategies.base import Candidate, Context, Strategy
 from domainbert.pipeline.strategies.pretrain import pretrain
 
@@ -35,6 +36,8 @@ class Mask40(Strategy):
     help = "mask40: TAPT with 40% of the tokens masked, from the base model (an example plugin). Off by default."
 
     def run(self, ctx: Context, settings: Mask40Spec) -> list[Candidate]:
-        data = ["--data.train", ctx.task.train, "--data.text_column", ctx.task.text_column]
-        data += ["--model.mlm_probability", str(settings.mlm_probability)]
-        return [pretrain(ctx, self, settings, ctx.baseline, data, self.name)]
+        values = merge(
+            data(train=ctx.task.train, text_column=ctx.task.text_column),
+            model(mlm_probability=settings.mlm_probability),
+        )
+        return [pretrain(ctx, self, settings, ctx.baseline, values, self.name)]
