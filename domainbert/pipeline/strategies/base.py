@@ -295,6 +295,69 @@ class Strategy:
     """The interface every pipeline strategy implements; subclass it and set the class attributes.
 
     The class docstring's first line is the one-line description ``domainbert pipeline --help`` lists.
+
+    Examples:
+        A strategy declares its attributes in its class line; its settings dataclass's fields are the fields of its
+        config key (``mask40_dapt: {enabled: true, mlm_probability: 0.3}``), and its defaults are what a config
+        that leaves the key out gets. This one, DAPT on the domain corpus with 40% of the tokens masked (the
+        ``mask40`` plugin of ``examples/plugin_strategy`` does the same on the task's text), reads the corpus, so
+        it ``needs`` it: the pipeline refuses to run it without ``corpus``.
+
+        >>> from dataclasses import dataclass
+        >>> from domainbert.errors import DomainBertError
+        >>> from domainbert.pipeline.strategies.base import Strategy
+        >>> @dataclass
+        ... class Mask40DaptSpec:
+        ...     enabled: bool = False
+        ...     mlm_probability: float = 0.4
+        ...     max_steps: int = 2000
+        ...     warmup_steps: int = 200
+        >>> class Mask40Dapt(Strategy, name="mask40_dapt", kind="start", settings=Mask40DaptSpec, needs=("corpus",)):
+        ...     '''Mask40 DAPT: masked-LM pretraining on the domain corpus with 40% of the tokens masked.
+        ...
+        ...     Off by default; enable it with `mask40_dapt: {enabled: true}`.
+        ...     '''
+        ...
+        ...     def check(self, ctx, settings):
+        ...         if settings.warmup_steps >= settings.max_steps:
+        ...             raise DomainBertError(
+        ...                 f"pipeline: mask40_dapt.warmup_steps={settings.warmup_steps} is not below "
+        ...                 f"mask40_dapt.max_steps={settings.max_steps}; lower warmup_steps or raise max_steps"
+        ...             )
+        >>> strategy = Mask40Dapt()
+        >>> strategy.name, strategy.kind, strategy.needs, strategy.builds_on
+        ('mask40_dapt', 'start', ('corpus',), ())
+
+        :meth:`default` is its settings when the config does not mention it, and :meth:`enabled` reads their
+        ``enabled`` field:
+
+        >>> strategy.default()
+        Mask40DaptSpec(enabled=False, mlm_probability=0.4, max_steps=2000, warmup_steps=200)
+        >>> strategy.enabled(strategy.default()), strategy.enabled(Mask40DaptSpec(enabled=True))
+        (False, True)
+
+        ``--help`` lists it by its docstring: the first line, then the rest as its option group's text (or
+        ``help``, when the class sets it):
+
+        >>> Mask40Dapt.summary()
+        'Mask40 DAPT: masked-LM pretraining on the domain corpus with 40% of the tokens masked.'
+        >>> Mask40Dapt.option_help()
+        'Off by default; enable it with `mask40_dapt: {enabled: true}`.'
+
+        The pipeline calls :meth:`check` of every enabled strategy with the run's :class:`Context` before any stage
+        runs; this one reads only its settings, and refuses a warmup as long as the training:
+
+        >>> strategy.check(None, Mask40DaptSpec(enabled=True))
+        >>> strategy.check(None, Mask40DaptSpec(enabled=True, max_steps=100))
+        Traceback (most recent call last):
+        ...
+        domainbert.errors.DomainBertError: pipeline: mask40_dapt.warmup_steps=200 is not below
+        mask40_dapt.max_steps=100; lower warmup_steps or raise max_steps
+
+        Its :meth:`run` (not shown) runs its stages and returns :class:`Candidate` objects: for a ``start``
+        strategy, the starting models to fine-tune over the seeds. Registered under the ``domainbert.strategies``
+        entry-point group, as ``examples/plugin_strategy/pyproject.toml`` does, it becomes one more key of pipeline
+        configs.
     """
 
     name: ClassVar[str] = ""
