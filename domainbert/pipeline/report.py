@@ -10,7 +10,7 @@ from domainbert.core.stats import mean_std, paired_bootstrap
 from domainbert.pipeline.deployment import report_lines as deployment_lines
 from domainbert.pipeline.recipe import below_probe, stopped_line
 from domainbert.pipeline.strategies.base import BASELINE, PROBE, Candidate, Gate, Run
-from domainbert.pipeline.timing import part_lines
+from domainbert.pipeline.timing import part_lines, stage_order
 
 
 def candidate_minutes(runner, candidate: Candidate) -> float:
@@ -221,6 +221,11 @@ def _cell(value: tuple[float, float], single: bool) -> str:
     return f"{value[0]:.4f}" if single else f"{value[0]:.4f} ± {value[1]:.4f}"
 
 
+def probe_minutes(runner) -> float:
+    """The frozen-embedding probe stage's minutes (0 when it did not run)."""
+    return runner.seconds("probe") / 60
+
+
 def _probe_row(runner, probed: dict, metric: str) -> str:
     """The table row of the frozen-embedding probe."""
     val, test = probed.get("val", {}), probed.get("test", {})
@@ -228,7 +233,7 @@ def _probe_row(runner, probed: dict, metric: str) -> str:
     cells.append(_cell((test.get("acc", float("nan")), 0.0), True))
     return (
         f"| frozen embeddings + logistic regression | {' | '.join(cells)} | (no fine-tuning) | "
-        f"{runner.seconds('probe') / 60:.1f} in all |"
+        f"{probe_minutes(runner):.1f} in all |"
     )
 
 
@@ -407,15 +412,88 @@ def warning_lines(results: dict, chosen: str, metric: str) -> list[str]:
     ]
 
 
-def student_lines(student: dict, metric: str) -> list[str]:
-    """The distilled student's section: its test metric, its export, and why deployment variants are missing."""
+def minutes_per_point(total: float, probe: float, score: float, frozen: float) -> tuple[float, float, float | None]:
+    """``(extra minutes, test points gained, minutes per point)`` of a recipe over the frozen-embedding probe.
+
+    ``total`` and ``probe`` are minutes (every stage; the probe's), ``score`` and ``frozen`` the model's and the probe's
+    test metric. Points are the difference ×100; minutes per point is None when nothing was gained (points <= 0).
+    """
+    extra, gain = total - probe, (score - frozen) * 100
+    return extra, gain, (extra / gain if gain > 0 else None)
+
+
+def recipe_minutes(runner) -> float:
+    """The minutes of every stage this invocation called (the stage table's total)."""
+    return sum(runner.seconds(s) for s in stage_order(runner.state, runner.called)) / 60
+
+
+def recipe_line(total: float, probe: float, score: float, frozen: float, who: str) -> str:
+    """``- Full recipe: ...``: the minutes beyond the probe's per test point ``who`` gained over the probe."""
+    extra, gain, per = minutes_per_point(total, probe, score, frozen)
+    head = (
+        f"- Full recipe: {total:.1f} minutes of stages; {extra:.1f} minutes beyond the frozen probe's for "
+        f"{gain:+.2f} test points of the {who} over the probe"
+    )
+    return (
+        f"{head}: {per:.2f} minutes per point."
+        if per is not None
+        else f"{head}: the recipe gained nothing over the probe."
+    )
+
+
+def _recipe_lines(runner, score: float | None, teacher: float, frozen: float | None) -> list[str]:
+    """The full recipe's lines for the student and the shipped teacher (none without a probe or a test metric)."""
+    if runner is None or frozen is None:
+        return []
+    total, probe = recipe_minutes(runner), probe_minutes(runner)
+    scores = (("student", score), ("shipped teacher", teacher))
+    return [recipe_line(total, probe, s, frozen, who) for who, s in scores if s is not None and s == s]
+
+
+def _shipped_test(teacher: Candidate | None, metric: str) -> tuple[str, float, int]:
+    """The shipped model's name, test ``metric`` (the mean over its runs that recorded it) and how many did."""
+    scores = [s for r in (teacher.runs if teacher else []) if (s := r.metric(f"test/{metric}")) is not None]
+    return (teacher.name if teacher else "", mean_std(scores)[0], len(scores))
+
+
+def _versus_line(score: float | None, shipped: tuple[str, float, int], frozen: float | None) -> list[str]:
+    """The student's test points against the shipped model (``(name, mean, runs)``) and the frozen probe."""
+    (name, mean, runs), parts = shipped, []
+    if score is not None and mean == mean:
+        over = f"mean of its {runs} runs" if runs > 1 else "its one run"
+        parts.append(f"against the shipped model ({name}: {mean:.4f}, {over}): {(score - mean) * 100:+.2f}")
+    if score is not None and frozen is not None:
+        parts.append(f"against the frozen-embedding probe ({frozen:.4f}): {(score - frozen) * 100:+.2f}")
+    return [f"- test points {'; '.join(parts)}"] if parts else []
+
+
+def _distill_line(student: dict) -> list[str]:
+    """The distillation stage's minutes, and whether a transfer set (``--data.transfer``) added corpus documents."""
+    if student.get("seconds") is None:
+        return []
+    inputs = [str(a).split("=")[0] for a in student.get("inputs") or []]
+    transfer = ", with a transfer set of corpus documents (`--data.transfer`)" if "--data.transfer" in inputs else ""
+    return [f"- distillation: {float(student['seconds']) / 60:.1f} minutes{transfer}"]
+
+
+def student_lines(
+    student: dict, metric: str, runner=None, teacher: Candidate | None = None, probed: dict | None = None
+) -> list[str]:
+    """The distilled student's section: its test metric, in points against the shipped model and the probe, and more.
+
+    Also its distillation's minutes, its export, why deployment variants are missing, and the full recipe's minutes
+    per point over the probe. ``teacher``: the shipped candidate (its runs' mean test metric); ``probed``: the probe's
+    record; ``runner``: the stages' minutes. Without them those lines are left out.
+    """
     lines = ["## Distilled student", ""]
     score = student["metrics"].get(f"test/{metric}")
     lines.append(f"- test {metric}: {score:.4f}" if score is not None else f"- test {metric}: – (no test split)")
+    shipped, frozen = _shipped_test(teacher, metric), ((probed or {}).get("test") or {}).get(metric)
+    lines += [*_versus_line(score, shipped, frozen), *_distill_line(student)]
     lines.append(f"- export: `{student['hf']}`")
     if student.get("export_skipped"):
         lines.append(f"- deployment variants (int8, ONNX...): **not exported**: {student['export_skipped']}")
-    return [*lines, ""]
+    return [*lines, *_recipe_lines(runner, score, shipped[1], frozen), ""]
 
 
 def write_report(runner, candidates, probed, choice, student, deployed, metric: str, seeds: list[int]) -> Path:
@@ -442,7 +520,7 @@ def write_report(runner, candidates, probed, choice, student, deployed, metric: 
     chosen = next((c for c in candidates if c.name == choice[0]), None)
     lines += shipped_lines(choice, one_model=bool(chosen and chosen.one_model))
     if student is not None:
-        lines += student_lines(student, metric)
+        lines += student_lines(student, metric, runner, chosen, probed)
     if deployed is not None and (Path(deployed) / "report.md").exists():
         lines += ["## Deployment variants: the student's, the teacher's and the probe", ""]
         body = (Path(deployed) / "report.md").read_text(encoding="utf-8").splitlines()
