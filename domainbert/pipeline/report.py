@@ -468,12 +468,28 @@ def _versus_line(score: float | None, shipped: tuple[str, float, int], frozen: f
 
 
 def _distill_line(student: dict) -> list[str]:
-    """The distillation stage's minutes, and whether a transfer set (``--data.transfer``) added corpus documents."""
+    """The distillation stage's minutes, and how many corpus documents its transfer set (``data.transfer``) added."""
     if student.get("seconds") is None:
         return []
-    inputs = [str(a).split("=")[0] for a in student.get("inputs") or []]
-    transfer = ", with a transfer set of corpus documents (`--data.transfer`)" if "--data.transfer" in inputs else ""
-    return [f"- distillation: {float(student['seconds']) / 60:.1f} minutes{transfer}"]
+    transfer = _transfer(student.get("config"))
+    added = ""
+    if isinstance(transfer, dict):
+        documents = transfer.get("documents")
+        count = "all the" if documents is None else f"{documents}"
+        added = f", with a transfer set of {count} corpus documents (`data.transfer`)"
+    return [f"- distillation: {float(student['seconds']) / 60:.1f} minutes{added}"]
+
+
+def _transfer(config: str | None) -> dict | None:
+    """The ``data.transfer`` of a stage's resolved config (None: none, or no readable config)."""
+    import yaml
+
+    try:
+        loaded = yaml.safe_load(Path(config).read_text(encoding="utf-8")) if config else None
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+    data = (loaded or {}).get("data") if isinstance(loaded, dict) else None
+    return ((data or {}).get("init_args") or {}).get("transfer") if isinstance(data, dict) else None
 
 
 def student_lines(

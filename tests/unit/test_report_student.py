@@ -4,9 +4,11 @@ the probe (every stage of this invocation), or that it gained nothing."""
 
 from __future__ import annotations
 
-import json
+import tempfile
+from pathlib import Path
 
 import pytest
+import yaml
 
 from domainbert.pipeline.report import minutes_per_point, student_lines, write_report
 from domainbert.pipeline.runner import Runner
@@ -26,10 +28,12 @@ class _Runner:
 
 
 def _student(test: float | None, transfer: bool = True) -> dict:
-    args = ["configs/distill.yaml", "--model.teacher", "runs/x/hf"]
-    args += ["--data.transfer", json.dumps({"path": "corpus.jsonl", "documents": 8000})] if transfer else []
+    """A distillation record; its resolved config (written beside this test's files) has the transfer set or none."""
+    data = {"transfer": {"path": "corpus.jsonl", "documents": 8000, "text_column": "text"} if transfer else None}
+    config = Path(tempfile.mkdtemp()) / "config.yaml"
+    config.write_text(yaml.safe_dump({"model": {"init_args": {"teacher": "runs/x/hf"}}, "data": {"init_args": data}}))
     metrics = {"val/f1_macro": 0.8} | ({"test/f1_macro": test} if test is not None else {})
-    return {"hf": "runs/p/distill/hf", "metrics": metrics, "seconds": 300.0, "inputs": [*args, "--test"]}
+    return {"hf": "runs/p/distill/hf", "metrics": metrics, "seconds": 300.0, "config": str(config)}
 
 
 def _teacher(*tests: float) -> Candidate:
@@ -56,7 +60,7 @@ def test_the_section_gives_points_against_teacher_and_probe_the_distillation_and
         "- test f1_macro: 0.7500",
         "- test points against the shipped model (baseline: 0.7700, mean of its 2 runs): -2.00; against the "
         "frozen-embedding probe (0.7000): +5.00",
-        "- distillation: 5.0 minutes, with a transfer set of corpus documents (`--data.transfer`)",
+        "- distillation: 5.0 minutes, with a transfer set of 8000 corpus documents (`data.transfer`)",
         "- export: `runs/p/distill/hf`",
         "- Full recipe: 8.0 minutes of stages; 7.0 minutes beyond the frozen probe's for +5.00 test points of the "
         "student over the probe: 1.40 minutes per point.",
