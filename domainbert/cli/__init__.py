@@ -14,7 +14,6 @@ one function) and ``short_names`` (``--model NAME`` and ``--data NAME``).
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import logging
 import os
@@ -24,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from domainbert.cli.tool_cli import wants_docs
-from domainbert.errors import DomainBertError
+from domainbert.errors import user_error
 
 
 @dataclass(frozen=True)
@@ -139,20 +138,7 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def _user_error(err: BaseException) -> DomainBertError | None:
-    """Find a DomainBertError in an exception's chain (jsonargparse and Lightning may wrap it).
-
-    An ``argparse.ArgumentError`` (jsonargparse's, for a bad option or value) becomes one on a single line.
-    """
-    seen = set()
-    while err is not None and id(err) not in seen:
-        if isinstance(err, DomainBertError):
-            return err
-        if isinstance(err, argparse.ArgumentError):
-            return DomainBertError(" ".join(str(err).split()) + " (`domainbert <command> --help` lists the options)")
-        seen.add(id(err))
-        err = err.__cause__ or err.__context__
-    return None
+_user_error = user_error  # the name the command line has used
 
 
 def main(argv: list[str] | None = None) -> None:

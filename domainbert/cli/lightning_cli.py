@@ -35,7 +35,7 @@ from domainbert.core.files import plain_name
 from domainbert.core.hardware import auto_precision
 from domainbert.core.runs import ALIASES, next_version, resolve_alias, version_of
 from domainbert.data.contract import TakesTokenizer, check_datamodule
-from domainbert.errors import DomainBertError
+from domainbert.errors import DomainBertError, user_error
 
 log = logging.getLogger(__name__)
 
@@ -747,7 +747,6 @@ def resolve_config(sources: list[str | dict], where: str) -> str:
     Raises:
         DomainBertError: a file that is not valid YAML, an option or value that ``domainbert fit`` would refuse.
     """
-    from domainbert.cli import _user_error
     from domainbert.cli.short_names import expand_short_names
     from domainbert.data.registry import load_plugins
 
@@ -766,7 +765,7 @@ def resolve_config(sources: list[str | dict], where: str) -> str:
     except _Parsed as parsed:
         return parsed.text
     except Exception as err:  # noqa: BLE001 - a user's mistake is one line naming the stage; anything else raises
-        user = _user_error(err)
+        user = user_error(err)
         if user is None:
             raise
         raise DomainBertError(f"{where}: {user}") from None

@@ -25,6 +25,7 @@ from domainbert.pipeline.specs import (
     SoupSpec,
     StageSpec,
     TaskFiles,
+    TransferSpec,
     VocabSpec,
 )
 from domainbert.pipeline.strategies.base import NEEDS, Context
@@ -133,15 +134,36 @@ def pipeline(
     from domainbert.pipeline.forks import stop as stop_forks
 
     strategies.update(select=select, vocab=vocab, dapt=dapt, tapt=tapt, self_train=self_train, soup=soup)
-    probe, distill, export = probe or _PROBE, distill or _DISTILL, export or _EXPORT  # None (from Python): default
+    probe, export = probe or _PROBE, export or _EXPORT  # None (from Python): the default
+    finetune, distill = _typed_finetune(finetune or _FINETUNE), _typed_distill(distill or _DISTILL)
     inputs = dict(base_model=base_model, corpus=corpus, corpus_text_column=corpus_text_column, seeds=seeds)
     task = TaskFiles(task_train, task_val, task_test, text_column, text_pair_column, label_column)
-    ctx = _start(_context({**inputs, "metric": metric}, task, finetune or _FINETUNE, strategies), distill, out, isolate)
+    ctx = _start(_context({**inputs, "metric": metric}, task, finetune, strategies), distill, out, isolate)
     try:
         return _recipe(ctx, probe, distill, export, deploy or _DEPLOY)
     finally:
         stop_forks()  # the training stages' server (:mod:`domainbert.pipeline.forks`), if it runs
         ctx.runner.close()  # out is free for another pipeline
+
+
+def _typed_finetune(spec: FinetuneSpec | StageSpec) -> FinetuneSpec:
+    """``finetune`` as a :class:`FinetuneSpec` (a :class:`StageSpec` from Python: its config and args).
+
+    Raises:
+        DomainBertError: a stage spec that turns fine-tuning off (:data:`FINETUNE_ENABLED`).
+    """
+    if isinstance(spec, FinetuneSpec):
+        return spec
+    if spec.enabled is not True:
+        raise DomainBertError(FINETUNE_ENABLED)
+    return FinetuneSpec(spec.config, spec.args)
+
+
+def _typed_distill(spec: DistillSpec | StageSpec) -> DistillSpec:
+    """``distill`` as a :class:`DistillSpec` (a :class:`StageSpec` from Python: the chosen run teaches, no corpus)."""
+    if isinstance(spec, DistillSpec):
+        return spec
+    return DistillSpec(spec.config, spec.args, spec.enabled, transfer=TransferSpec(enabled=False))
 
 
 def _recipe(ctx, probe: ProbeSpec, distill: DistillSpec, export: StageSpec, deploy: DeploySpec = _DEPLOY) -> Path:
@@ -232,14 +254,12 @@ def check(ctx: Context, distill: Any) -> None:
         )
     if len(set(seeds)) != len(seeds):
         raise DomainBertError(f"pipeline: seeds {seeds} repeats a seed; give each seed once")
-    if getattr(ctx.finetune, "enabled", True) is not True:
-        raise DomainBertError(FINETUNE_ENABLED)
     enabled = [n for n in ctx.strategies if ctx.enabled(n)]
     _check_needs(ctx, enabled)
     for name in enabled:
         ctx.strategies[name].check(ctx, ctx.settings[name])
     configs = {n: ctx.settings[n] for n in enabled}
-    configs.update(finetune=ctx.finetune, **({"distill": distill} if getattr(distill, "enabled", True) else {}))
+    configs.update(finetune=ctx.finetune, **({"distill": distill} if distill.enabled else {}))
     for name, spec in configs.items():
         if getattr(spec, "config", None) and not Path(spec.config).is_file():
             raise DomainBertError(
@@ -247,7 +267,7 @@ def check(ctx: Context, distill: Any) -> None:
                 f"working directory), or leave {name}.config out for the built-in one"
             )
     reads_corpus = any("corpus" in ctx.strategies[n].needs for n in enabled)
-    transfer = getattr(distill, "transfer", None) if getattr(distill, "enabled", True) else None
+    transfer = distill.transfer if distill.enabled else None
     if transfer is not None and transfer.enabled is True and not ctx.corpus:
         raise DomainBertError(
             "pipeline: distill.transfer.enabled: true adds corpus documents to distillation, but no corpus is given; "

@@ -68,7 +68,7 @@ def output_to(log: Path) -> Iterator[None]:
 
 def exit_status(fn: Callable[[], Any]) -> int:
     """Run ``fn``; the exit status its process would have had, with the error written to ``sys.stderr``."""
-    from domainbert.cli import _user_error
+    from domainbert.errors import user_error
 
     try:
         fn()
@@ -80,7 +80,7 @@ def exit_status(fn: Callable[[], Any]) -> int:
     except KeyboardInterrupt:
         raise
     except Exception as exc:  # noqa: BLE001 - a stage's failure is its exit status, as in a process of its own
-        user = _user_error(exc)
+        user = user_error(exc)
         if user is not None:
             print(f"domainbert: error: {user}", file=sys.stderr)
             return 2

@@ -128,7 +128,7 @@ def finetune_candidates(ctx: Context) -> None:
         first = finetune_run(ctx, candidate, ctx.seeds[0])
         candidate.runs = [first]
         score = first.metric(key)
-        if not getattr(ctx.finetune, "all_seeds", False) and score is not None and behind_baseline(score, scores):
+        if not ctx.finetune.all_seeds and score is not None and behind_baseline(score, scores):
             mean, std = mean_std(scores)
             saved = ctx.runner.seconds(first.stage) * (len(ctx.seeds) - 1) / 60
             candidate.stopped = Stop(ctx.seeds[0], score, mean, std, skipped=ctx.seeds[1:], minutes_saved=saved)
@@ -257,7 +257,7 @@ def distill_teachers(results: dict[str, list[Run]], chosen: str, best: Run, spec
 
     A soup's seeds are those of its starting model; the probe and a single run teach alone.
     """
-    if getattr(spec, "teacher", "chosen") != "ensemble":  # a StageSpec given as distill: the chosen run
+    if spec.teacher != "ensemble":
         return [best.hf]
     name = chosen[: -len(" soup")] if chosen.endswith(" soup") else chosen
     folders = [r.hf for r in results.get(name, []) if r.hf and r.kind == "seed"]
@@ -270,8 +270,8 @@ def transfer_values(spec: DistillSpec, ctx: Context) -> dict[str, Any]:
     With ``source: nearest`` the documents are first chosen by ``domainbert select`` (stage ``select-transfer``):
     ``ceil(documents / training texts)`` neighbours per training text.
     """
-    transfer, corpus, column = getattr(spec, "transfer", None), ctx.corpus, ctx.corpus_text_column
-    if transfer is None or transfer.enabled is False or (transfer.enabled == "auto" and not corpus):
+    transfer, corpus, column = spec.transfer, ctx.corpus, ctx.corpus_text_column
+    if transfer.enabled is False or (transfer.enabled == "auto" and not corpus):
         return {}
     if not corpus:
         raise DomainBertError("pipeline: distill.transfer.enabled: true needs corpus (the documents to add)")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from domainbert.pipeline import ProbeSpec, StageSpec, pipeline
+from domainbert.pipeline import FinetuneSpec, ProbeSpec, StageSpec, pipeline
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -129,7 +129,7 @@ def bare_context(runner=None, task=None, seeds=(0,), metric: str = "f1_macro", *
         corpus_text_column="text",
         seeds=list(seeds),
         metric=metric,
-        finetune=StageSpec(),
+        finetune=FinetuneSpec(),
         strategies=loaded,
         settings=strategies.settings_of(loaded, settings),
     )
