@@ -671,7 +671,7 @@ def check_config_files(args: list[str]) -> None:
             path = arg.split("=", 1)[1]
         else:
             continue
-        if not Path(path).is_file():
+        if not os.path.isfile(path):  # also False for a config given as a YAML string, however long
             continue
         try:
             content = yaml.safe_load(Path(path).read_text(encoding="utf-8"))

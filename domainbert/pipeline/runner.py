@@ -124,7 +124,11 @@ def unlock_out(out: Path) -> None:
 
 
 class Runner:
-    """Runs each stage once; a rerun skips a finished stage unless its inputs (its command line) changed."""
+    """Runs each stage once; a rerun skips a finished stage unless its inputs changed.
+
+    A training stage's inputs are its resolved config (:meth:`resolve`), a tool stage's its command line; both
+    also rerun after an upstream stage named in ``after`` ran again.
+    """
 
     def __init__(self, out: Path, isolate: Isolate = "training", inputs: Iterable[str | None] = ()) -> None:
         """Use (and create) ``out``, refusing a folder of the user's or one holding ``inputs``.
@@ -154,7 +158,7 @@ class Runner:
         atomic_write_text(self.state_file, json.dumps(self.state, indent=2, sort_keys=True) + "\n")
 
     def fingerprint(self, resolved: str | None, after: tuple[str, ...] = ()) -> str:
-        """What a stage depends on beyond its command line.
+        """What a stage depends on: its resolved config and its upstream stages.
 
         That is its resolved config (the YAML a training stage's worker reads, its values as loaded: comments and
         layout do not count), and when each upstream stage in ``after`` last finished (an upstream that wrote to

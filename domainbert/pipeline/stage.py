@@ -37,7 +37,8 @@ class StageConfig:
     values: dict[str, Any] = field(default_factory=dict)
     """What the pipeline sets, nested as in the file and merged over it (see :func:`merge`)."""
     overrides: list[Overrides] = field(default_factory=list)
-    """The user's overrides, applied last, in order (a stage's ``args``)."""
+    """The user's overrides, applied last, in order (a stage's ``args``). A dict is read as a config file is
+    (class paths in full); a list of options as ``domainbert fit``'s command line (short names expanded)."""
 
     def but(self, *values: dict[str, Any]) -> StageConfig:
         """A copy with ``values`` merged over this one's (see :func:`merge`)."""
@@ -71,10 +72,16 @@ def merge(*values: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for given in values:
         for key, value in given.items():
+            appended = key.endswith("+") and isinstance(value, list)
             if isinstance(value, dict) and isinstance(out.get(key), dict):
                 out[key] = merge(out[key], value)
-            elif key.endswith("+") and isinstance(value, list) and isinstance(out.get(key), list):
+            elif appended and isinstance(out.get(key[:-1]), list):  # the list itself is here: append to it
+                out[key[:-1]] = [*out[key[:-1]], *copy.deepcopy(value)]
+            elif appended and isinstance(out.get(key), list):
                 out[key] = [*out[key], *copy.deepcopy(value)]
+            elif isinstance(value, list) and isinstance(out.get(f"{key}+"), list):  # a whole list replaces both
+                out.pop(f"{key}+")
+                out[key] = copy.deepcopy(value)
             else:
                 out[key] = copy.deepcopy(value)
     return out

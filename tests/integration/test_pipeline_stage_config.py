@@ -69,3 +69,20 @@ def test_finetune_args_as_a_config_reach_the_trainer_and_the_worker_runs_the_res
     ran = yaml.safe_load((Path(record["run"]) / "config.yaml").read_text())
     assert ran["model"] == stage["model"] and ran["data"] == stage["data"]
     assert ran["trainer"]["max_epochs"] == 1
+
+
+def test_task_files_in_the_working_directory_resolve(tmp_path, monkeypatch):
+    """Relative task files without a folder make a long YAML source with no slash: it is a config, not a path."""
+    monkeypatch.chdir(tmp_path)
+    names = {split: f"{split}_{'x' * 80}.jsonl" for split in ("train", "val", "test")}
+    values = merge(model(init_from="bert-base-uncased"), data(**names, predict=names["test"], text_column="text"))
+    resolved = _resolved(tmp_path, StageConfig(CONFIG, values))
+    assert resolved["data"]["init_args"]["train"] == names["train"]
+
+
+def test_an_appended_callback_joins_a_list_set_in_the_same_values():
+    values = merge({"trainer": {"callbacks": [{"class_path": "A"}]}}, callback(WATCH))
+    assert [c["class_path"] for c in values["trainer"]["callbacks"]] == ["A", WATCH]
+    assert "callbacks+" not in values["trainer"]
+    replaced = merge(callback(WATCH), {"trainer": {"callbacks": [{"class_path": "B"}]}})
+    assert replaced["trainer"] == {"callbacks": [{"class_path": "B"}]}

@@ -48,7 +48,7 @@ def _student(ctx: Context, teacher: Run, labels: str, train: str, spec: SelfTrai
     first = f"{name}-mixed" if spec.then_task else name
     run = runner.fit(
         first,
-        finetune_config(ctx, start, seed).but(rows).then(spec.args),
+        finetune_config(ctx, start, seed).then(rows, spec.args),  # the labelled rows over finetune.args
         test=not spec.then_task and bool(task.test),
         after=(labels,) if spec.start == "base" else (labels, teacher.stage),
     )
