@@ -33,7 +33,7 @@ class LargerTeacherSpec:
     """The larger encoder (a local folder, an installed package's ``pkg:`` name, or a hub name); None: off."""
     args: list[str] | dict[str, Any] = field(default_factory=list)
     """Overrides of its fine-tuning, after the fine-tuning stage's own: a config dict
-    (``{model: {learning_rate: 2.0e-5}}``) or command-line options (``["--model.learning_rate=2e-5"]``)."""
+    (``{model: {learning_rate: 2.0e-5}}``) or a list of ``domainbert fit`` options."""
     distill_args: list[str] | dict[str, Any] = field(default_factory=list)
     """Overrides of its distillation into the base model's size (after the built-in ``stages/distill.yaml``)."""
 
