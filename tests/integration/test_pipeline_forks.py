@@ -102,7 +102,11 @@ def test_a_two_process_ddp_stage_relaunches_the_worker_not_the_pipeline(tiny_ber
 
 
 #: a stage that writes its pid to ``$SLEEPER_PIDS`` and sleeps: the worker imports it from the config's class path
-SLEEPER = "import os, time\nopen(os.environ['SLEEPER_PIDS'], 'a').write(f'{os.getpid()}\\n')\ntime.sleep(600)\n"
+SLEEPER = (  # sleeps when the stage builds it: the pipeline itself imports the class to resolve the stage's config
+    "import os, time\nimport lightning.pytorch as L\n\n\nclass Model(L.LightningModule):\n"
+    "    def __init__(self, init_from: str = '', pooling: str = 'auto'):\n        super().__init__()\n"
+    "        open(os.environ['SLEEPER_PIDS'], 'a').write(f'{os.getpid()}\\n')\n        time.sleep(600)\n"
+)
 
 
 def _alive(pid: int) -> bool:
@@ -135,7 +139,8 @@ def _sleeper(tmp_path: Path, monkeypatch) -> tuple[Path, Path]:
     """A config whose class path is the sleeper, in the working directory; the pid file."""
     (tmp_path / "sleeper.py").write_text(SLEEPER)
     config = tmp_path / "c.yaml"
-    config.write_text("model:\n  class_path: sleeper.Model\n")
+    data = "domainbert.data.classification.ClassificationDataModule"
+    config.write_text(f"model:\n  class_path: sleeper.Model\ndata:\n  class_path: {data}\n")
     pids = tmp_path / "pids.txt"
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("SLEEPER_PIDS", str(pids))
