@@ -422,9 +422,13 @@ def minutes_per_point(total: float, probe: float, score: float, frozen: float) -
     return extra, gain, (extra / gain if gain > 0 else None)
 
 
-def recipe_minutes(runner) -> float:
-    """The minutes of every stage this invocation called (the stage table's total)."""
-    return sum(runner.seconds(s) for s in stage_order(runner.state, runner.called)) / 60
+#: The stages that make the student from the shipped model: not the shipped model's cost.
+STUDENT_STAGES = ("select-transfer", "distill", "export")
+
+
+def recipe_minutes(runner, without: tuple[str, ...] = ()) -> float:
+    """The minutes of every stage this invocation called (the stage table's total), less the stages ``without``."""
+    return sum(runner.seconds(s) for s in stage_order(runner.state, runner.called) if s not in without) / 60
 
 
 def recipe_line(total: float, probe: float, score: float, frozen: float, who: str) -> str:
@@ -442,12 +446,18 @@ def recipe_line(total: float, probe: float, score: float, frozen: float, who: st
 
 
 def _recipe_lines(runner, score: float | None, teacher: float, frozen: float | None) -> list[str]:
-    """The full recipe's lines for the student and the shipped teacher (none without a probe or a test metric)."""
+    """The full recipe's lines for the student and the shipped teacher (none without a probe or a test metric).
+
+    The teacher's minutes leave out the stages that make the student from it (:data:`STUDENT_STAGES`).
+    """
     if runner is None or frozen is None:
         return []
-    total, probe = recipe_minutes(runner), probe_minutes(runner)
-    scores = (("student", score), ("shipped teacher", teacher))
-    return [recipe_line(total, probe, s, frozen, who) for who, s in scores if s is not None and s == s]
+    probe = probe_minutes(runner)
+    made = (
+        ("student", score, recipe_minutes(runner)),
+        ("shipped teacher", teacher, recipe_minutes(runner, STUDENT_STAGES)),
+    )
+    return [recipe_line(total, probe, s, frozen, who) for who, s, total in made if s is not None and s == s]
 
 
 def _shipped_test(teacher: Candidate | None, metric: str) -> tuple[str, float, int]:

@@ -64,8 +64,8 @@ def test_the_section_gives_points_against_teacher_and_probe_the_distillation_and
         "- export: `runs/p/distill/hf`",
         "- Full recipe: 8.0 minutes of stages; 7.0 minutes beyond the frozen probe's for +5.00 test points of the "
         "student over the probe: 1.40 minutes per point.",
-        "- Full recipe: 8.0 minutes of stages; 7.0 minutes beyond the frozen probe's for +7.00 test points of the "
-        "shipped teacher over the probe: 1.00 minutes per point.",
+        "- Full recipe: 3.0 minutes of stages; 2.0 minutes beyond the frozen probe's for +7.00 test points of the "
+        "shipped teacher over the probe: 0.29 minutes per point.",  # the distillation is not the teacher's cost
         "",
     ]
 
@@ -112,4 +112,4 @@ def test_the_report_states_the_recipes_minutes_per_point_from_this_invocations_s
     section = text.split("## Distilled student")[1].split("## ")[0]
     assert "(baseline: 0.7700, mean of its 2 runs): -2.00" in section
     assert "+5.00 test points of the student over the probe: 1.40 minutes per point." in section
-    assert "+7.00 test points of the shipped teacher over the probe: 1.00 minutes per point." in section
+    assert "+7.00 test points of the shipped teacher over the probe: 0.29 minutes per point." in section
