@@ -16,7 +16,7 @@ import errno
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from domainbert.errors import DomainBertError
@@ -336,6 +336,23 @@ def check_not_input(out: str | os.PathLike, inputs: Iterable[str | os.PathLike |
             )
 
 
+def check_named(out: str | os.PathLike | None, what: str, hint: str) -> None:
+    """Raise unless the output ``out`` names something: not null (YAML's ``~``), not empty text.
+
+    Args:
+        out: the output path as given.
+        what: the option or field that names it, for the message.
+        hint: what to do instead (``name a new folder for the outputs``).
+
+    Raises:
+        DomainBertError: one line naming ``what``.
+    """
+    if out is None:
+        raise DomainBertError(f"{what} is null (in YAML, `~` and `null` mean no value, not the home folder): {hint}")
+    if str(out).strip() == "":
+        raise DomainBertError(f"{what} is empty: {hint}")
+
+
 def check_output(
     out: str | os.PathLike,
     inputs: Iterable[str | os.PathLike | None] = (),
@@ -359,8 +376,7 @@ def check_output(
     Raises:
         DomainBertError: one line naming ``what``, ``out`` and what is wrong.
     """
-    if str(out).strip() == "":
-        raise DomainBertError(f"{what} is empty: name a new folder for the outputs")
+    check_named(out, what, "name a new folder for the outputs")
     target = Path(os.path.abspath(os.path.expanduser(out)))
     _check_protected(target, what)  # first: the root or a home holds every input too
     check_not_input(out, inputs, what)
@@ -381,7 +397,12 @@ def check_output(
     return target
 
 
-def claim_folder(out: str | os.PathLike, inputs: Iterable[str | os.PathLike | None] = (), what: str = "out") -> Path:
+def claim_folder(
+    out: str | os.PathLike,
+    inputs: Iterable[str | os.PathLike | None] = (),
+    what: str = "out",
+    recognise: Callable[[Path], bool] | None = None,
+) -> Path:
     """Create or reuse the output folder ``out`` of a command that writes into it piece by piece; return it.
 
     The folder follows :func:`check_output` (new, empty, or marked as domainbert's: it holds :data:`MARKER`; never
@@ -392,14 +413,24 @@ def claim_folder(out: str | os.PathLike, inputs: Iterable[str | os.PathLike | No
         out: the output folder.
         inputs: the command's input files and folders; ``out`` may be none of them and hold none of them.
         what: the option or field that names ``out``, for the message.
+        recognise: whether an unmarked folder is the command's own all the same, by a mark of its own that no
+            user's folder carries (a sweep's study in its ``study.db``); such a folder is marked and reused.
 
     Raises:
-        DomainBertError: when ``out`` is empty text, a folder of the user's, or would overwrite an input.
+        DomainBertError: when ``out`` is null or empty text, a folder of the user's, or would overwrite an input.
     """
-    if str(out).strip() == "":
-        raise DomainBertError(f"{what} is empty: name a new folder for the outputs (for example runs/pipeline)")
-    check_output(out, inputs, what)
+    check_named(out, what, "name a new folder for the outputs (for example runs/pipeline)")
     folder = Path(os.path.expanduser(out))  # relative stays relative: a rerun names the same paths
+    if recognise is not None and folder.is_dir() and not (folder / MARKER).exists() and recognise(folder):
+        check_output(out, inputs, what, overwrite=True)  # the root, a home, an input: refused as such first
+        _mark(folder)
+    check_output(out, inputs, what)
+    _mark(folder)
+    return folder
+
+
+def _mark(folder: Path) -> None:
+    """Create ``folder`` if needed and mark it as domainbert's (:data:`MARKER`), so that a rerun may use it again."""
     try:
         folder.mkdir(parents=True, exist_ok=True)
         marker = folder / MARKER
@@ -407,4 +438,3 @@ def claim_folder(out: str | os.PathLike, inputs: Iterable[str | os.PathLike | No
             marker.write_text("written by domainbert; a rerun of the same command may write here again\n")
     except OSError as err:
         raise write_error(err, "the output folder", folder) from err
-    return folder

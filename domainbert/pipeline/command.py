@@ -224,7 +224,7 @@ def _start(ctx, distill: DistillSpec, out: str, isolate: str):
     check(ctx, distill)
     base, task = ctx.base_model, ctx.task
     inputs = [ctx.corpus, task.train, task.val, task.test, base if Path(base).exists() else None]
-    ctx.runner = Runner(Path(out), isolate=isolate, inputs=inputs)
+    ctx.runner = Runner(out, isolate=isolate, inputs=inputs)  # out: null or empty is refused in one line
     if isolate != "none" and fork_enabled():
         start_forks()  # its server imports the training stages' libraries while the first stages run
     ctx.add(BASELINE, [Candidate(BASELINE, BASELINE, model=base, adapted=False)])

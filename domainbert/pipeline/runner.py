@@ -35,44 +35,91 @@ Isolate = Literal["training", "all", "none"]
 ISOLATE: tuple[str, ...] = ("training", "all", "none")
 
 
+#: The pipeline's own ``state.json`` says what it is: ``{"format": STATE_FORMAT, "version": STATE_VERSION,
+#: "stages": {stage: record}}``. A folder is taken for a pipeline's only by this mark or by :data:`MARKER`.
+STATE_FORMAT = "domainbert-pipeline"
+#: The version of ``state.json``'s layout that this domainbert writes (it reads this one and older ones).
+STATE_VERSION = 1
+#: The pipeline's state file, in ``out``.
+STATE = "state.json"
+
+
 def read_state(path: Path) -> dict[str, dict]:
-    """The stage records in the pipeline's ``state.json`` (``{}`` when there is none yet).
+    """The stage records in the pipeline's ``state.json`` (``{}`` when there is none yet): its one reader.
+
+    The file is ``{"format": "domainbert-pipeline", "version": 1, "stages": {...}}``; the form an older domainbert
+    wrote (the stage records themselves, in a folder holding :data:`MARKER`) is translated here, so every reader of
+    the file (the runner, the report's benchmarks, ``examples/benchmarks``) sees the records alone.
 
     Raises:
-        DomainBertError: naming the file, when it is not a JSON object of stage records.
+        DomainBertError: naming the file, when it is not JSON, names another format or a newer version, or its
+            stages are not an object of stage records.
     """
     if not path.exists():
         return {}
     try:
-        state = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise DomainBertError(
             f"{path}: not a state file the pipeline wrote ({err}); expected JSON: delete it to run every stage "
             "again, or choose another out"
         ) from None
-    if not isinstance(state, dict) or not all(isinstance(v, dict) for v in state.values()):
+    stages = _stages(data, path) if is_marked(data) else data  # unmarked: an older pipeline's stage records
+    if not isinstance(stages, dict) or not all(isinstance(v, dict) for v in stages.values()):
         raise DomainBertError(
             f"{path}: expected a JSON object of stage records ({{stage: {{status: ...}}}}); delete it to run every "
             "stage again, or choose another out"
         )
-    return state
+    return stages
+
+
+def is_marked(data: Any) -> bool:
+    """Whether ``data`` (a parsed ``state.json``) carries a format mark (``"format"``: a string)."""
+    return isinstance(data, dict) and isinstance(data.get("format"), str)
+
+
+def _stages(data: dict, path: Path) -> Any:
+    """The ``stages`` of a marked ``state.json``, once its format and version are this pipeline's."""
+    if data["format"] != STATE_FORMAT:
+        raise DomainBertError(
+            f"{path}: format {data['format']!r}, not {STATE_FORMAT!r}: not a domainbert pipeline's state; "
+            "choose another out"
+        )
+    version = data.get("version")
+    if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= STATE_VERSION:
+        raise DomainBertError(
+            f"{path}: version {version!r}; this domainbert reads versions 1 to {STATE_VERSION} (a newer domainbert "
+            "wrote it?): run that one, or choose another out"
+        )
+    return data.get("stages")
+
+
+def write_state(path: Path, stages: dict[str, dict]) -> None:
+    """Write the stage records to ``path`` (atomically), marked with :data:`STATE_FORMAT` and :data:`STATE_VERSION`."""
+    state = {"format": STATE_FORMAT, "version": STATE_VERSION, "stages": stages}
+    atomic_write_text(path, json.dumps(state, indent=2, sort_keys=True) + "\n")
 
 
 def claim_out(out: str | os.PathLike, inputs: Iterable[str | os.PathLike | None] = ()) -> Path:
     """The pipeline's folder ``out``, created or reused (see :func:`~domainbert.core.files.claim_folder`).
 
-    A folder that the pipeline of an older domainbert wrote (a ``state.json`` of stage records, but no marker) is
-    its own too: a rerun resumes it.
+    A folder is the pipeline's when it holds :data:`MARKER` (every released pipeline marked its folder) or a
+    ``state.json`` marked as the pipeline's (:data:`STATE_FORMAT`; the marker is then written again). A non-empty
+    folder with neither is the user's, and is refused, whatever ``state.json`` it holds (``{}``, say).
+
+    Raises:
+        DomainBertError: one line, when ``out`` is not the pipeline's to write (or is empty, null, an input...).
     """
-    folder = Path(out)
-    if str(out).strip() and (folder / "state.json").is_file() and not (folder / MARKER).exists():
-        try:
-            read_state(folder / "state.json")
-        except DomainBertError:
-            pass  # not a pipeline's: claim_folder refuses the folder
-        else:
-            (folder / MARKER).write_text("written by domainbert; a rerun of the same command may write here again\n")
-    return claim_folder(out, inputs=inputs, what="out")
+    return claim_folder(out, inputs=inputs, what="out", recognise=_marked_state)
+
+
+def _marked_state(folder: Path) -> bool:
+    """Whether ``folder`` holds a ``state.json`` marked as the pipeline's (:data:`STATE_FORMAT`, any version)."""
+    try:
+        data = json.loads((folder / STATE).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    return is_marked(data) and data["format"] == STATE_FORMAT
 
 
 #: The lock file in ``out`` that one pipeline holds while it runs (see :func:`lock_out`).
@@ -130,11 +177,13 @@ class Runner:
     also rerun after an upstream stage named in ``after`` ran again.
     """
 
-    def __init__(self, out: Path, isolate: Isolate = "training", inputs: Iterable[str | None] = ()) -> None:
+    def __init__(
+        self, out: str | os.PathLike, isolate: Isolate = "training", inputs: Iterable[str | None] = ()
+    ) -> None:
         """Use (and create) ``out``, refusing a folder of the user's or one holding ``inputs``.
 
         Args:
-            out: the pipeline's folder.
+            out: the pipeline's folder (null or empty text is refused).
             isolate: which stages get a process of their own (see the module's docstring).
             inputs: the pipeline's input files and folders (``out`` may hold none of them).
         """
@@ -143,7 +192,7 @@ class Runner:
         self.out = claim_out(out, inputs)
         lock_out(self.out)  # one pipeline at a time in a folder
         self.isolate = isolate
-        self.state_file = self.out / "state.json"
+        self.state_file = self.out / STATE
         self.state: dict[str, Any] = read_state(self.state_file)
         self.called: list[str] = []
         """The stages of this invocation, in order (the report shows these, not older ones in ``state.json``)."""
@@ -155,7 +204,7 @@ class Runner:
         unlock_out(self.out)
 
     def _save(self) -> None:
-        atomic_write_text(self.state_file, json.dumps(self.state, indent=2, sort_keys=True) + "\n")
+        write_state(self.state_file, self.state)
 
     def fingerprint(self, resolved: str | None, after: tuple[str, ...] = ()) -> str:
         """What a stage depends on: its resolved config and its upstream stages.

@@ -24,7 +24,6 @@ line is ``key=value``: ``<config>_minutes`` (wall clock), ``<config>_stage_minut
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import sys
 import tempfile
@@ -36,6 +35,7 @@ sys.path.insert(0, str(HERE))
 
 import common  # noqa: E402
 
+from domainbert.pipeline.runner import read_state  # noqa: E402
 from domainbert.pipeline.timing import HEADINGS, PARTS, stage_order  # noqa: E402
 
 #: The configs, by name: (key prefix, config path relative to the repository, or absolute).
@@ -74,7 +74,7 @@ def run_config(args, name: str, out: Path) -> dict:
     print(f"# {name}: {shlex.join(['python', *cmd[1:]])} (in {args.repo})", flush=True)
     env = common.child_env(args, out / "caches" / name)
     minutes = common.run_logged(cmd, out / f"{name}.log", env, cwd=args.repo, what=f"pipeline_time: {name}")
-    state = json.loads((folder / "state.json").read_text(encoding="utf-8"))
+    state = read_state(folder / "state.json")
     return {"minutes": minutes, "state": state, "folder": folder}
 
 

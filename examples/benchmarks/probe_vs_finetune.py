@@ -258,7 +258,7 @@ def run_pipeline(args, name: str, model: str, out: Path) -> dict | None:
     env = common.child_env(args, out / "caches", path=[HERE])
     log = folder.parent / f"{name}.log"
     common.run_logged(cmd, log, env, cwd=args.repo, what=f"probe_vs_finetune: {name}")
-    scores = read_scores(json.loads((folder / "state.json").read_text(encoding="utf-8")), args.seeds)
+    scores = read_scores(seed_rows.state_of(folder), args.seeds)  # through the pipeline's one reader
     if scores is None:
         stages = ", ".join(FINETUNE_STAGE.format(s) for s in args.seeds)
         raise SystemExit(f"probe_vs_finetune: {folder}/state.json lacks the probe or one of {stages}")

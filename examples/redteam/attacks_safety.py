@@ -81,7 +81,8 @@ print(f"pipeline rc {proc.returncode}; left running: {left or 'none'}; said: {sa
 if left or "Traceback" in err:
     print("the stage or the server outlived the pipeline" if left else "a traceback"); sys.exit(5)
 if how in ("TERM", "INT"):
-    state = json.loads(Path("p/state.json").read_text()) if Path("p/state.json").is_file() else {}
+    from domainbert.pipeline.runner import read_state
+    state = read_state(Path("p/state.json"))
     stopped = [s for s, r in state.items() if r.get("status") == "stopped"]
     fine = proc.returncode == 128 + getattr(signal, "SIG" + how) and len(said) == 1 and "stopped by" in said[0]
     print(f"state.json records as stopped: {stopped or 'nothing'}")
@@ -284,8 +285,9 @@ def _served(res: Result) -> tuple[bool, str]:
 
 
 def _pipeline_done(res: Result) -> tuple[bool, str]:
-    state = res.work / "p" / "state.json"
-    done = json.loads(state.read_text()) if state.is_file() else {}
+    from domainbert.pipeline.runner import read_state
+
+    done = read_state(res.work / "p" / "state.json")
     ok = res.rc == 0 and any(r.get("status") == "done" for r in done.values())
     return ok, f"rc {res.rc}; stages done: {[s for s, r in done.items() if r.get('status') == 'done']}"
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 import types
@@ -11,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from domainbert.pipeline import strategies
+from domainbert.pipeline.runner import read_state
 from domainbert.pipeline.specs import FinetuneSpec, SoupSpec
 from tests.helpers.pipeline_tiny import tiny_pipeline
 
@@ -37,7 +37,7 @@ def test_the_documented_after_strategy_continues_the_baseline_and_is_compared(lo
     report = tiny_pipeline(
         tiny_bert, out, [0], finetune=finetune, soup=SoupSpec(enabled=False), longer={"enabled": True, "epochs": 2}
     ).read_text()
-    state = json.loads((out / "state.json").read_text())
+    state = read_state(out / "state.json")
     for seed in (0,):
         config = _config(state, f"finetune-longer-seed{seed}")
         assert config["model"]["init_args"]["init_from"] == state[f"finetune-baseline-seed{seed}"]["hf"]

@@ -3,7 +3,6 @@ checkpoints resume, the head warm-up holds the adapters, ProbeWatch restores its
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import lightning.pytorch as L
@@ -19,6 +18,7 @@ from domainbert.core.callbacks import HFExport
 from domainbert.modules.lora import LoraSettings
 from domainbert.modules.mlm import MaskedLMModule
 from domainbert.pipeline import PretrainSpec, WatchSpec
+from domainbert.pipeline.runner import read_state
 from tests.helpers.mlm import fixed_batch, small_corpus
 from tests.helpers.pipeline_tiny import tiny_pipeline
 
@@ -191,7 +191,7 @@ def test_the_pipelines_dapt_stage_takes_lora_through_its_args(tiny_bert, tmp_pat
     # covers the watch)
     dapt = PretrainSpec(None, [*small, *lora], watch=WatchSpec(enabled=False))
     tiny_pipeline(tiny_bert, out, [0], dapt=dapt)
-    state = json.loads((out / "state.json").read_text())
+    state = read_state(out / "state.json")
     assert state["dapt"]["status"] == "done" and state["finetune-dapt-seed0"]["status"] == "done"
     run = out / "dapt" / "run" / "version_0"
     config = yaml.safe_load((run / "config.yaml").read_text())

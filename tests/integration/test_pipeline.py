@@ -22,7 +22,7 @@ from domainbert.pipeline import (
     main,
     pipeline,
 )
-from domainbert.pipeline.runner import Runner
+from domainbert.pipeline.runner import Runner, read_state
 from domainbert.pipeline.specs import TaskFiles
 from domainbert.pipeline.stage import StageConfig, merge, model
 from tests.helpers.pipeline_tiny import OPEN_GATE, tiny_pipeline
@@ -53,7 +53,7 @@ def test_runner_skips_done_stages_reruns_changed_ones_and_names_the_log_of_a_fai
     runner = Runner(tmp_path)
     assert runner.tool("list", ["datamodules"], result="listed")["result"] == "listed"
     assert "classification" in (tmp_path / "list" / "log.txt").read_text()
-    state = json.loads((tmp_path / "state.json").read_text())
+    state = read_state(tmp_path / "state.json")
     assert state["list"]["status"] == "done" and state["list"]["inputs"] == ["datamodules"]
 
     capsys.readouterr()
@@ -69,7 +69,7 @@ def test_runner_skips_done_stages_reruns_changed_ones_and_names_the_log_of_a_fai
     log = tmp_path / "bad" / "log.txt"
     assert f"stage 'bad' failed (exit 2); its log is {log}" in str(err.value)
     assert "domainbert: error: x: no such file" in str(err.value)  # the last lines of the log
-    assert json.loads((tmp_path / "state.json").read_text())["bad"]["status"] == "failed"
+    assert read_state(tmp_path / "state.json")["bad"]["status"] == "failed"
 
 
 def test_stages_in_processes_of_their_own_record_their_results_and_a_failure_names_its_log(tiny_bert, tmp_path, capsys):
@@ -97,7 +97,7 @@ def test_stages_in_processes_of_their_own_record_their_results_and_a_failure_nam
     log = tmp_path / "p" / "bad" / "log.txt"
     assert f"stage 'bad' failed (exit 2); its log is {log}" in str(err.value)
     assert "domainbert: error:" in str(err.value) and "no-model" in log.read_text()
-    state = json.loads((tmp_path / "p" / "state.json").read_text())
+    state = read_state(tmp_path / "p" / "state.json")
     assert state["ft"]["status"] == "done" and state["bad"]["status"] == "failed"
 
 
@@ -160,7 +160,7 @@ distill: {{enabled: false}}
 """
     )
     main(["--config", str(config)])
-    state = json.loads((tmp_path / "p" / "state.json").read_text())
+    state = read_state(tmp_path / "p" / "state.json")
     done = sorted(s for s, e in state.items() if e["status"] == "done")
     assert done == ["dapt", "finetune-baseline-seed0", "finetune-dapt-seed0", "probe"]
     import yaml
@@ -222,7 +222,7 @@ def test_tiny_pipeline_runs_every_stage_writes_the_report_and_a_rerun_skips_them
     kwargs["isolate"] = "none"
     report = pipeline(**kwargs)
     text = report.read_text()
-    state = json.loads((tmp_path / "p" / "state.json").read_text())
+    state = read_state(tmp_path / "p" / "state.json")
     stages = ["probe", "dapt", "finetune-baseline-seed0", "finetune-baseline-seed1", "finetune-dapt-seed0"]
     stages += ["finetune-dapt-seed1", "distill", "export"]
     soups = ["soup-baseline", "finetune-baseline-soup", "soup-dapt", "finetune-dapt-soup"]  # on by default
@@ -260,7 +260,7 @@ def test_self_training_labels_the_corpus_with_the_baselines_and_fine_tunes_on_ta
 
     out = tmp_path / "p"
     _self_train(tiny_bert, out, [0, 1], SelfTrainSpec(enabled=True, teachers=teachers, ratio=0.5, max_documents=100))
-    state = json.loads((out / "state.json").read_text())
+    state = read_state(out / "state.json")
     labels = {s: "pseudo-ensemble" if teachers == "ensemble" else f"pseudo-seed{s}" for s in (0, 1)}
     assert set(labels.values()) == {s for s in state if s.startswith("pseudo-")}
     stages = (labels[0], "finetune-self-training-seed0-mixed", "finetune-self-training-seed0")
@@ -309,7 +309,7 @@ def test_soft_self_training_starts_from_each_seeds_baseline_and_learns_the_ensem
     )
     spec.args = ["--model.learning_rate=3e-5"]
     _self_train(tiny_bert, out, [0], spec)
-    state = json.loads((out / "state.json").read_text())
+    state = read_state(out / "state.json")
     pseudo = json.loads((out / "pseudo-ensemble" / "result.json").read_text())
     task = [json.loads(line) for line in (FIX / "cls_train.jsonl").read_text().splitlines() if line.strip()]
     assert pseudo["soft"] and pseudo["pseudo_rows"] == pseudo["labelled_documents"] == round(0.5 * len(task))

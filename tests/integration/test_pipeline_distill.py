@@ -7,6 +7,7 @@ import json
 import yaml
 
 from domainbert.pipeline import DistillSpec, StageSpec
+from domainbert.pipeline.runner import read_state
 from domainbert.pipeline.specs import TransferSpec
 from tests.helpers.pipeline_tiny import FIX, tiny_pipeline
 from tests.helpers.tiny import make_tiny
@@ -31,7 +32,7 @@ def test_the_student_learns_from_the_seeds_ensemble_on_the_task_and_corpus_docum
     out = tmp_path / "p"
     spec = DistillSpec(DISTILL, ["--trainer.max_steps=4"], teacher="ensemble", transfer=TransferSpec(documents=20))
     tiny_pipeline(tiny_bert, out, [0, 1], distill=spec, export=StageSpec(enabled=False), soup={"enabled": False})
-    seeds = [json.loads((out / "state.json").read_text())[f"finetune-baseline-seed{s}"]["hf"] for s in (0, 1)]
+    seeds = [read_state(out / "state.json")[f"finetune-baseline-seed{s}"]["hf"] for s in (0, 1)]
     assert _model(out, "distill")["teacher"] == seeds
     transfer = _transfer(out)
     assert {k: transfer[k] for k in ("path", "documents", "text_column")} == {
@@ -50,10 +51,7 @@ def test_without_a_corpus_the_student_learns_from_the_task_alone(tiny_bert, tmp_
     spec = DistillSpec(DISTILL, ["--trainer.max_steps=2"])
     tiny_pipeline(tiny_bert, out, [0], corpus=None, distill=spec, export=StageSpec(enabled=False))
     assert _transfer(out) is None
-    assert (
-        _model(out, "distill")["teacher"]
-        == json.loads((out / "state.json").read_text())["finetune-baseline-seed0"]["hf"]
-    )
+    assert _model(out, "distill")["teacher"] == read_state(out / "state.json")["finetune-baseline-seed0"]["hf"]
 
 
 def test_a_larger_teacher_is_fine_tuned_distilled_into_the_base_size_and_competes(tiny_bert, tmp_path):
@@ -63,7 +61,7 @@ def test_a_larger_teacher_is_fine_tuned_distilled_into_the_base_size_and_compete
     spec = DistillSpec(DISTILL, ["--trainer.max_steps=2"], transfer=TransferSpec(documents=10))
     teacher = {"model": str(larger), "distill_args": ["--trainer.max_steps=2"]}
     report = tiny_pipeline(tiny_bert, out, [0], distill=spec, export=StageSpec(enabled=False), larger_teacher=teacher)
-    state = json.loads((out / "state.json").read_text())
+    state = read_state(out / "state.json")
     assert state["finetune-larger_teacher-seed0"]["status"] == "done"
     taught = _model(out, "distill-larger_teacher")
     assert taught["teacher"] == state["finetune-larger_teacher-seed0"]["hf"]
@@ -80,7 +78,7 @@ def test_nearest_documents_as_transfer_set_are_chosen_by_the_base_models_embeddi
     out = tmp_path / "p"
     spec = DistillSpec(DISTILL, ["--trainer.max_steps=2"], transfer=TransferSpec(documents=120, source="nearest"))
     tiny_pipeline(tiny_bert, out, [0], distill=spec, export=StageSpec(enabled=False))
-    state = json.loads((out / "state.json").read_text())
+    state = read_state(out / "state.json")
     select = state["select-transfer"]
     assert select["inputs"][select["inputs"].index("--k") + 1] == "2"  # 120 documents over 60 training texts
     assert _transfer(out)["path"] == select["corpus"]

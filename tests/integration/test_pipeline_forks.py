@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from domainbert.pipeline import forks
-from domainbert.pipeline.runner import Runner
+from domainbert.pipeline.runner import Runner, read_state
 from domainbert.pipeline.specs import TaskFiles
 from domainbert.pipeline.stage import StageConfig, merge, model
 
@@ -86,7 +86,7 @@ def test_a_users_unguarded_script_is_not_run_again_by_a_stage(tiny_bert, tmp_pat
     )
     subprocess.run([sys.executable, str(script)], check=True, cwd=tmp_path, timeout=600)
     assert marker.read_text() == "ran\n"
-    assert json.loads((out / "state.json").read_text())["ft"]["status"] == "done"
+    assert read_state(out / "state.json")["ft"]["status"] == "done"
 
 
 @pytest.mark.slow
@@ -252,7 +252,7 @@ def test_a_pipeline_ended_by_a_signal_takes_its_stage_and_server_with_it(tiny_be
         f"domainbert: pipeline stopped by {name} during stage 'finetune-baseline-seed0'; its stages and server ended "
         "with it. Run the same command again to resume p: finished stages are skipped"
     ]
-    state = json.loads((tmp_path / "p" / "state.json").read_text())
+    state = read_state(tmp_path / "p" / "state.json")
     assert (
         state["finetune-baseline-seed0"]["status"] == "stopped" and state["finetune-baseline-seed0"]["signal"] == name
     )

@@ -9,6 +9,7 @@ import json
 import pytest
 
 from domainbert.pipeline import FinetuneSpec, PretrainSpec, SoupSpec, WatchSpec, strategies
+from domainbert.pipeline.runner import read_state
 from tests.helpers.pipeline_tiny import OPEN_GATE, planted_strategy, tiny_pipeline
 
 #: 16 DAPT steps: the watch checks every 16 // 16 = 1 step, and stops after 3 checks without improvement
@@ -21,7 +22,7 @@ def test_a_dapt_that_cannot_beat_the_bases_probe_stops_early_and_is_not_fine_tun
     out = tmp_path / "p"
     dapt = PretrainSpec("configs/pretrain/tiny_debug.yaml", DAPT)
     text = tiny_pipeline(tiny_bert, out, [0], dapt=dapt).read_text()
-    state = json.loads((out / "state.json").read_text())
+    state = read_state(out / "state.json")
     watched = json.loads((out / "dapt" / "run" / "version_0" / "probe_watch.json").read_text())
     steps = [h["step"] for h in watched["history"]]
     assert steps == [0, 1, 2, 3] and steps[-1] <= 16 // 4  # stopped within a quarter of its 16 steps
@@ -35,7 +36,7 @@ def test_a_dapt_that_cannot_beat_the_bases_probe_stops_early_and_is_not_fine_tun
 
     dapt.watch = WatchSpec(**OPEN_GATE)  # the same DAPT (done: skipped), the gate always open
     text = tiny_pipeline(tiny_bert, out, [0], dapt=dapt).read_text()
-    state = json.loads((out / "state.json").read_text())
+    state = read_state(out / "state.json")
     assert "[dapt] done earlier: skipped" in capsys.readouterr().out
     assert state["finetune-dapt-seed0"]["status"] == "done"
     opened = f"- **dapt**: fine-tuned: probe {best:.4f} against the base's {base:.4f} (step 0 of dapt; margin -1.0)"
@@ -62,7 +63,7 @@ def test_a_branch_behind_the_baseline_after_its_first_seed_skips_the_others_unle
     out, config = tmp_path / "p", "configs/finetune/tiny_classification.yaml"
     kwargs = {"planted": {"enabled": True}, "soup": SoupSpec(enabled=False)}
     text = tiny_pipeline(tiny_bert, out, [0, 1], finetune=FinetuneSpec(config, LEARNS), **kwargs).read_text()
-    state = json.loads((out / "state.json").read_text())
+    state = read_state(out / "state.json")
     base = [state[f"finetune-baseline-seed{s}"]["metrics"]["val/f1_macro"] for s in (0, 1)]
     first = state["finetune-planted-seed0"]["metrics"]["val/f1_macro"]
     assert min(base) > first, (base, first)  # the premise: the blinded model loses
@@ -74,5 +75,5 @@ def test_a_branch_behind_the_baseline_after_its_first_seed_skips_the_others_unle
 
     spec = FinetuneSpec(config, LEARNS, all_seeds=True)
     text = tiny_pipeline(tiny_bert, out, [0, 1], finetune=spec, **kwargs).read_text()
-    state = json.loads((out / "state.json").read_text())
+    state = read_state(out / "state.json")
     assert state["finetune-planted-seed1"]["status"] == "done" and "stopped after seed" not in text

@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 import yaml
 
 from domainbert.pipeline import strategies
+from domainbert.pipeline.runner import read_state
 from tests.helpers.examples import install_example, run_with_path
 from tests.helpers.pipeline_tiny import OPEN_GATE, tiny_pipeline
 
@@ -42,7 +42,7 @@ def test_the_tiny_pipeline_runs_the_installed_strategy_and_reports_its_candidate
     finally:
         monkeypatch.undo()
         strategies.load(refresh=True)
-    state = json.loads((tmp_path / "p" / "state.json").read_text())
+    state = read_state(tmp_path / "p" / "state.json")
     config = yaml.safe_load(Path(state["mask40"]["config"]).read_text())
     assert config["model"]["init_args"]["mlm_probability"] == 0.4
     assert state["finetune-mask40-seed0"]["status"] == "done"

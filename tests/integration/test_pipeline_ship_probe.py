@@ -9,6 +9,7 @@ from pathlib import Path
 import yaml
 
 from domainbert.pipeline import ExportSpec, ProbeSpec, StageSpec
+from domainbert.pipeline.runner import read_state
 from tests.helpers.pipeline_tiny import FIX, tiny_pipeline
 
 #: fine-tuning that cannot learn: a learning rate of 1e-12 leaves the random head as it is
@@ -45,7 +46,7 @@ def test_when_fine_tuning_fails_the_probe_ships_as_a_classifier_and_the_last_lin
         export=ExportSpec(),
     )
     printed = capsys.readouterr().out
-    state = json.loads((out / "state.json").read_text())
+    state = read_state(out / "state.json")
     probe = json.loads((out / "probe" / "result.json").read_text())
     tuned = state["finetune-baseline-seed0"]["metrics"]["val/f1_macro"]
     assert probe["val"]["f1_macro"] > tuned  # the premise: fine-tuning learnt nothing the probe did not beat

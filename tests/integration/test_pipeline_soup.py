@@ -8,6 +8,7 @@ from pathlib import Path
 import yaml
 
 from domainbert.pipeline import SoupSpec
+from domainbert.pipeline.runner import read_state
 from tests.helpers.pipeline_tiny import tiny_pipeline
 
 
@@ -27,7 +28,7 @@ def test_the_baselines_seeds_are_averaged_evaluated_reported_and_skipped_on_a_re
     out = tmp_path / "p"
     report = _pipeline(tiny_bert, out, [0, 1])
     assert len(tested) == 3  # seed 0, seed 1, the soup
-    state = json.loads((out / "state.json").read_text())
+    state = read_state(out / "state.json")
     stages = ["finetune-baseline-seed0", "finetune-baseline-seed1", "soup-baseline", "finetune-baseline-soup"]
     assert [state[s]["status"] for s in stages] == ["done"] * 4
     made = json.loads((out / "soup-baseline" / "hf" / "soup.json").read_text())
@@ -63,7 +64,7 @@ def test_the_baselines_seeds_are_averaged_evaluated_reported_and_skipped_on_a_re
 
 def test_one_seed_makes_no_soup(tiny_bert, tmp_path):
     _pipeline(tiny_bert, tmp_path / "one", [0])
-    state = json.loads((tmp_path / "one" / "state.json").read_text())
+    state = read_state(tmp_path / "one" / "state.json")
     assert sorted(state) == ["finetune-baseline-seed0"]
     assert "baseline soup" not in (tmp_path / "one" / "report.md").read_text()
 

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 import yaml
 
 from domainbert.errors import DomainBertError
-from domainbert.pipeline.runner import Runner
+from domainbert.pipeline.runner import Runner, read_state
 from domainbert.pipeline.specs import FinetuneSpec, StageSpec
 from domainbert.pipeline.stage import StageConfig, callback, data, merge, model, trainer
 from tests.helpers.pipeline_tiny import FIX, tiny_pipeline
@@ -60,7 +59,7 @@ def test_finetune_args_as_a_config_reach_the_trainer_and_the_worker_runs_the_res
     out = tmp_path / "p"
     finetune = FinetuneSpec(CONFIG, {"trainer": {"max_epochs": 1}, "model": {"init_args": {"learning_rate": 2e-3}}})
     tiny_pipeline(tiny_bert, out, [0], finetune=finetune, distill=StageSpec(enabled=False))
-    state = json.loads((out / "state.json").read_text())
+    state = read_state(out / "state.json")
     record = state["finetune-baseline-seed0"]
     stage = yaml.safe_load(Path(record["config"]).read_text())
     assert stage["trainer"]["max_epochs"] == 1 and stage["model"]["init_args"]["learning_rate"] == 2e-3

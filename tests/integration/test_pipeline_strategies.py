@@ -3,13 +3,13 @@ link and adds up its minutes from its own stages; contrastive pretraining is one
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 import yaml
 
 from domainbert.pipeline import PretrainSpec, SelectSpec, VocabSpec, WatchSpec
+from domainbert.pipeline.runner import read_state
 from domainbert.pipeline.strategies.contrastive import ContrastiveSpec
 from tests.helpers.pipeline_tiny import OPEN_GATE, tiny_pipeline
 
@@ -37,7 +37,7 @@ def test_a_declared_chain_names_each_row_after_its_links_and_sums_the_minutes_of
         dapt=stage,
         tapt=PretrainSpec(stage.config, PRETRAIN),
     ).read_text()
-    state = json.loads((out / "state.json").read_text())
+    state = read_state(out / "state.json")
     assert {"finetune-vocab-knn-dapt-seed0", "finetune-vocab-knn-dapt-tapt-seed0"} <= set(state)
     dapt, tapt = _config(state, "dapt"), _config(state, "tapt")
     assert dapt["model"]["init_args"]["init_from"] == state["vocab"]["result"]  # DAPT starts from vocab's model
@@ -65,7 +65,7 @@ def test_contrastive_pretraining_is_a_starting_model_fine_tuned_and_compared(tin
     report = tiny_pipeline(
         tiny_bert, out, [0], contrastive=ContrastiveSpec(enabled=True, args=args, watch=WatchSpec(**OPEN_GATE))
     ).read_text()
-    state = json.loads((out / "state.json").read_text())
+    state = read_state(out / "state.json")
     fit = _config(state, "contrastive")
     assert fit["model"]["class_path"] == "domainbert.modules.contrastive.ContrastiveModule"
     assert fit["model"]["init_args"]["init_from"] == str(tiny_bert)

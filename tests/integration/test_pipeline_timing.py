@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from domainbert.pipeline import forks
-from domainbert.pipeline.runner import Runner
+from domainbert.pipeline.runner import Runner, read_state
 from domainbert.pipeline.specs import TaskFiles
 from domainbert.pipeline.stage import StageConfig, merge, model
 from domainbert.pipeline.timing import PARTS, part_lines
@@ -29,7 +29,7 @@ def _check(record: dict, out: Path, stage: str) -> dict:
     parts = record["parts"]
     assert list(parts) == list(PARTS) and all(value >= 0 for value in parts.values()), parts
     assert sum(parts.values()) == pytest.approx(record["seconds"], abs=1e-6)
-    assert json.loads((out / "state.json").read_text())[stage]["parts"] == parts
+    assert read_state(out / "state.json")[stage]["parts"] == parts
     return parts
 
 

@@ -6,7 +6,6 @@ The noise, the tying, the loss by hand and the decoder's memory are in tests/uni
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from domainbert.adapt.watch import ProbeWatch
 from domainbert.core.embed import native_pooling
 from domainbert.modules.tsdae import TsdaeModule
 from domainbert.pipeline import WatchSpec
+from domainbert.pipeline.runner import read_state
 from domainbert.pipeline.strategies.tsdae import TsdaeSpec
 from tests.helpers.mlm import LossRecorder, quiet_trainer, small_corpus
 from tests.helpers.pipeline_tiny import OPEN_GATE, tiny_pipeline
@@ -144,7 +144,7 @@ def test_the_pipeline_stage_fits_tsdae_and_fine_tunes_its_export(tiny_bert, tmp_
     report = tiny_pipeline(
         tiny_bert, out, [0], tsdae=TsdaeSpec(enabled=True, args=args, watch=WatchSpec(**OPEN_GATE))
     ).read_text()
-    state = json.loads((out / "state.json").read_text())
+    state = read_state(out / "state.json")
     fit = yaml.safe_load((Path(state["tsdae"]["run"]) / "config.yaml").read_text())
     assert fit["model"]["class_path"] == "domainbert.modules.tsdae.TsdaeModule"
     assert fit["model"]["init_args"]["init_from"] == str(tiny_bert)

@@ -1,7 +1,6 @@
 """Pipeline stages in the pipeline's own process: their output goes to the stage's log, a failure is recorded and
 reported as a failing process's would be, and the process's global state comes back as it was."""
 
-import json
 import logging
 import os
 import sys
@@ -12,7 +11,7 @@ import torch
 
 from domainbert import cli
 from domainbert.errors import DomainBertError
-from domainbert.pipeline.runner import Runner
+from domainbert.pipeline.runner import Runner, read_state
 
 
 @pytest.fixture
@@ -71,7 +70,7 @@ def test_a_failing_stage_in_the_pipelines_process_is_recorded_and_named_like_a_f
     log = tmp_path / "p" / "tool" / "log.txt"
     assert f"stage 'tool' failed (exit {code}); its log is {log}" in str(err.value)
     assert line in str(err.value) and line in log.read_text()  # the log's last lines, in the message
-    state = json.loads((tmp_path / "p" / "state.json").read_text())
+    state = read_state(tmp_path / "p" / "state.json")
     assert state["tool"]["status"] == "failed" and state["tool"]["log"] == str(log)
 
 

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from domainbert.pipeline import timing
-from domainbert.pipeline.runner import Runner
+from domainbert.pipeline.runner import Runner, read_state
 from domainbert.pipeline.timing import PARTS, part_lines, record_parts, rounded, stage_parts
 
 #: A fine-tuning stage launched at 100 s and done at 203 s: start-up to 110, a sanity validation, training from the
@@ -164,7 +164,7 @@ def test_a_tool_stage_in_the_pipelines_process_records_start_up_and_work_summing
     assert list(parts) == list(PARTS) and all(v >= 0 for v in parts.values())
     assert sum(parts.values()) == pytest.approx(record["seconds"], abs=1e-6)
     assert parts["data"] == parts["eval"] == parts["export"] == 0.0  # a tool's work is one part: "train" here
-    state = json.loads((tmp_path / "p" / "state.json").read_text())
+    state = read_state(tmp_path / "p" / "state.json")
     assert state["tool"]["parts"] == parts
     marks = json.loads((tmp_path / "p" / "tool" / "marks.json").read_text())
     assert marks["work"] == "train" and marks["ready"] <= marks["end"]
