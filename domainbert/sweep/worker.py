@@ -7,8 +7,10 @@ study; the trials they finish between them count towards ``--n_trials``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import socket
+import sqlite3
 import time
 import warnings
 from collections.abc import Sequence
@@ -18,7 +20,7 @@ from typing import TYPE_CHECKING
 import optuna
 from optuna.trial import TrialState
 
-from domainbert.core.files import plain_name
+from domainbert.core.files import claim_folder, plain_name
 from domainbert.errors import DomainBertError
 from domainbert.sweep.bookkeeping import fail_dead_workers, retried, runs_again, tally
 from domainbert.sweep.preflight import check_fit
@@ -71,7 +73,7 @@ class Sweep:
         check_fit(self.base_args, self.spec)
         self.name = ns.study_name or self.spec.study_name or f"{Path(ns.config[-1]).stem}-{Path(ns.sweep).stem}"
         plain_name(self.name, "study_name")
-        self.out = Path(ns.out or Path("runs") / "sweeps" / self.name).resolve()
+        self.out = claim_out(ns, self.name, fit_overrides)
         self.url = storage_url(ns.storage, self.out)
         self.storage = open_storage(self.url, ns.heartbeat_interval, ns.grace_period, ns.max_retry)
         self.study = self._study()
@@ -220,6 +222,35 @@ def _spec(ns: argparse.Namespace) -> SweepSpec:
     spec.metric = ns.metric or spec.metric
     spec.direction = ns.direction or spec.direction
     return spec
+
+
+def claim_out(ns: argparse.Namespace, name: str, fit_overrides: Sequence[str]) -> Path:
+    """The sweep's folder (absolute): ``--out``, else ``runs/sweeps/<name>``; created, or reused by a rerun.
+
+    It follows the rule of every command's output (:func:`~domainbert.core.files.claim_folder`): new, empty, or
+    domainbert's (it holds the marker); never one of the sweep's inputs (its fit configs, its sweep file, a file an
+    override names), nor the root, a home or a project folder. A sweep folder an older domainbert wrote (no marker)
+    is known by its ``study.db`` holding the study ``name``.
+
+    Raises:
+        DomainBertError: one line naming ``--out`` and what is wrong.
+    """
+    out = Path("runs") / "sweeps" / name if ns.out is None else ns.out
+    named = [a.split("=", 1)[-1] for a in fit_overrides if not a.startswith("--") or "=" in a]
+    inputs = [*ns.config, ns.sweep, *(a for a in named if os.path.isfile(a))]
+    return claim_folder(out, inputs, what="--out", recognise=lambda f: _holds_study(f, name)).resolve()
+
+
+def _holds_study(folder: Path, name: str) -> bool:
+    """Whether ``folder/study.db`` is an Optuna SQLite database holding the study ``name`` (read only)."""
+    db = folder / "study.db"
+    if not db.is_file():
+        return False
+    try:
+        with contextlib.closing(sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)) as con:
+            return con.execute("SELECT 1 FROM studies WHERE study_name = ?", (name,)).fetchone() is not None
+    except sqlite3.Error:
+        return False
 
 
 class _FileLock:
