@@ -92,7 +92,10 @@ def build_parser() -> argparse.ArgumentParser:
     flag("study_name", metavar="NAME", help="study name (default: the sweep file's study_name, else <config>-<sweep>)")
     flag("n_jobs", "--workers", type=int, default=1, metavar="N", help="parallel worker processes (default 1)")
     p.add_argument(
-        "--out", metavar="DIR", help="sweep folder: trials, plots, best.yaml (default runs/sweeps/<study name>)"
+        "--out",
+        metavar="DIR",
+        help="sweep folder: trials, plots, best.yaml (default runs/sweeps/<study name>); new, empty, or one a sweep "
+        "wrote (a rerun continues it), never a folder of yours",
     )
     p.add_argument("--timeout", type=float, metavar="SECONDS", help="start no new trial after this many seconds")
     flag(

