@@ -183,13 +183,96 @@ def remove_if_only_configs(run_dir: Path) -> bool:
 
 
 def progress_bar() -> L.callbacks.ProgressBar:
-    """Lightning's default progress bar: Rich where installed (as Lightning chooses), else tqdm.
+    """The progress a run shows: a live bar on a terminal, :class:`ProgressLines` anywhere else.
 
-    Rich's reads ``Epoch 0``, not ``Epoch 0/-2``, in a fit bounded by ``max_steps`` (``max_epochs`` -1).
+    On a terminal (both stdout and stderr), Lightning's default bar: Rich where installed (as Lightning chooses),
+    else tqdm; Rich's reads ``Epoch 0``, not ``Epoch 0/-2``, in a fit bounded by ``max_steps`` (``max_epochs`` -1).
+    Into a file or a pipe (a pipeline stage's log, CI) a live bar shows nothing until it ends, so plain lines go
+    there instead, flushed as they come.
     """
     import importlib.util
+    import sys
 
+    if not all(stream is not None and stream.isatty() for stream in (sys.stdout, sys.stderr)):
+        return ProgressLines()
     return _RichBar() if importlib.util.find_spec("rich") else L.callbacks.TQDMProgressBar()
+
+
+class ProgressLines(L.callbacks.ProgressBar):
+    """A fit's progress as plain lines (:mod:`domainbert.core.progress`), for output that is not a terminal.
+
+    One line when training starts, one after every validation (the monitored metric: the first
+    ``ModelCheckpoint``'s or ``EarlyStopping``'s ``monitor``, else ``val/loss``), and one whenever
+    :data:`~domainbert.core.progress.EVERY` seconds of training passed without a line (the training loss), so a
+    long epoch still shows a sign of life every minute. Each gives the epoch, the step, the metric, the time
+    elapsed and an estimate of the time left (from the steps done so far), and is flushed at once::
+
+        Progress: epoch 2/4, step 120/372: val/f1_macro 0.7312; 4m10s elapsed, about 8m45s left
+
+    Only ``fit`` prints (``validate``/``test``/``predict`` are one pass each), on rank 0 only.
+    """
+
+    def __init__(self, every: float | None = None, clock=None) -> None:
+        """Configure the lines.
+
+        Args:
+            every: at most this many seconds of training between two lines (default 60).
+            clock: the time in seconds (default ``time.monotonic``; tests pass a fake one).
+        """
+        from domainbert.core.progress import EVERY, Throttle
+
+        super().__init__()
+        self.throttle = Throttle(EVERY if every is None else every, clock)
+        self.enabled = True
+        self._start: float | None = None
+
+    def disable(self) -> None:
+        self.enabled = False
+
+    def enable(self) -> None:
+        self.enabled = True
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._start = self.throttle.said()
+        self._say(trainer, {})
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._start = None
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if self._start is not None and self.throttle.due():
+            self._say(trainer, _pick(trainer.callback_metrics, ("train/loss",)))
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self._start is not None and not trainer.sanity_checking:  # a validation inside fit
+            self._say(trainer, _pick(trainer.callback_metrics, (*_monitored(trainer), "val/loss")))
+
+    def _say(self, trainer: L.Trainer, metrics: dict[str, float]) -> None:
+        from domainbert.core.progress import progress_line
+
+        now = self.throttle.said()
+        if not self.enabled:
+            return
+        total = trainer.estimated_stepping_batches
+        line = progress_line(
+            trainer.current_epoch, trainer.max_epochs, trainer.global_step, total, metrics, now - self._start
+        )
+        print(line, flush=True)
+
+
+def _monitored(trainer: L.Trainer) -> tuple[str, ...]:
+    """The metrics the fit's callbacks watch (checkpointing, early stopping), in the callbacks' order."""
+    names = [getattr(cb, "monitor", None) for cb in trainer.callbacks]
+    return tuple(n for n in names if isinstance(n, str) and n)
+
+
+def _pick(metrics: dict, names: tuple[str, ...]) -> dict[str, float]:
+    """The first of ``names`` that ``metrics`` holds, as ``{name: value}`` (``{}``: none)."""
+    for name in names:
+        value = metrics.get(name)
+        if value is not None and getattr(value, "numel", lambda: 1)() == 1:
+            return {name: float(value)}
+    return {}
 
 
 class _RichBar(TrainDescription, L.callbacks.RichProgressBar):

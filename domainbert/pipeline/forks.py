@@ -155,15 +155,20 @@ def run_stage(module: str, argv: list[str], log: Path) -> int:
 
     The stage worker (``domainbert.pipeline``) is forked from the server where forking is on (:func:`run`), and
     started as a new interpreter where it is not, or where the server cannot start; any other module is a new
-    interpreter. Either way the process is the same: its output in ``log``, its exit status returned.
+    interpreter. Either way the process is the same: its output in ``log``, its exit status returned, and its
+    progress lines (:mod:`domainbert.core.progress`) echoed on the pipeline's own output as they come.
     """
-    if module == "domainbert.pipeline" and enabled():
-        with contextlib.suppress(OSError):  # no server (it said so in one line): a new interpreter instead
-            return run(argv, log)
-    with open(log, "w", encoding="utf-8") as fh:
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        cmd = [sys.executable, "-m", module, *argv]
-        return subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env).returncode
+    from domainbert.core.progress import echoed
+
+    Path(log).write_bytes(b"")  # an earlier run's log is not echoed
+    with echoed(log):
+        if module == "domainbert.pipeline" and enabled():
+            with contextlib.suppress(OSError):  # no server (it said so in one line): a new interpreter instead
+                return run(argv, log)
+        with open(log, "w", encoding="utf-8") as fh:
+            env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+            cmd = [sys.executable, "-m", module, *argv]
+            return subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env).returncode
 
 
 def run(argv: list[str], log: Path) -> int:

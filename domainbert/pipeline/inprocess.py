@@ -5,7 +5,8 @@ run here instead (``Runner(isolate=...)``) behaves, to the pipeline, like that p
 
 - its output goes to the stage's log only: ``sys.stdout`` and ``sys.stderr`` are redirected, logging handlers that
   wrote to the console write to the log, and the root logger gets a handler on the log at ``DOMAINBERT_LOG``
-  (default ``INFO``), the level a stage process logs at;
+  (default ``INFO``), the level a stage process logs at; its progress lines are echoed on the console as a stage
+  process's are (:func:`domainbert.core.progress.echoed`);
 - its exit status is the one the process would have had: 0, the code of a ``SystemExit``, 2 for a user error
   (:class:`~domainbert.errors.DomainBertError`, found however deep a library wrapped it; its message is written to
   the log as ``domainbert: error: ...``), 1 for any other exception (its traceback is written to the log);
@@ -47,7 +48,9 @@ def run_in_process(fn: Callable[[], Any], log: Path, argv: list[str]) -> int:
     Returns:
         0 when ``fn`` returned, else what the stage's process would have exited with (see the module's docstring).
     """
-    with open(log, "w", encoding="utf-8", buffering=1) as fh:
+    from domainbert.core.progress import echoed
+
+    with open(log, "w", encoding="utf-8", buffering=1) as fh, echoed(log):  # progress lines: on the console too
         with _process_state(argv), _logging_to(fh), contextlib.redirect_stdout(fh), contextlib.redirect_stderr(fh):
             code = exit_status(fn)
     _free_memory()
