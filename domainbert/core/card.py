@@ -131,9 +131,15 @@ def exported_metrics(module) -> tuple[dict[str, float], str]:
 
 
 def typed_command() -> str | None:
-    """The ``domainbert`` command line of this process, if it is one (sweep trials hide theirs)."""
+    """The ``domainbert`` command line of this process, if a user typed one (sweep trials hide theirs).
+
+    ``domainbert ...`` or ``python -m domainbert ...``; not a pipeline stage's worker (``python -m
+    domainbert.pipeline --worker ...``), which nobody types and which does not run as a ``domainbert`` command.
+    """
     args = sys.argv[1:]
-    if args and Path(sys.argv[0]).name in ("domainbert", "__main__.py"):
+    program = Path(sys.argv[0]) if sys.argv else Path()
+    typed = program.name == "domainbert" or (program.name == "__main__.py" and program.parent.name == "domainbert")
+    if args and typed and args[0] != "--worker":
         return "domainbert " + " ".join(args)
     return None
 

@@ -11,7 +11,8 @@ A run shows what it runs, one progress bar, its final metrics and where the mode
   state comes from another run folder, its warning that a fit which never validated has no monitored metric):
   ``warnings`` filters on their exact messages; onnxruntime's advice to pre-process a model before quantizing it (a
   root-logger record): a filter on the root logger that drops it only; Lightning's warning that a distillation's
-  frozen teacher is in eval mode (:func:`expect_frozen_modules`), for exactly the teacher's modules;
+  frozen teacher is in eval mode (:func:`expect_frozen_modules`), for exactly the teacher's modules; torch's
+  "TypedStorage is deprecated" around the load of an int8 variant (:func:`quiet_typed_storage`);
 - transformers' load report (a table with colour codes, which domainbert reports in one line itself) and other
   transformers warnings: its verbosity becomes ``error`` unless ``TRANSFORMERS_VERBOSITY`` is set;
 - transformers' own progress bars ("Loading weights", "Writing model shards") around domainbert's loads and saves
@@ -187,3 +188,20 @@ def expect_frozen_modules(module) -> None:
     count = sum(1 for m in module.modules() if not m.training)
     if count:
         warnings.filterwarnings("ignore", message=rf"Found {count} module\(s\) in eval mode at the start of training")
+
+
+#: torch's deprecation notice on loading a pickled checkpoint that holds ``TypedStorage`` (torchao's int8 weights).
+TYPED_STORAGE = r"TypedStorage is deprecated"
+
+
+@contextlib.contextmanager
+def quiet_typed_storage() -> Iterator[None]:
+    """Drop torch's "TypedStorage is deprecated" warning inside the block, and no other.
+
+    Around domainbert's own ``torch.load`` of an int8 variant: the notice is about the storages inside the saved
+    weights, which the user cannot change. Other warnings pass as before; ``DOMAINBERT_LOG=DEBUG`` keeps it.
+    """
+    with warnings.catch_warnings():
+        if not debug():
+            warnings.filterwarnings("ignore", message=TYPED_STORAGE, category=UserWarning)
+        yield
