@@ -2,9 +2,10 @@
 
 Items S1-S4 of the safety round: a long ``$TMPDIR``; a pipeline ended by a signal (its stage and server must end
 with it, in one line); a same-user process talking to the stage server; two pipelines on one ``out``; ``--out`` on a
-home, the root, a project, an input or a file, even with ``--overwrite true``; a tokenized split cut short; a data
-file edited with its modification time restored; a broken ``--help`` cache entry. The rows that must stop a process
-mid-stage are short Python scripts (``python=True``) that drive ``python -m domainbert pipeline`` themselves.
+home, the root, a project, an input or a file, even with ``--overwrite true``; a tokenized split cut short or
+replaced by another split's; a data file edited with its modification time restored; a broken or malformed
+``--help`` cache entry. The rows that must stop a process mid-stage are short Python scripts (``python=True``) that
+drive ``python -m domainbert pipeline`` themselves.
 """
 
 from __future__ import annotations
@@ -148,24 +149,27 @@ sys.exit(0 if fine and "Traceback" not in err else 5)
 """
 )
 
-#: a fit, its tokenized splits cut short, the same fit again: it must tokenize again and say so
+#: a fit; its tokenized splits cut short (``cut``) or each replaced by another split's (``foreign``: a valid file of
+#: other rows); the same fit again: it must tokenize again and say so
 CUT_CACHE = """
 import subprocess, sys, json
 from pathlib import Path
-args = json.loads(sys.argv[1])
+args, how = json.loads(sys.argv[1]), sys.argv[2]
 def fit():
     proc = subprocess.run([sys.executable, "-m", "domainbert", *args], capture_output=True, text=True)
     return proc.returncode, proc.stdout + proc.stderr
 rc, out = fit()
 if rc:
     print(out[-2000:]); sys.exit(6)
-cut = [p for p in Path("dsc").rglob("cache-*.arrow") if len(p.stem) == len("cache-") + 32]  # tokenized splits
-for p in cut:
-    data = p.read_bytes()
-    p.write_bytes(data[: len(data) // 2])
+cut = sorted(p for p in Path("dsc").rglob("cache-*.arrow") if len(p.stem) == len("cache-") + 32)  # tokenized splits
+data = [p.read_bytes() for p in cut]
+for p, own, other in zip(cut, data, data[1:] + data[:1]):
+    p.write_bytes(own[: len(own) // 2] if how == "cut" else other)
+if how == "foreign" and (len(cut) < 2 or len(set(data)) < 2):
+    print(f"{len(cut)} tokenized file(s): nothing to swap"); sys.exit(6)
 rc, out = fit()
 said = [l for l in out.splitlines() if "was cut short or replaced" in l]
-print(f"cut {len(cut)} tokenized file(s); second fit rc {rc}; said: {said[0] if said else 'nothing'}")
+print(f"{how} {len(cut)} tokenized file(s); second fit rc {rc}; said: {said[0] if said else 'nothing'}")
 if "Traceback" in out:
     print(out.strip().splitlines()[-1]); sys.exit(5)
 sys.exit(0 if rc == 0 and said and cut else 5)
@@ -248,7 +252,7 @@ def _notes(work: Path, values: dict) -> None:
     (work / "notes.txt").write_text("the user's notes\n")
 
 
-def _help_entry(sources, text: str):
+def _help_entry(sources, text):
     """A ``fit --help`` cache entry with the current key (so it is read) and ``sources`` and ``text`` as given."""
 
     def setup(work: Path, values: dict) -> None:
@@ -338,9 +342,13 @@ def safety() -> list[Attack]:
         Attack("pipeline-out-home", "S3", [*PIPE, "--out", "{work}/home"], "refused: a home folder",
                names=["home folder"], setup=_home, env={"HOME": "{work}/home"}, protect=["{work}/home"],
                absent=["{work}/home/.domainbert-output", "{work}/home/state.json"]),
-        Attack("fit-token-cache-cut-short", "S4a", ["-c", _code(CUT_CACHE), _script_args(CLS_FIT)],
+        Attack("fit-token-cache-cut-short", "S4a", ["-c", _code(CUT_CACHE), _script_args(CLS_FIT), "cut"],
                "the cut file tokenized again, in one line naming it", expect="custom", check=_script_ok,
                python=True, env={"HF_DATASETS_CACHE": "{work}/dsc"}, setup=_copy_train),
+        Attack("fit-token-cache-foreign", "S4a", ["-c", _code(CUT_CACHE), _script_args(CLS_FIT), "foreign"],
+               "a split's file replaced by another split's: tokenized again, in one line naming it",
+               expect="custom", check=_script_ok, python=True, env={"HF_DATASETS_CACHE": "{work}/dsc"},
+               setup=_copy_train),
         Attack("fit-data-edited-mtime-restored", "S4b",
                ["-c", _code(EDITED), _script_args([*CLS_FIT[:6], "train.jsonl", *CLS_FIT[7:]])],
                "the edited file read anew (its rows, not the old ones)", expect="custom", check=_script_ok,
@@ -351,4 +359,7 @@ def safety() -> list[Attack]:
         Attack("fit-help-cache-escapes", "S4c", ["fit", "--help"], "rc 0: the kept text without escape sequences",
                expect="ok", check=_served, env={"DOMAINBERT_CACHE": "{work}/cache"},
                setup=_help_entry([], "usage: domainbert fit\x1b]0;owned\x07\x1b[2J\n")),
+        Attack("fit-help-cache-malformed", "S4c", ["fit", "--help"], "rc 0: the entry rebuilt, the help shown",
+               expect="ok", check=_served, env={"DOMAINBERT_CACHE": "{work}/cache"},
+               setup=_help_entry("not a list", ["not", "text"])),
     ]  # fmt: skip

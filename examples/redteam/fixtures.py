@@ -143,4 +143,5 @@ def build(root: Path) -> dict[str, str]:
         "cfg_mlm": str(ROOT / "configs/pretrain/tiny_debug.yaml"),
         "cfg_distill": str(ROOT / "configs/distill/tiny_debug.yaml"),
         "sweep_lr": str(ROOT / "configs/sweep/lr_warmup.yaml"),
+        "get_mpnet": str(ROOT / "examples/models/get_mpnet.py"),
     }

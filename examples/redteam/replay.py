@@ -22,7 +22,14 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: the repository root on the path, for ``examples.redteam``
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from examples.redteam import attacks_inputs, attacks_outputs, attacks_runs, attacks_safety, fixtures  # noqa: E402
+from examples.redteam import (  # noqa: E402
+    attacks_folders,
+    attacks_inputs,
+    attacks_outputs,
+    attacks_runs,
+    attacks_safety,
+    fixtures,
+)
 from examples.redteam.verdict import Attack, run  # noqa: E402
 
 
@@ -39,6 +46,7 @@ def attacks() -> list[Attack]:
         *attacks_inputs.tools(),
         *attacks_safety.safety(),
         *attacks_inputs.plugins(),
+        *attacks_folders.folders(),
     ]
 
 
@@ -48,6 +56,10 @@ def _cell(text: str, width: int = 160) -> str:
 
 
 def _command(attack: Attack) -> str:
+    if attack.python and attack.argv[0] != "-c":  # a script: its path and arguments as given
+        return "python " + " ".join(attack.argv)
+    if attack.python and "transformers" not in attack.argv[1]:  # a script of the replay's own
+        return f"python -c <the {attack.id} script>"
     if attack.python:
         return "python -c <" + ("plain transformers load" if "said" in attack.argv[1] else "remote-code logits") + ">"
     return "domainbert " + " ".join(a if a and " " not in a else repr(a) for a in attack.argv)
