@@ -90,8 +90,12 @@ def check_checkpoint_config(ckpt_path: str | os.PathLike, model_cfg: Any) -> Non
         model_cfg: the config's ``model`` entry (``class_path`` and ``init_args``), before Lightning merges
             the checkpoint's hyper-parameters into it.
     """
+    from domainbert.core.checkpoint_io import check_saved_trust
+
     ckpt = load_checkpoint(ckpt_path)
     hp = ckpt.get("hyper_parameters") or {}
+    given = _get(_get(model_cfg, "init_args"), "trust_remote_code") is True  # the user's own word
+    check_saved_trust(hp, f"--ckpt_path {ckpt_path}", given=given)
     want_cls = _get(model_cfg, "class_path")
     have_cls = hp.get("_class_path")
     if want_cls and have_cls and want_cls != have_cls:

@@ -89,7 +89,8 @@ def check_no_foreign_code(data: dict, folder: str) -> None:
         f"{Path(folder) / 'config.json'}: field 'auto_map' names the model's own code ({names}); domainbert does "
         "not run code shipped in a model folder. Use a checkpoint saved as a transformers architecture (load it "
         "once with trust_remote_code=True and save_pretrained() a standard class such as BertModel), or, for a "
-        "folder you trust, pass --model.trust_remote_code true where the module offers it (mlm, contrastive)"
+        "folder you trust, pass --model.trust_remote_code true where the module offers it (mlm, contrastive, tsdae; "
+        "never read from a checkpoint)"
     )
 
 

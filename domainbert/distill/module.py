@@ -45,7 +45,7 @@ from domainbert.data.contract import check_agreement, model_labels
 from domainbert.data.masking import IGNORE_INDEX, Masker
 from domainbert.distill.chunks import AUTO_CHUNK_ROWS, check_chunk_rows, length_chunks, run_in_chunks
 from domainbert.distill.losses import HardLabelLoss, LossTerm
-from domainbert.distill.objective import build_objective, loss_configs
+from domainbert.distill.objective import build_extra_losses, build_objective, loss_configs
 from domainbert.distill.student import build_student, tokenizer_difference
 from domainbert.distill.task_table import Outputs, distill_task
 from domainbert.distill.teacher import (
@@ -146,7 +146,8 @@ class DistillationModule(HFModule):
                 ``class_path`` and ``init_args`` (``weight``, default 1, and ``name`` among them), e.g.
                 ``{class_path: domainbert.losses.HiddenStateLoss, init_args: {layer_map: {2: 4}, weight: 0.5}}``;
                 ``--model.extra_losses.help <class>`` lists a term's arguments. Each is logged as
-                ``train/loss_<name>``. The older form, ``weight`` beside ``init_args``, still loads.
+                ``train/loss_<name>``. A checkpoint saves them as ``{class_path, init_args}`` dicts, which are
+                rebuilt only when ``class_path`` names a ``LossTerm`` subclass.
             teacher_cache: a folder where the teacher's training-set outputs are kept and reused by later epochs
                 and runs (logits, plus the hidden states the hidden-state loss reads). It fills as training runs
                 the teacher (written at each epoch's end): no separate pass over the data. Not for masked-LM
@@ -169,6 +170,7 @@ class DistillationModule(HFModule):
         self.optimizer = optimizer
         self._set_task(task, teacher_cache)
         check_chunk_rows(chunk_rows)
+        extra_terms = [term for _, term, _ in build_extra_losses(extra_losses)]  # checked before any model loads
         members = self._load_teachers(teacher, num_labels, label_names)
         self.model, default_map, self.tokenizer = build_student(
             members[0],
@@ -197,7 +199,7 @@ class DistillationModule(HFModule):
             hidden_loss=hidden_loss,
             layer_map=layer_map,
             default_map=default_map,
-            extra_losses=extra_losses,
+            extra_losses=extra_terms,
         )
         self._use_objective(objective, teacher_cache)
         self._save_loss_configs()
@@ -213,7 +215,7 @@ class DistillationModule(HFModule):
         """Keep ``extra_losses`` in the hyper-parameters as ``{class_path, init_args}`` dicts, never as modules.
 
         Given as terms (from Python) they would be pickled into checkpoints, which ``--ckpt_path`` loads only as
-        plain data; given in the older form they are saved in today's, which every loader reads.
+        plain data.
         """
         configs = loss_configs(self.hparams.get("extra_losses"))
         self.hparams["extra_losses"] = configs

@@ -4,14 +4,13 @@
 ``extra_losses``, each with its own ``weight``; a built-in term whose weight is 0 is left out. The terms are in
 :mod:`domainbert.distill.losses`.
 
-``extra_losses`` entries: jsonargparse instantiates an entry written ``{class_path, init_args}`` (``weight`` and
-``name`` among the init args) before :class:`~domainbert.distill.module.DistillationModule` sees it. Older configs
-and the hyper-parameters of older checkpoints wrote ``{class_path, init_args, weight, name}``, with ``weight`` and
-``name`` beside ``init_args``, and ``class_path`` could be a bare class name of :mod:`domainbert.distill.losses`
-(``HiddenStateLoss``); such an entry reaches the module as a dict, is rewritten to today's form by
-:func:`normalise_loss_spec` and built by :func:`build_loss`. A class that is an ``nn.Module`` but no
-:class:`~domainbert.distill.losses.LossTerm` (the older contract: any module with ``forward(student_out,
-teacher_out, batch)``) still loads from a dict, its weight and name kept beside it.
+``extra_losses`` entries are :class:`~domainbert.distill.losses.LossTerm` s. A config names each as
+``{class_path, init_args}`` (``weight`` and ``name`` among the init args), which jsonargparse instantiates before
+:class:`~domainbert.distill.module.DistillationModule` sees it. The one other form is what a checkpoint's
+hyper-parameters hold: the same ``{class_path, init_args}``, as a dict. :func:`build_loss` rebuilds such a dict only
+when ``class_path`` names a ``LossTerm`` subclass: the class is resolved and checked before anything is built, so a
+checkpoint cannot make domainbert build any other class (a model module whose arguments name a folder of foreign
+code, say), and an entry whose arguments turn ``trust_remote_code`` on is refused.
 """
 
 from __future__ import annotations
@@ -32,8 +31,6 @@ from domainbert.distill.losses import (
     KLDivergenceLoss,
     LossTerm,
     check_layer_map,
-    check_name,
-    check_weight,
     uniform_layer_map,
 )
 from domainbert.distill.student import hidden_width, num_layers
@@ -89,9 +86,8 @@ def build_objective(
         hidden_loss: ``mse`` or ``cosine``.
         layer_map: the user's layer map; checked against both depths.
         default_map: the map used without one (a copied student's layers); else TinyBERT's uniform map.
-        extra_losses: more terms: :class:`~domainbert.distill.losses.LossTerm` s, or dicts in the older
-            ``{class_path, init_args, weight}`` form (:func:`build_loss`); a name
-            already taken gets ``_`` appended.
+        extra_losses: more terms: :class:`~domainbert.distill.losses.LossTerm` s, or the ``{class_path,
+            init_args}`` dicts a checkpoint saved (:func:`build_loss`); a name already taken gets ``_`` appended.
     """
     check_weights(alpha=alpha, beta=beta, gamma=gamma, delta=delta)
     s_layers, t_layers = num_layers(student_config), num_layers(teacher_config)
@@ -119,73 +115,74 @@ def build_objective(
     return Objective(terms, weights, lmap)
 
 
-#: The keys of an entry in the older form.
-SPEC_KEYS = ("class_path", "init_args", "weight", "name")
+#: The keys of an entry given as a dict.
+SPEC_KEYS = ("class_path", "init_args")
 #: What an entry should look like, for error messages.
 EXPECTED = "expected {class_path: <a LossTerm subclass>, init_args: {..., weight: <number>}}"
 
 
 def normalise_loss_spec(entry: Any, where: str = "model.extra_losses") -> dict[str, Any]:
-    """Rewrite one ``extra_losses`` entry, today's form or an older one, as ``{class_path, init_args}``.
+    """One ``extra_losses`` entry given as a dict, checked, as ``{class_path, init_args}`` with a full class path.
 
-    ``weight`` and ``name`` given beside ``init_args`` move into it; a bare class name of
-    :mod:`domainbert.distill.losses` becomes its full path; a string is a class path without arguments.
+    A class name without a module (``HiddenStateLoss``, as jsonargparse also reads it) becomes the full path of the
+    loaded :class:`LossTerm` subclass of that name; nothing is imported for it.
 
     Args:
-        entry: the entry, as a config or a checkpoint's hyper-parameters hold it.
+        entry: the entry, as a checkpoint's hyper-parameters hold it.
         where: the entry's place, named in errors (``model.extra_losses[1]``).
 
     Raises:
         DomainBertError: naming ``where`` and what was expected, for an entry that is no mapping, has no
-            ``class_path``, has keys other than those of :data:`SPEC_KEYS`, or gives one setting twice.
+            ``class_path``, has keys other than those of :data:`SPEC_KEYS` (``weight`` beside ``init_args``, say),
+            or names by a bare name no loaded loss term.
 
     Example:
-    >>> normalise_loss_spec({"class_path": "HiddenStateLoss", "init_args": {"kind": "cosine"}, "weight": 0.3})
+    >>> normalise_loss_spec({"class_path": "HiddenStateLoss", "init_args": {"kind": "cosine", "weight": 0.3}})
     {'class_path': 'domainbert.distill.losses.HiddenStateLoss', 'init_args': {'kind': 'cosine', 'weight': 0.3}}
     """
-    if isinstance(entry, str):
-        entry = {"class_path": entry}
     if not isinstance(entry, Mapping):
         raise DomainBertError(f"{where}: got {entry!r}; {EXPECTED}")
-    spec = dict(entry)
-    path = spec.pop("class_path", None)
+    path = entry.get("class_path")
     if not isinstance(path, str) or not path:
         raise DomainBertError(f"{where}: {dict(entry)} has no class_path; {EXPECTED}")
-    init_args = spec.pop("init_args", None) or {}
+    unknown = sorted(set(entry) - set(SPEC_KEYS))
+    if unknown:
+        raise DomainBertError(f"{where} ({path}): unknown keys {unknown}; {EXPECTED}")
+    init_args = entry.get("init_args") or {}
     if not isinstance(init_args, Mapping):
         raise DomainBertError(f"{where} ({path}): init_args is {init_args!r}; expected a mapping of argument names")
-    init_args = dict(init_args)
-    for key in ("weight", "name"):
-        if key not in spec:
-            continue
-        value = spec.pop(key)
-        if key in init_args and init_args[key] != value:
-            raise DomainBertError(
-                f"{where} ({path}): {key} is given twice, {value!r} beside init_args and {init_args[key]!r} in it; "
-                "give it once, in init_args"
-            )
-        init_args[key] = value
-    if spec:
-        raise DomainBertError(f"{where} ({path}): unknown keys {sorted(spec)}; {EXPECTED}")
-    return {"class_path": _full_path(path, where), "init_args": init_args}
+    full = path if "." in path else _qualified(_term_named(path, where))
+    return {"class_path": full, "init_args": dict(init_args)}
 
 
-def _full_path(path: str, where: str) -> str:
-    """``path``, or the full path of a bare class name of :mod:`domainbert.distill.losses`."""
-    if "." in path:
-        return path
-    cls = getattr(built_in, path, None)
-    if not (isinstance(cls, type) and issubclass(cls, LossTerm)):
-        names = ", ".join(built_in_terms())
+def _qualified(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _loaded_terms() -> list[type]:
+    """Every :class:`LossTerm` subclass loaded so far (what jsonargparse resolves a bare class name among)."""
+    found, todo = [], list(LossTerm.__subclasses__())
+    while todo:
+        cls = todo.pop()
+        found.append(cls)
+        todo.extend(cls.__subclasses__())
+    return found
+
+
+def _term_named(name: str, where: str) -> type:
+    """The loaded :class:`LossTerm` subclass called ``name``."""
+    matches = {_qualified(c): c for c in _loaded_terms() if c.__name__ == name}
+    if len(matches) != 1:
+        why = "is no built-in loss term" if not matches else f"names several loss terms ({', '.join(sorted(matches))})"
         raise DomainBertError(
-            f"{where}: class_path {path!r} is no built-in loss term ({names}); give a full class path such as "
+            f"{where}: class_path {name!r} {why} ({', '.join(built_in_terms())}); give a full class path such as "
             "mypackage.losses.MyLoss"
         )
-    return f"{built_in.__name__}.{path}"
+    return next(iter(matches.values()))
 
 
 def built_in_terms() -> list[str]:
-    """The names of the loss terms in :mod:`domainbert.distill.losses`, for bare class names in configs."""
+    """The names of the loss terms in :mod:`domainbert.distill.losses`."""
     return sorted(
         name
         for name, obj in vars(built_in).items()
@@ -193,17 +190,27 @@ def built_in_terms() -> list[str]:
     )
 
 
-def _import(path: str, where: str) -> type:
-    """The class ``path`` names."""
+def loss_class(path: str, where: str = "model.extra_losses") -> type[LossTerm]:
+    """The :class:`LossTerm` subclass that the full class path ``path`` names; nothing else is ever returned.
+
+    The module is imported (an installed package's, as jsonargparse would import it); the class is checked before
+    anything is built from it.
+
+    Raises:
+        DomainBertError: naming ``where``, for a path that cannot be imported or names no ``LossTerm`` subclass.
+    """
     module_name, _, cls_name = path.rpartition(".")
     try:
         cls = getattr(importlib.import_module(module_name), cls_name)
-    except (ImportError, AttributeError) as err:
+    except (ImportError, AttributeError, ValueError) as err:
         raise DomainBertError(
             f"{where}: cannot import {path!r} ({err}); expected the class path of an installed LossTerm subclass"
         ) from err
-    if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
-        raise DomainBertError(f"{where}: {path} is not a class derived from domainbert.losses.LossTerm")
+    if not (isinstance(cls, type) and issubclass(cls, LossTerm)):
+        raise DomainBertError(
+            f"{where}: {path} is not a class derived from domainbert.losses.LossTerm; extra_losses (and a "
+            "checkpoint's saved ones) are built only from LossTerm subclasses"
+        )
     return cls
 
 
@@ -220,30 +227,33 @@ def _accepted(cls: type) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def build_loss(entry: Any, where: str = "model.extra_losses") -> tuple[str, nn.Module, float]:
-    """Instantiate one ``extra_losses`` entry given as a dict or a class path (today's form or an older one).
+def build_loss(entry: Any, where: str = "model.extra_losses") -> tuple[str, LossTerm, float]:
+    """Build one ``extra_losses`` entry given as ``{class_path, init_args}`` (a checkpoint's saved form).
+
+    The class is resolved and checked to be a :class:`LossTerm` subclass (:func:`loss_class`) before it is built.
 
     Args:
-        entry: ``{class_path, init_args}``, the older ``{class_path, init_args, weight, name}`` or a class path.
+        entry: ``{class_path, init_args}``, ``weight`` and ``name`` among the init args.
         where: the entry's place, named in errors.
 
     Returns:
-        ``(name, module, weight)``; the name defaults to the class name in lower case.
+        ``(name, term, weight)``; the name defaults to the class name in lower case.
 
     Raises:
         DomainBertError: naming ``where``, for an entry :func:`normalise_loss_spec` refuses, a class that cannot be
-            imported or is no ``nn.Module``, or arguments its ``__init__`` does not take.
+            imported or is no ``LossTerm`` subclass, ``trust_remote_code`` set in its arguments (never taken from a
+            checkpoint), or arguments its ``__init__`` does not take.
     """
     spec = normalise_loss_spec(entry, where)
-    path, init_args = spec["class_path"], dict(spec["init_args"])
-    cls = _import(path, where)
-    accepted = _accepted(cls) if issubclass(cls, LossTerm) else []
-    # an older term (a plain nn.Module, or a subclass whose __init__ takes neither): weight and name stay beside it
-    kept = {k: init_args.pop(k) for k in ("weight", "name") if k in init_args and k not in accepted}
-    weight = check_weight(kept.get("weight", 1.0), f"{where} ({path})")
-    name = check_name(kept.get("name"), f"{where} ({path})")
+    path, init_args = spec["class_path"], spec["init_args"]
+    cls = loss_class(path, where)
+    if init_args.get("trust_remote_code"):
+        raise DomainBertError(
+            f"{where} ({path}): init_args set trust_remote_code, which domainbert never takes from a checkpoint or "
+            "a saved entry; build the term yourself if you trust its code"
+        )
     try:
-        module = cls(**init_args)
+        term = cls(**init_args)
     except DomainBertError as err:
         raise DomainBertError(f"{where} ({path}): {err}") from err
     except TypeError as err:
@@ -251,19 +261,15 @@ def build_loss(entry: Any, where: str = "model.extra_losses") -> tuple[str, nn.M
             f"{where}: {path}({', '.join(f'{k}={v!r}' for k, v in init_args.items())}) failed: {err}; "
             f"its arguments are {', '.join(_accepted(cls)) or 'none'}"
         ) from err
-    if isinstance(module, LossTerm):
-        module.weight = weight if "weight" in kept else module.weight
-        module.name = name if "name" in kept else module.name
-        return module.term_name, module, module.weight
-    return name or cls.__name__.lower(), module, weight
+    return term.term_name, term, term.weight
 
 
-def build_extra_losses(entries: list | None) -> list[tuple[str, nn.Module, float]]:
-    """``(name, module, weight)`` of each ``extra_losses`` entry: a :class:`LossTerm`, or what :func:`build_loss` reads.
+def build_extra_losses(entries: list | None) -> list[tuple[str, LossTerm, float]]:
+    """``(name, term, weight)`` of each ``extra_losses`` entry: a :class:`LossTerm`, or a dict :func:`build_loss` reads.
 
     Raises:
-        DomainBertError: naming the entry, for an ``nn.Module`` that is no :class:`LossTerm` (give it as a dict, or
-            subclass :class:`LossTerm`), or an entry :func:`build_loss` refuses.
+        DomainBertError: naming the entry, for an ``nn.Module`` that is no :class:`LossTerm` (subclass
+            :class:`LossTerm`), or an entry :func:`build_loss` refuses.
     """
     if entries is not None and not isinstance(entries, list | tuple):
         raise DomainBertError(f"model.extra_losses: got {entries!r}; expected a list of loss terms")
@@ -275,7 +281,7 @@ def build_extra_losses(entries: list | None) -> list[tuple[str, nn.Module, float
         elif isinstance(entry, nn.Module):
             raise DomainBertError(
                 f"{where}: {type(entry).__name__} is an nn.Module but no domainbert.losses.LossTerm; subclass LossTerm "
-                "(weight and name are its init args) or give {class_path, init_args}"
+                "(weight and name are its init args)"
             )
         else:
             out.append(build_loss(entry, where))
@@ -285,8 +291,8 @@ def build_extra_losses(entries: list | None) -> list[tuple[str, nn.Module, float
 def loss_configs(entries: list | None) -> list[dict[str, Any]] | None:
     """The ``extra_losses`` entries as ``{class_path, init_args}`` dicts, for the checkpoint's hyper-parameters.
 
-    A :class:`LossTerm` gives the arguments it was built with (:meth:`LossTerm.config`); a dict or class path is
-    rewritten by :func:`normalise_loss_spec`. None stays None.
+    A :class:`LossTerm` gives the arguments it was built with (:meth:`LossTerm.config`); a dict is checked by
+    :func:`normalise_loss_spec`. None stays None.
     """
     if entries is None:
         return None

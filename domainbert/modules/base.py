@@ -8,9 +8,11 @@ holds the constructor arguments they all take.
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 from pathlib import Path
+from typing import IO, Any
 
 import lightning.pytorch as L
 import torch
@@ -62,6 +64,44 @@ class HFModule(L.LightningModule):
     export_pooling: str | None = None
     #: the metrics of the latest validation and test (``val/...``, ``test/...``), for the model card
     evaluated_metrics: dict | None = None
+
+    # -- loading ----------------------------------------------------------------------------------
+    @classmethod
+    def load_from_checkpoint(
+        cls,
+        checkpoint_path: str | os.PathLike | IO[bytes],
+        map_location: Any = None,
+        hparams_file: str | os.PathLike | None = None,
+        strict: bool | None = None,
+        weights_only: bool | None = None,
+        **kwargs: Any,
+    ):
+        """Lightning's ``load_from_checkpoint``; saved hyper-parameters never turn ``trust_remote_code`` on.
+
+        A checkpoint (or ``hparams_file``) whose hyper-parameters set ``trust_remote_code: true`` is refused before
+        anything is built (:func:`~domainbert.core.checkpoint_io.check_saved_trust`), unless the call gives
+        ``trust_remote_code`` itself; every other argument is Lightning's.
+
+        Raises:
+            DomainBertError: one line naming the checkpoint and the setting.
+        """
+        from lightning.pytorch.core.saving import load_hparams_from_tags_csv, load_hparams_from_yaml
+
+        from domainbert.core.checkpoint_io import check_saved_trust, saved_hparams
+
+        if not isinstance(checkpoint_path, str | os.PathLike):  # an open file: read once, handed on as bytes
+            checkpoint_path = io.BytesIO(checkpoint_path.read())
+        given = "trust_remote_code" in kwargs
+        check_saved_trust(saved_hparams(checkpoint_path, unpickle=weights_only is False), str(checkpoint_path), given)
+        if isinstance(checkpoint_path, io.BytesIO):
+            checkpoint_path.seek(0)
+        readers = {"csv": load_hparams_from_tags_csv, "yml": load_hparams_from_yaml, "yaml": load_hparams_from_yaml}
+        read = readers.get(str(hparams_file).rsplit(".", 1)[-1].lower()) if hparams_file is not None else None
+        if read is not None:  # Lightning names any other file type itself
+            check_saved_trust(read(hparams_file) or {}, str(hparams_file), given)
+        return super().load_from_checkpoint(
+            checkpoint_path, map_location, hparams_file, strict, weights_only=weights_only, **kwargs
+        )
 
     # -- optimisation -----------------------------------------------------------------------------
     def trainable_groups(self) -> list[dict]:

@@ -115,7 +115,9 @@ class ContrastiveModule(HFModule):
             attention_dropout: attention dropout during this training (None keeps the checkpoint's); exported as
                 the checkpoint's.
             seed: seed of the validation dropout masks, so every validation draws the same ones.
-            trust_remote_code: allow custom modelling code shipped with the checkpoint. Off by default.
+            trust_remote_code: allow custom modelling code shipped with the checkpoint. Off by default. Yours
+                to give on each command (or call): it is never saved in, nor taken from, a checkpoint's
+                hyper-parameters (one that sets it is refused).
             optimizer: the optimizer class (default AdamW); its per-group learning rates come from this module.
         """
         super().__init__()
@@ -123,7 +125,7 @@ class ContrastiveModule(HFModule):
             raise DomainBertError(f"model.pooling={pooling!r}: expected mean or cls")
         if not temperature > 0:
             raise DomainBertError(f"model.temperature={temperature}: expected a positive temperature")
-        self.save_hyperparameters(ignore=["optimizer"])
+        self.save_hyperparameters(ignore=["optimizer", "trust_remote_code"])  # never from a checkpoint
         self.optimizer = optimizer
         self.tokenizer = load_tokenizer(init_from, trust_remote_code=trust_remote_code)
         dropout = {"hidden": hidden_dropout, "attention": attention_dropout}

@@ -101,7 +101,9 @@ class MaskedLMModule(HeadWarmup, HFModule):
             gradient_checkpointing: recompute each layer's activations in the backward pass instead of keeping
                 them (less memory for longer blocks or larger batches, about a third slower; same gradients).
             seed: seed of the mask draws; masks depend on (seed, global step) only, so resumes are exact.
-            trust_remote_code: allow custom modelling code shipped with the checkpoint. Off by default.
+            trust_remote_code: allow custom modelling code shipped with the checkpoint. Off by default. Yours
+                to give on each command (or call): it is never saved in, nor taken from, a checkpoint's
+                hyper-parameters (one that sets it is refused).
             lora: LoRA settings; None trains the whole encoder. Any value (``{}`` for the defaults, ``{r: 8}``)
                 freezes the encoder's weights (its input embeddings, and the decoder tied to them, included), adds
                 adapters to its family's attention query and value (``target_modules`` names others, the
@@ -112,7 +114,7 @@ class MaskedLMModule(HeadWarmup, HFModule):
             optimizer: the optimizer class (default AdamW); its per-group learning rates come from this module.
         """
         super().__init__()
-        self.save_hyperparameters(ignore=["optimizer"])
+        self.save_hyperparameters(ignore=["optimizer", "trust_remote_code"])  # never from a checkpoint
         if isinstance(lora, LoraSettings):
             self.save_hyperparameters({"lora": lora_hparam(lora)})  # checkpoints keep plain data (``weights_only``)
         self.optimizer = optimizer

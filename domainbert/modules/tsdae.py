@@ -182,7 +182,9 @@ class TsdaeModule(HeadWarmup, HFModule):
             attention_dropout: attention dropout during this training (None keeps the checkpoint's); exported as
                 the checkpoint's.
             seed: seed of the deletion noise: a step's noise depends on (seed, step) only, so resumes are exact.
-            trust_remote_code: allow custom modelling code shipped with the checkpoint. Off by default.
+            trust_remote_code: allow custom modelling code shipped with the checkpoint. Off by default. Yours
+                to give on each command (or call): it is never saved in, nor taken from, a checkpoint's
+                hyper-parameters (one that sets it is refused).
             optimizer: the optimizer class (default AdamW); its per-group learning rates come from this module.
         """
         super().__init__()
@@ -192,7 +194,7 @@ class TsdaeModule(HeadWarmup, HFModule):
         from domainbert.modules.classification import resolve_pooling
 
         self.pooling = resolve_pooling(pooling, init_from)
-        self.save_hyperparameters(ignore=["optimizer"])
+        self.save_hyperparameters(ignore=["optimizer", "trust_remote_code"])  # never from a checkpoint
         self.optimizer = optimizer
         self.tokenizer = load_tokenizer(init_from, trust_remote_code=trust_remote_code)
         self.deleter = Deleter(self.tokenizer, deletion_ratio)

@@ -1,5 +1,6 @@
-"""``model.extra_losses`` through the command line: terms by class path train, log, save and reload; older configs,
-older checkpoints and a loss term from another package (``examples/plugin_loss``) load."""
+"""``model.extra_losses`` through the command line: terms by class path train, log, save and reload; an older
+checkpoint given a term, and a loss term from another package (``examples/plugin_loss``), load; an entry in a form
+that is not ``{class_path, init_args}`` is one line naming it."""
 
 from __future__ import annotations
 
@@ -73,23 +74,16 @@ def test_a_term_by_class_path_trains_logs_and_reloads_from_its_checkpoint(teache
     assert again.model.loss_weights["cos_hidden"] == 0.25 and again.model.losses["cos_hidden"].kind == "cosine"
 
 
-def test_an_older_config_with_weight_beside_init_args_still_fits(teacher, tmp_path, monkeypatch):
+def test_an_entry_with_weight_beside_init_args_is_one_line_naming_it(teacher, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(ROOT)
-    older = [
-        {"class_path": "HiddenStateLoss", "init_args": {"layer_map": {1: 2}}, "weight": 0.3, "name": "old_hidden"},
-        {"class_path": "domainbert.losses.HardLabelLoss", "weight": 0.2},
-    ]
-    cli = _fit(tmp_path, teacher, older)
-    assert {k: cli.model.loss_weights[k] for k in ("old_hidden", "hardlabelloss")} == {
-        "old_hidden": 0.3,
-        "hardlabelloss": 0.2,
-    }
-    assert {"train/loss_old_hidden", "train/loss_hardlabelloss"} <= set(cli.trainer.callback_metrics)
-    saved = torch.load(_checkpoint(tmp_path), map_location="cpu", weights_only=True)["hyper_parameters"]
-    assert saved["extra_losses"][0] == {
-        "class_path": "domainbert.distill.losses.HiddenStateLoss",
-        "init_args": {"layer_map": {1: 2}, "weight": 0.3, "name": "old_hidden"},
-    }  # saved in today's form
+    snippet = tmp_path / "older.yaml"
+    older = {"class_path": "HiddenStateLoss", "init_args": {"layer_map": {1: 2}}, "weight": 0.3}
+    snippet.write_text(yaml.safe_dump({"model": {"init_args": {"extra_losses": [older]}}}))
+    with pytest.raises(SystemExit) as done:
+        main(["fit", "--config", TINY, "--config", str(snippet), "--model.teacher", str(teacher), *SHORT])
+    assert done.value.code == 2
+    err = capsys.readouterr().err
+    assert "model.extra_losses[0] (HiddenStateLoss): unknown keys ['weight']; expected {class_path:" in err
 
 
 def test_a_misspelt_term_argument_is_one_line_naming_the_entry(teacher, tmp_path, monkeypatch, capsys):
@@ -132,13 +126,16 @@ def test_help_and_print_config_show_each_terms_arguments(tmp_path, capsys):
     ]
 
 
-def test_old_checkpoint_with_older_extra_losses_validates_to_the_same_loss(tmp_path, monkeypatch):
+def test_old_checkpoint_given_an_extra_term_validates_to_the_same_loss(tmp_path, monkeypatch):
     import json
 
     monkeypatch.chdir(ROOT)
     ckpt = torch.load(OLD / "distill" / "model.ckpt", map_location="cpu", weights_only=True)
-    older = [{"class_path": "HiddenStateLoss", "init_args": {"layer_map": {1: 1}}, "weight": 0.2}]
-    ckpt["hyper_parameters"]["extra_losses"] = older  # as a checkpoint of the older code with a term saved it
+    term = {
+        "class_path": "domainbert.distill.losses.HiddenStateLoss",
+        "init_args": {"layer_map": {1: 1}, "weight": 0.2},
+    }
+    ckpt["hyper_parameters"]["extra_losses"] = [term]  # as a checkpoint saves a term
     path = tmp_path / "older.ckpt"
     torch.save(ckpt, path)
     argv = ["validate", "--config", str(OLD / "distill" / "config.yaml"), "--ckpt_path", str(path)]

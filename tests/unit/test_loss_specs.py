@@ -1,4 +1,5 @@
-"""``model.extra_losses``: loss terms typed for jsonargparse, older entries rewritten, bad entries named."""
+"""``model.extra_losses``: loss terms typed for jsonargparse, a checkpoint's saved dicts rebuilt only as LossTerms,
+bad entries named."""
 
 from __future__ import annotations
 
@@ -20,25 +21,28 @@ BUILT_IN = "domainbert.distill.losses"
 
 
 class PlainL1(nn.Module):
-    """A term in the older contract: an ``nn.Module`` with the terms' ``forward``, but no :class:`LossTerm`."""
+    """An ``nn.Module`` with the terms' ``forward`` but no :class:`LossTerm`: never built from an entry."""
+
+    built = 0
 
     def __init__(self, scale: float = 1.0) -> None:
         super().__init__()
+        PlainL1.built += 1
         self.scale = scale
 
     def forward(self, student_out, teacher_out, batch):
         return self.scale * (student_out.logits - teacher_out.logits).abs().mean()
 
 
-class OlderTerm(DistillLoss):
-    """A term written against the older base class: its ``__init__`` takes neither ``weight`` nor ``name``."""
+class ScaledL1(DistillLoss):
+    """A term written against ``DistillLoss``, the base's older name: a LossTerm, its weight among its arguments."""
 
-    def __init__(self, scale: float = 1.0) -> None:
-        super().__init__()
+    def __init__(self, scale: float = 1.0, **kwargs) -> None:
+        super().__init__(**kwargs)
         self.scale = scale
 
     def forward(self, student_out, teacher_out, batch):
-        return self.scale * student_out.logits.sum()
+        return self.scale * (student_out.logits - teacher_out.logits).abs().mean()
 
 
 @pytest.mark.parametrize("name", ["domainbert.distill.losses", "domainbert.distill.objective"])
@@ -61,8 +65,8 @@ def test_a_term_carries_its_weight_name_and_arguments():
 def test_a_weight_below_zero_or_not_a_number_is_refused(weight):
     with pytest.raises(DomainBertError, match=r"HardLabelLoss: weight=.*expected a number >= 0"):
         HardLabelLoss(weight=weight)
-    with pytest.raises(DomainBertError, match=r"model.extra_losses\[0\] \(.*PlainL1\): weight=.*>= 0"):
-        build_extra_losses([{"class_path": f"{__name__}.PlainL1", "weight": weight}])
+    with pytest.raises(DomainBertError, match=r"model.extra_losses\[0\] \(.*HardLabelLoss\): .*weight=.*>= 0"):
+        build_extra_losses([{"class_path": f"{BUILT_IN}.HardLabelLoss", "init_args": {"weight": weight}}])
 
 
 def test_a_name_with_a_dot_is_refused():
@@ -70,19 +74,12 @@ def test_a_name_with_a_dot_is_refused():
         AttentionLoss(layer_map={1: 1}, name="a.b")
 
 
-def test_older_entries_are_rewritten_to_class_path_and_init_args():
-    old = {"class_path": "HiddenStateLoss", "init_args": {"layer_map": {1: 1}}, "weight": 0.3, "name": "h"}
-    assert normalise_loss_spec(old) == {
-        "class_path": f"{BUILT_IN}.HiddenStateLoss",
-        "init_args": {"layer_map": {1: 1}, "weight": 0.3, "name": "h"},
-    }
-    assert normalise_loss_spec("HardLabelLoss") == {"class_path": f"{BUILT_IN}.HardLabelLoss", "init_args": {}}
+def test_a_saved_entry_is_class_path_and_init_args_only():
+    bare = {"class_path": "HiddenStateLoss", "init_args": {"layer_map": {1: 1}, "weight": 0.3}}
+    assert normalise_loss_spec(bare) == {"class_path": f"{BUILT_IN}.HiddenStateLoss", "init_args": bare["init_args"]}
     today = {"class_path": "my.pkg.Loss", "init_args": {"weight": 2.0}}
-    assert normalise_loss_spec(today) == today
-    assert normalise_loss_spec({"class_path": "my.pkg.Loss", "init_args": {"weight": 2}, "weight": 2}) == {
-        "class_path": "my.pkg.Loss",
-        "init_args": {"weight": 2},
-    }
+    assert normalise_loss_spec(today) == today  # nothing imported to check the form
+    assert normalise_loss_spec({"class_path": "my.pkg.Loss"}) == {"class_path": "my.pkg.Loss", "init_args": {}}
 
 
 @pytest.mark.parametrize(
@@ -92,9 +89,16 @@ def test_older_entries_are_rewritten_to_class_path_and_init_args():
         ({"init_args": {}}, r"model.extra_losses\[0\]: \{'init_args': \{\}\} has no class_path; expected"),
         ({"class_path": "HardLabelLoss", "wieght": 1}, r"\[0\] \(HardLabelLoss\): unknown keys \['wieght'\]; expected"),
         ({"class_path": "HardLabelLoss", "init_args": [1]}, r"init_args is \[1\]; expected a mapping"),
+        ({"class_path": "HardLabelLoss", "weight": 0.3}, r"\(HardLabelLoss\): unknown keys \['weight'\]; expected"),
+        ("HardLabelLoss", r"\[0\]: got 'HardLabelLoss'; expected \{class_path: <a LossTerm subclass>"),
+        ({"class_path": f"{__name__}.PlainL1"}, r"PlainL1 is not a class derived from domainbert.losses.LossTerm"),
         (
-            {"class_path": "HardLabelLoss", "init_args": {"weight": 1}, "weight": 2},
-            r"weight is given twice, 2 beside init_args and 1 in it",
+            {"class_path": "domainbert.modules.mlm.MaskedLMModule", "init_args": {"init_from": "x"}},
+            r"\[0\]: domainbert.modules.mlm.MaskedLMModule is not a class derived from .*LossTerm; extra_losses",
+        ),
+        (
+            {"class_path": "HardLabelLoss", "init_args": {"trust_remote_code": True}},
+            r"init_args set trust_remote_code, which domainbert never takes from a checkpoint",
         ),
         ({"class_path": "HiddenLoss"}, r"'HiddenLoss' is no built-in loss term \(AttentionLoss, HardLabelLoss, "),
         ({"class_path": "no_such_pkg.Loss"}, r"cannot import 'no_such_pkg.Loss' .*expected the class path of an"),
@@ -108,34 +112,40 @@ def test_older_entries_are_rewritten_to_class_path_and_init_args():
     ],
 )
 def test_a_bad_entry_is_named_with_what_was_expected(entry, message):
+    built = PlainL1.built
     with pytest.raises(DomainBertError, match=message):
         build_extra_losses([entry])
+    assert PlainL1.built == built  # a class that is no LossTerm is refused before it is built
 
 
-def test_every_form_builds_a_named_weighted_term():
+def test_terms_and_their_saved_dicts_build_named_weighted_terms_alike():
     entries = [
         KLDivergenceLoss(weight=0.5),
-        {"class_path": "HiddenStateLoss", "init_args": {"layer_map": {1: 1}}, "weight": 0.3},
-        "HardLabelLoss",
-        {"class_path": f"{__name__}.PlainL1", "init_args": {"scale": 2.0}, "weight": 0.7, "name": "l1"},
-        {"class_path": f"{__name__}.OlderTerm", "init_args": {"scale": 3.0}, "weight": 0.4, "name": "older"},
+        {"class_path": "HiddenStateLoss", "init_args": {"layer_map": {1: 1}, "weight": 0.3}},
+        ScaledL1(scale=2.0, weight=0.7, name="l1"),
     ]
     built = build_extra_losses(entries)
     assert [(n, type(m).__name__, w) for n, m, w in built] == [
         ("kldivergenceloss", "KLDivergenceLoss", 0.5),
         ("hiddenstateloss", "HiddenStateLoss", 0.3),
-        ("hardlabelloss", "HardLabelLoss", 1.0),
-        ("l1", "PlainL1", 0.7),
-        ("older", "OlderTerm", 0.4),
+        ("l1", "ScaledL1", 0.7),
     ]
-    assert (built[4][1].weight, built[4][1].scale) == (0.4, 3.0)  # set beside an __init__ that does not take it
-    value = built[3][1](NS(logits=torch.zeros(1, 2)), NS(logits=torch.ones(1, 2)), {})
-    assert value.item() == pytest.approx(2.0)  # the older module's own arguments, its weight kept apart
+    value = built[2][1](NS(logits=torch.zeros(1, 2)), NS(logits=torch.ones(1, 2)), {})
+    assert value.item() == pytest.approx(2.0)
     configs = loss_configs(entries)
     kl_args = {"temperature": 2.0, "multi_label": False, "weight": 0.5}  # every argument, as jsonargparse dumps them
     assert configs[0] == {"class_path": f"{BUILT_IN}.KLDivergenceLoss", "init_args": kl_args}
-    assert configs[1]["init_args"] == {"layer_map": {1: 1}, "weight": 0.3}
-    assert [n for n, _, _ in build_extra_losses(configs)] == [n for n, _, _ in built]  # saved, they rebuild alike
+    assert configs[1] == {
+        "class_path": f"{BUILT_IN}.HiddenStateLoss",
+        "init_args": {"layer_map": {1: 1}, "weight": 0.3},
+    }
+    assert configs[2] == {
+        "class_path": f"{__name__}.ScaledL1",
+        "init_args": {"scale": 2.0, "weight": 0.7, "name": "l1"},
+    }
+    rebuilt = build_extra_losses(configs)  # saved, they rebuild alike
+    assert [(n, type(m), w) for n, m, w in rebuilt] == [(n, type(m), w) for n, m, w in built]
+    assert rebuilt[2][1].scale == 2.0
     assert loss_configs(None) is None and build_extra_losses(None) == []
 
 
@@ -155,17 +165,19 @@ def _instantiate(parser: ArgumentParser, value):
     return cfg, init(cfg).extra_losses
 
 
-def test_jsonargparse_instantiates_todays_entries_and_passes_older_ones_on():
+def test_jsonargparse_instantiates_terms_and_an_older_entry_is_refused_by_name():
     parser = _extra_losses_parser()
     today = {"class_path": "domainbert.losses.HiddenStateLoss", "init_args": {"kind": "cosine", "layer_map": {2: 4}}}
     today["init_args"]["weight"] = 0.5
-    older = {"class_path": "HiddenStateLoss", "init_args": {"layer_map": {1: 1}}, "weight": 0.3}
-    _, terms = _instantiate(parser, [today, older, {"class_path": "HardLabelLoss", "init_args": {"kind": "ce"}}])
+    _, terms = _instantiate(parser, [today, {"class_path": "HardLabelLoss", "init_args": {"kind": "ce"}}])
     assert isinstance(terms[0], HiddenStateLoss) and terms[0].weight == 0.5 and terms[0].layer_map == {2: 4}
-    assert terms[1] == older  # the older form reaches the module as it was written ...
-    assert isinstance(terms[2], HardLabelLoss) and terms[2].kind == "ce"  # a bare class name, as jsonargparse finds it
-    built = build_extra_losses(terms)  # ... which builds it
-    assert [(n, w) for n, _, w in built] == [("hiddenstateloss", 0.5), ("hiddenstateloss", 0.3), ("hardlabelloss", 1.0)]
+    assert isinstance(terms[1], HardLabelLoss) and terms[1].kind == "ce"  # a bare class name, as jsonargparse finds it
+    assert [(n, w) for n, _, w in build_extra_losses(terms)] == [("hiddenstateloss", 0.5), ("hardlabelloss", 1.0)]
+    older = {"class_path": "HiddenStateLoss", "init_args": {"layer_map": {1: 1}}, "weight": 0.3}
+    _, terms = _instantiate(parser, [older])
+    assert terms[0] == older  # jsonargparse passes it on as a dict, which names what is wrong
+    with pytest.raises(DomainBertError, match=r"\[0\] \(HiddenStateLoss\): unknown keys \['weight'\]; expected"):
+        build_extra_losses(terms)
 
 
 def test_a_misspelt_argument_in_todays_form_is_named_when_built():

@@ -135,9 +135,9 @@ def test_attention_loss_masked_mse():
 
 
 def test_build_loss_from_spec():
-    name, loss, w = build_loss({"class_path": "HiddenStateLoss", "init_args": {"layer_map": {1: 1}}, "weight": 0.3})
+    name, loss, w = build_loss({"class_path": "HiddenStateLoss", "init_args": {"layer_map": {1: 1}, "weight": 0.3}})
     assert name == "hiddenstateloss" and isinstance(loss, HiddenStateLoss) and w == 0.3 == loss.weight
-    name, loss, _ = build_loss({"class_path": "domainbert.losses.KLDivergenceLoss", "name": "kl2"})
+    name, loss, _ = build_loss({"class_path": "domainbert.losses.KLDivergenceLoss", "init_args": {"name": "kl2"}})
     assert name == "kl2" and isinstance(loss, KLDivergenceLoss)
     with pytest.raises(DomainBertError, match="cannot import"):
         build_loss({"class_path": "domainbert.losses.NoSuchLoss"})
@@ -178,7 +178,7 @@ def test_the_objective_keeps_the_terms_with_a_weight():
 
     small, big = _configs()
     weights = {"alpha": 0.5, "beta": 0.0, "gamma": 1.0, "delta": 0.2, "temperature": 2.0}
-    extra = [{"class_path": "HardLabelLoss", "name": "kl"}, HardLabelLoss(weight=0.25, name="gold")]
+    extra = [{"class_path": "HardLabelLoss", "init_args": {"name": "kl"}}, HardLabelLoss(weight=0.25, name="gold")]
     obj = build_objective(small, big, **weights, extra_losses=extra)
     assert list(obj.terms) == ["kl", "hidden", "attention", "kl_", "gold"]  # an extra term never replaces one
     assert obj.weights == {"kl": 0.5, "hidden": 1.0, "attention": 0.2, "kl_": 1.0, "gold": 0.25}
