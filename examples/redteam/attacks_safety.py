@@ -17,8 +17,13 @@ from pathlib import Path
 from examples.redteam.attacks_outputs import PIPE
 from examples.redteam.verdict import Attack, Result
 
-#: a stage that writes its pid to ``$SLEEPER_PIDS`` and sleeps; a config naming it as the model's class path
-SLEEPER = "import os, time\nopen(os.environ['SLEEPER_PIDS'], 'a').write(f'{os.getpid()}\\n')\ntime.sleep(600)\n"
+#: a stage that writes its pid to ``$SLEEPER_PIDS`` and sleeps when the stage builds its model (the pipeline itself
+#: imports the class to resolve the stage's config); a config naming it as the model's class path
+SLEEPER = (
+    "import os, time\nimport lightning.pytorch as L\n\n\nclass Model(L.LightningModule):\n"
+    "    def __init__(self, init_from: str = '', pooling: str = 'auto'):\n        super().__init__()\n"
+    "        open(os.environ['SLEEPER_PIDS'], 'a').write(f'{os.getpid()}\\n')\n        time.sleep(600)\n"
+)
 
 #: the pipeline the scripts start: ``PIPE`` with the sleeper as the fine-tuning config
 SLEEPY = [*PIPE[:-3], "--finetune.config", "c.yaml", "--out", "p"]
@@ -88,8 +93,10 @@ if how in ("TERM", "INT"):
     fine = proc.returncode == 128 + getattr(signal, "SIG" + how) and len(said) == 1 and "stopped by" in said[0]
     print(f"state.json records as stopped: {stopped or 'nothing'}")
     sys.exit(0 if fine and stopped else 5)
-if how == "SERVER":
-    fine = proc.returncode == 2 and len(said) == 1 and "failed" in said[0]
+if how == "SERVER":  # one error line; the log's last lines under it say why (the server ended)
+    errors = [l for l in err.splitlines() if l.startswith("domainbert: error:")]
+    print(f"error: {errors[0][:150] if errors else 'none'}")
+    fine = proc.returncode == 2 and len(errors) == 1 and "failed" in errors[0] and "server ended" in err
     sys.exit(0 if fine else 5)
 sys.exit(0 if proc.returncode == -9 else 5)
 """
@@ -217,7 +224,8 @@ def _code(script: str) -> str:
 
 def _sleeper(work: Path, values: dict) -> None:
     (work / "sleeper.py").write_text(SLEEPER)
-    (work / "c.yaml").write_text("model:\n  class_path: sleeper.Model\n")
+    data = "domainbert.data.classification.ClassificationDataModule"
+    (work / "c.yaml").write_text(f"model:\n  class_path: sleeper.Model\ndata:\n  class_path: {data}\n")
     (work / "pids.txt").unlink(missing_ok=True)
     shutil.rmtree(work / "p", ignore_errors=True)
 
