@@ -2,10 +2,13 @@
 
 ``docs/reference/cli.md`` holds the marker ``<!-- cli-reference -->``; this hook replaces it with ``domainbert
 --help`` and, for every command of :data:`domainbert.cli.COMMANDS`, the output of ``domainbert <command> --help``
-(run as a subprocess of the same interpreter, 100 columns wide), so the page never disagrees with the parsers.
+(run as a subprocess of the same interpreter), so the page never disagrees with the parsers. Each text is
+formatted :data:`WIDTH` columns wide, the width of the page's content column, and a line still wider (a table row
+of ``domainbert --help``, a long option name) is wrapped under its description, so no help text is cut.
 
-It also drops the Sphinx roles the docstrings use (``:class:`x``` becomes ``x`` in code), which mkdocstrings would
-otherwise print as they are in the API reference.
+It also drops the Sphinx roles the docstrings use (``:class:`x``` becomes ``x`` in code), and the reST ``::``
+that ends a docstring paragraph before a literal block, which mkdocstrings would otherwise print as they are in
+the API reference.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import os
 import re
 import subprocess
 import sys
+import textwrap
 from concurrent.futures import ThreadPoolExecutor
 
 MARKER = "<!-- cli-reference -->"
@@ -22,19 +26,80 @@ PAGE = "reference/cli.md"
 #: commands with subcommands of their own: each gets its own ``--help`` block
 SUBCOMMANDS = {"vocab": ("extend", "train")}
 
+#: the columns of a help text on the page: what the content column shows of a code block without scrolling
+WIDTH = 80
+#: ``domainbert <argv> --help`` at :data:`WIDTH` columns: the kept ``--help`` texts of the LightningCLI commands are
+#: built at their own width (``domainbert.cli.help_cache.WIDTH``), so this one keeps its own, in a folder of its own
+RUN = "import sys; from domainbert.cli import help_cache, main; help_cache.WIDTH = int(sys.argv[1]); main(sys.argv[2:])"
+
 _texts: dict[tuple[str, ...], str] = {}
 
 
 def _help(argv: tuple[str, ...]) -> str:
-    """The text ``domainbert <argv> --help`` prints (stdout), or a build error naming the command."""
+    """The text ``domainbert <argv> --help`` prints (stdout), :data:`WIDTH` wide, or a build error naming it."""
     if argv not in _texts:
-        env = {**os.environ, "COLUMNS": "100", "DOMAINBERT_LOG": "ERROR"}
-        cmd = [sys.executable, "-m", "domainbert", *argv, "--help"]
+        from domainbert.core.files import cache_root
+
+        env = {**os.environ, "COLUMNS": str(WIDTH), "DOMAINBERT_LOG": "ERROR"}
+        env["DOMAINBERT_CACHE"] = str(cache_root() / f"docs-{WIDTH}")
+        cmd = [sys.executable, "-c", RUN, str(WIDTH), *argv, "--help"]
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
         if proc.returncode != 0 or not proc.stdout.strip():
             raise RuntimeError(f"cli_reference: `domainbert {' '.join(argv)} --help` failed:\n{proc.stderr[-2000:]}")
-        _texts[argv] = proc.stdout.rstrip()
+        _texts[argv] = fit(proc.stdout.rstrip(), WIDTH)
     return _texts[argv]
+
+
+#: where a help line's description starts: after a name and a gap of two spaces or more
+_COLUMN = re.compile(r"^(\s*\S(?:\S| (?! ))*\s{2,})\S")
+
+
+def fit(text: str, width: int = WIDTH) -> str:
+    """``text`` with every line wider than ``width`` wrapped, its continuation under the line's description.
+
+    A line such as ``  fit   train: continued pretraining...`` continues under ``train:``; a paragraph of prose
+    (lines of one indent, wrapped wider than ``width``) is wrapped again as a whole; any other line continues two
+    spaces deeper than it starts. Words are never broken, so a single word wider than ``width`` stays whole.
+    """
+    lines = []
+    for line, indent in _paragraphs(text.splitlines(), width):
+        if len(line) <= width:
+            lines.append(line)
+            continue
+        column = _COLUMN.match(line)
+        if column and len(column.group(1)) <= width // 2:
+            indent = len(column.group(1))
+        lines += textwrap.wrap(
+            line, width, subsequent_indent=" " * indent, break_long_words=False, break_on_hyphens=False
+        )
+    return "\n".join(lines)
+
+
+def _paragraphs(lines: list[str], width: int) -> list[tuple[str, int]]:
+    """``lines``, each with the indent its continuation takes; a too-wide paragraph of prose joined into one line.
+
+    Prose: lines of the same indent, none an option (``-``), a usage line or a row with a description column. A
+    joined paragraph continues at its own indent, any other line two spaces deeper.
+    """
+    out: list[tuple[str, int]] = []
+    for line in lines:
+        previous = out[-1][0] if out else ""
+        if _prose(line) and _prose(previous) and _indent(previous) == _indent(line):
+            if max(len(previous), len(line)) > width:
+                out[-1] = (f"{previous} {line.strip()}", _indent(line))
+                continue
+        out.append((line, _indent(line) + 2))
+    return out
+
+
+def _prose(line: str) -> bool:
+    """Whether ``line`` is a line of a paragraph (not blank, not an option, a usage line or a table row)."""
+    words = line.lstrip()
+    return bool(words) and not words.startswith(("-", "[", "usage:")) and not _COLUMN.match(line)
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip())
 
 
 def _block(argv: tuple[str, ...]) -> str:
@@ -68,6 +133,11 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
 ROLE = re.compile(r":(?:mod|func|class|meth|attr|data|exc|obj|const):(<code>)~?")
 
 
+#: a paragraph that ends in reST's ``::`` (a literal block follows): ``text::`` reads ``text:``, a lone ``::`` goes
+LITERAL = re.compile(r"(\s*)::</p>")
+
+
 def on_page_content(html: str, page, config, files) -> str:
-    """Drop the Sphinx roles of the docstrings rendered on the API pages."""
-    return ROLE.sub(r"\1", html)
+    """Drop the Sphinx roles and the reST ``::`` markers of the docstrings rendered on the API pages."""
+    html = ROLE.sub(r"\1", html).replace("<p>::</p>", "")
+    return LITERAL.sub(lambda m: "</p>" if m.group(1) else ":</p>", html)
