@@ -685,6 +685,47 @@ def check_config_files(args: list[str]) -> None:
             raise DomainBertError(f"{path}: expected a mapping of options (trainer:, model:, data:...), found {found}")
 
 
+def builtin_configs() -> dict[str, Path]:
+    """The configs ``--config`` takes by name from any folder: the pipeline's stages (``finetune``, ``distill``...).
+
+    Each is ``domainbert/pipeline/stages/<name>.yaml`` in the installed package; the pipeline's stages read them,
+    and the pipeline sets what a stage needs (the model to start from, the data) where ``fit`` takes options.
+    """
+    from importlib import resources
+
+    folder = resources.files("domainbert").joinpath("pipeline", "stages")
+    return {Path(f.name).stem: Path(str(f)) for f in folder.iterdir() if f.name.endswith(".yaml")}
+
+
+def resolve_builtin_configs(args: list[str]) -> list[str]:
+    """``args`` with each ``--config <name>`` of a built-in config (:func:`builtin_configs`) given as its path.
+
+    A file of that name in the working directory wins. A bare name (letters and ``_``) that is neither a file nor
+    a built-in config is an error naming the built-in ones; anything else (a path, YAML text) goes to the parser.
+
+    Raises:
+        DomainBertError: ``--config <name>: no such file, and no built-in config of that name (...)``.
+    """
+    out = list(args)
+    for i, arg in enumerate(out):
+        if arg in ("--config", "-c") and i + 1 < len(out):
+            j, name, prefix = i + 1, out[i + 1], ""
+        elif arg.startswith("--config="):
+            j, name, prefix = i, arg.split("=", 1)[1], "--config="
+        else:
+            continue
+        if not re.fullmatch(r"[a-z_]+", name) or os.path.exists(name):
+            continue
+        known = builtin_configs()
+        if name not in known:
+            raise DomainBertError(
+                f"--config {name}: no such file, and no built-in config of that name (built-in: "
+                f"{', '.join(sorted(known))})"
+            )
+        out[j] = f"{prefix}{known[name]}"
+    return out
+
+
 def _has_omegaconf() -> bool:
     return importlib.util.find_spec("omegaconf") is not None
 
@@ -711,7 +752,7 @@ def cli_main(args: list[str] | None = None, run: bool = True) -> DomainBertCLI:
 
     load_plugins()
     _one_log_handler()
-    args = list(args if args is not None else sys.argv[1:])
+    args = resolve_builtin_configs(list(args if args is not None else sys.argv[1:]))
     check_config_files(args)
     if not wants_docs(args):
         from domainbert.core.quiet import quiet_libraries

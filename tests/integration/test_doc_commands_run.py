@@ -1,7 +1,8 @@
 """The getting-started page's fine-tuning commands run as written, on a tiny model: fit, test, then predict.
 
 Each command is the page's own, run as a ``domainbert`` process in a folder that holds the page's data layout
-(``data/train.csv``... with the page's columns, made from the fixture task) and the repository's ``configs/``.
+(``data/train.csv``... with the page's columns, made from the fixture task) and nothing of the repository: the
+config the page names comes with the package.
 Substitutions, each appended so that the page's options stay as written: ``fit`` and ``test`` get
 ``--model.init_from <tiny model>`` (in place of all-MiniLM-L6-v2) and ``fit`` one epoch; ``predict`` runs exactly
 as written, on the export the ``fit`` made. The unit test tests/unit/test_doc_commands.py parses every command.
@@ -16,7 +17,7 @@ import sys
 
 import yaml
 
-from tests.helpers.doc_commands import ROOT, data_files, domainbert_commands, yaml_block
+from tests.helpers.doc_commands import data_files, domainbert_commands, yaml_block
 
 PAGE = "docs/getting-started.md"
 
@@ -34,12 +35,11 @@ def test_fit_test_and_predict_run_as_the_page_writes_them(tiny_bert, tmp_path):
     assert set(commands) == {"fit", "test", "predict"}
     config = yaml.safe_load(yaml_block(PAGE, "my_domain.yaml"))  # the page's data layout and columns
     data_files(config, tmp_path, config["text_column"], config["label_column"])
-    (tmp_path / "configs").symlink_to(ROOT / "configs")
     (tmp_path / "texts.txt").write_text("The tool draws images.\nThe client calls the remote api.\n")
     tiny = ["--model.init_from", str(tiny_bert)]
 
     _run([*commands["fit"], *tiny, "--trainer.max_epochs", "1"], tmp_path)
-    export = tmp_path / "runs" / "minilm_debian-sections" / "version_0" / "hf"
+    export = tmp_path / "runs" / "finetune" / "version_0" / "hf"
     assert (export / "config.json").is_file()
     tested = _run([*commands["test"], *tiny], tmp_path)
     assert "test/f1_macro" in tested.stdout + tested.stderr

@@ -9,7 +9,8 @@ tests/integration/test_doc_commands_run.py):
   the pipeline's own parser and goes through every check the pipeline makes before its first stage (paths,
   columns, configs, the strategies' needs). No stage runs.
 - ``domainbert fit|validate|test|predict ...``: run in this process as written, with ``--print_config`` added,
-  from the repository root: every option must exist and parse (an unknown or misspelt one is an error).
+  from an empty folder (a user's own project, not the clone: a config the command names must come with the
+  package): every option must exist and parse (an unknown or misspelt one is an error).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.helpers.doc_commands import PAGES, ROOT, bash_commands, data_files, domainbert_commands, yaml_block
+from tests.helpers.doc_commands import PAGES, bash_commands, data_files, domainbert_commands, yaml_block
 
 LIGHTNING = {"fit", "validate", "test", "predict"}
 CASES = [(page, args) for page in PAGES for args in domainbert_commands(page)]
@@ -43,19 +44,21 @@ def test_a_documented_command_parses(page, args, tmp_path, monkeypatch):
     if args[0] == "pipeline":
         _check_pipeline(page, args, tmp_path, monkeypatch)
     else:
-        _print_config(args, monkeypatch)
+        _print_config(args, tmp_path, monkeypatch)
 
 
-def _print_config(args: list[str], monkeypatch) -> None:
+def _print_config(args: list[str], folder: Path, monkeypatch) -> None:
     from domainbert.cli import main
 
-    monkeypatch.chdir(ROOT)
+    monkeypatch.chdir(folder)  # the user's own folder: no configs/ of the clone
     out = io.StringIO()
     with redirect_stdout(out), pytest.raises(SystemExit) as stop:
         main([*args, "--print_config"])
     assert stop.value.code in (0, None), out.getvalue()[-2000:]
     config = yaml.safe_load(out.getvalue())
     pairs = dict(zip(args[1::2], args[2::2])) if args[1:2] == ["--config"] else {}
+    config_file = config.get("config") or []
+    assert all(Path(str(c)).is_absolute() or (folder / str(c)).is_file() for c in config_file), config_file
     for option in ("--data.text_column", "--data.label_column"):
         if option in pairs:  # the override reached the datamodule
             assert config["data"]["init_args"][option.split(".")[-1]] == pairs[option]
