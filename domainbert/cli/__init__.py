@@ -199,8 +199,15 @@ def test(argv: list[str]) -> None:
 
 
 def predict(argv: list[str]) -> None:
-    """``domainbert predict``: LightningCLI's predict subcommand."""
-    _lightning_command(["predict", *argv])
+    """``domainbert predict``: LightningCLI's predict subcommand.
+
+    An export given as ``--model.init_from`` reads its inputs as it was scored: at the training length it records
+    (and in float32 where it was scored so), unless the command line or a ``--config`` says otherwise
+    (:func:`domainbert.core.scoring.predict_args`).
+    """
+    from domainbert.core.scoring import predict_args
+
+    _lightning_command(["predict", *argv, *predict_args(argv)])
 
 
 def _lightning_command(argv: list[str]) -> None:

@@ -77,12 +77,26 @@ class HFExport(L.Callback):
                     f"not exported to {self.path}: the model's weights are not finite ({bad}); lower the learning "
                     "rate or check the data"
                 )
-        self._write(pl_module)
+        self._write(pl_module, self.scoring(trainer))
+
+    @staticmethod
+    def scoring(trainer: L.Trainer) -> dict:
+        """How the trainer scores the model: its datamodule's ``max_length`` (None without one) and its precision.
+
+        The export records both (:mod:`domainbert.core.scoring`), so that it answers as its test pass scored it.
+        """
+        length = getattr(getattr(trainer, "datamodule", None), "max_length", None)
+        length = length if isinstance(length, int) and not isinstance(length, bool) else None
+        precision = getattr(trainer, "precision", None)
+        return {"max_length": length, "precision": str(precision) if precision is not None else None}
 
     @rank_zero_only
-    def _write(self, pl_module: L.LightningModule) -> None:
+    def _write(self, pl_module: L.LightningModule, scoring: dict | None = None) -> None:
         if hasattr(pl_module, "export_hf"):
+            from domainbert.core.scoring import record_scoring
+
             pl_module.export_hf(self.path)
+            record_scoring(self.path, **(scoring or {}))
             print(f"Exported Hugging Face model to {self.path}")
 
 

@@ -29,14 +29,28 @@ class TorchRunner:
     """Logits of a PyTorch model, under ``inference_mode`` (and bf16 autocast for bf16 models)."""
 
     def __init__(self, model: nn.Module, bf16: bool = False) -> None:
-        """Wrap ``model``; ``bf16`` runs it under CPU bf16 autocast."""
+        """Wrap ``model``; ``bf16`` runs it under bf16 autocast (on the device of its weights)."""
         self.model = model.eval()
         self.bf16 = bf16
+        self.device = next((p.device for p in model.parameters()), torch.device("cpu"))
 
     def __call__(self, batch: dict) -> torch.Tensor:
-        ctx = torch.autocast("cpu", dtype=torch.bfloat16) if self.bf16 else contextlib.nullcontext()
+        ctx = torch.autocast(self.device.type, dtype=torch.bfloat16) if self.bf16 else contextlib.nullcontext()
+        inputs = {k: v.to(self.device) for k, v in model_inputs(self.model, batch).items()}
         with torch.inference_mode(), ctx:
-            return self.model(**model_inputs(self.model, batch)).logits.float()
+            return self.model(**inputs).logits.float().cpu()
+
+
+def served_runner(model: nn.Module) -> TorchRunner:
+    """How :func:`~domainbert.deploy.classifier.classify` runs ``model`` by default.
+
+    bf16 autocast where its weights are bf16, or where it was scored in bf16 and this machine runs bf16 natively
+    (:func:`~domainbert.core.scoring.runs_bf16`); float32 otherwise.
+    """
+    from domainbert.core.scoring import runs_bf16
+
+    weights_bf16 = any(p.dtype == torch.bfloat16 for p in model.parameters())
+    return TorchRunner(model, bf16=weights_bf16 or runs_bf16(model.config))
 
 
 def encode(tokenizer, texts: list[str], batch_size: int, max_length: int, labels: list[int] | None = None):
@@ -53,16 +67,35 @@ def encode(tokenizer, texts: list[str], batch_size: int, max_length: int, labels
     return out
 
 
-def metric_batches(tokenizer, texts: list[str], labels: list[int], batch_size: int, max_length: int) -> list[dict]:
-    """Labelled batches of ``texts`` in order of token count, so the metric pass pads little.
+def length_sorted_batches(tokenizer, texts: list[str], batch_size: int, max_length: int) -> list[tuple[list, dict]]:
+    """``(row indices, padded inputs)`` per batch of ``texts``, grouped by token count as a test pass groups them.
 
-    The order is :func:`~domainbert.core.embed.sorted_batches`'; accuracy and macro-F1 do not depend on it.
+    The order is :class:`~domainbert.data.batching.LengthSortedSampler`'s (the task datamodules' for test and
+    predict: runs of ``50 * batch_size`` rows, each longest first), and each batch is padded to its longest row as
+    their collator pads it; so a model scored by a training stage's test pass sees here the very batches it saw
+    there. Each text is tokenized once.
     """
-    from domainbert.core.embed import sorted_batches
+    from domainbert.data.batching import LengthSortedSampler
 
+    enc = tokenizer(list(texts), truncation=True, max_length=max_length)
+    names = [k for k in tokenizer.model_input_names if k in enc]
+    order = list(LengthSortedSampler([len(ids) for ids in enc["input_ids"]], batch_size))
+    out = []
+    for start in range(0, len(order), batch_size):
+        ids = order[start : start + batch_size]
+        padded = tokenizer.pad({k: [enc[k][i] for i in ids] for k in names}, return_tensors="pt")
+        out.append((ids, {k: padded[k] for k in names}))
+    return out
+
+
+def metric_batches(tokenizer, texts: list[str], labels: list[int], batch_size: int, max_length: int) -> list[dict]:
+    """Labelled batches of ``texts`` in order of token count (:func:`length_sorted_batches`).
+
+    The metric pass pads little, and scores each row in the batch a training stage's test pass scored it in.
+    """
     return [
         {**inputs, "labels": torch.tensor([labels[i] for i in ids])}
-        for ids, inputs in sorted_batches(tokenizer, texts, batch_size, max_length, "cpu")
+        for ids, inputs in length_sorted_batches(tokenizer, texts, batch_size, max_length)
     ]
 
 

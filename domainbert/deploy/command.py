@@ -59,6 +59,7 @@ import torch
 from torch import nn
 
 from domainbert.core.cpu_memory import reusing_freed_memory
+from domainbert.core.scoring import export_length, set_scoring
 from domainbert.deploy.bench import EvalSet, encode, known_metrics, metric_batches
 from domainbert.deploy.formats import ExportFormat, enabled
 from domainbert.deploy.load import load_variant
@@ -83,7 +84,7 @@ def export(
     train: str | None = None,
     text_column: str = "text",
     label_column: str = "label",
-    max_length: int = 128,
+    max_length: int | None = None,
     role: str | None = None,
     int8: bool = False,
     int8_backend: Literal["auto", "torchao", "torch"] = "auto",
@@ -127,7 +128,10 @@ def export(
         train: labelled training file for the head importance and the re-fit (needed by ``prune_heads``).
         text_column: the text column of ``data``, ``val`` and ``train``.
         label_column: the label column (names as in the model's ``id2label``).
-        max_length: truncation length of the inputs.
+        max_length: truncation length of the inputs; default: the training length ``model`` records
+            (:mod:`domainbert.core.scoring`), else 128. Every variant folder records it (``model_max_length`` of its
+            tokenizer, which ``pipeline(..., truncation=True)`` and :func:`~domainbert.deploy.classifier.classify`
+            read), so that each answers as its row was scored.
         role: what ``model`` is, the label of its rows (``student int8``...); default: ``student`` when a
             ``teacher`` is given, else ``model``. Its fp32 folder is ``student/`` either way.
         int8: write ``int8/``, dynamic int8 quantization of the Linear layers (``model_int8.pt``, for PyTorch), and
@@ -184,7 +188,9 @@ def export(
         torch.manual_seed(seed)
         base, tokenizer, _ = load_variant(model, trust_pickle=trust_pickle)
         base = base.float().eval()
-        max_length = _fitting_length(max_length, base.config)
+        max_length = _fitting_length(export_length(base.config, max_length), base.config)
+        set_scoring(base.config, max_length=max_length)
+        tokenizer.model_max_length = max_length  # saved in every variant folder: its users cut inputs there
         label2id = _label2id(base.config)
         _check_pruning(prune_heads, train, label2id)
         chosen = enabled({"int8": int8, "bf16": bf16, "onnx": onnx}, formats)
@@ -203,6 +209,7 @@ def export(
         teacher_model = None
         if teacher is not None:
             teacher_model = _load_other(teacher, tokenizer, model, trust_pickle)
+            set_scoring(teacher_model.config, max_length=max_length)  # its variants are measured at this length
             measured_in_place(
                 outs, "teacher", "teacher", teacher, teacher_model, known(teacher_predictions, teacher_model.config)
             )

@@ -15,7 +15,7 @@ from typing import Any
 from torch import nn
 
 from domainbert.core.files import atomic_dir, atomic_write_text
-from domainbert.deploy.bench import EvalSet, TorchRunner, latency_ms, measure, num_params, task_metrics
+from domainbert.deploy.bench import EvalSet, latency_ms, measure, num_params, served_runner, task_metrics
 from domainbert.deploy.folders import VARIANT_FILE
 from domainbert.deploy.formats import ExportFormat, WriteContext, get
 from domainbert.deploy.report import progress, variant_row, write_report
@@ -137,7 +137,7 @@ def measured_in_place(
     ``known``: its task metric from its own test pass (:func:`~domainbert.deploy.bench.known_metrics` and ``from``,
     the file), which spares a pass over the rows.
     """
-    measured = outs.measure(TorchRunner(model), _known(known))
+    measured = outs.measure(served_runner(model), _known(known))
     fields = {"role": role, "format": "fp32", **_metric_from(known)}
     row = variant_row(name, path, Path(path), num_params(model), measured, outs.common, fields)
     with atomic_dir(outs.out / name) as tmp:

@@ -10,14 +10,19 @@ side loads the same weights), the same validation texts, maximum length and thre
 - ``domainbert_sorted``: the same module on batches of rows of similar length, the predictions put back in the
   texts' order: what ``domainbert predict`` does with a file (``LengthSortedSampler``, ``PredictionWriter``);
 - ``export_<variant>``: each model folder of ``--export DIR`` (written by ``domainbert export``: ``student``,
-  ``pruned``, ``int8``, ``bf16``, ``onnx``, ``onnx_int8``), loaded with ``load_variant`` and run as ``export`` runs
-  it (``deploy.bench.TorchRunner``: bf16 autocast for ``bf16``; onnxruntime for ONNX), batched by sorted length.
+  ``pruned``, ``int8``, ``bf16``, ``onnx``, ``onnx_int8``), loaded with ``load_variant`` and served by
+  ``deploy.classify`` as it is by default: batches by sorted length, the length and precision the folder records
+  (bf16 autocast for ``bf16``, and for a folder scored in bf16 where bf16 is native; onnxruntime for ONNX).
+
+No side runs code from a folder: mean-pooling exports load through domainbert's own class, tokenizers through
+``load_tokenizer`` (plain ``AutoTokenizer`` would read such an export's config and ask on stdin to run its code).
 
 Each side: batch-1 latency p50/p90 (``--steps`` calls on one text), batch-32 throughput (the first
 ``--file-texts`` validation texts scored at batch ``--big-batch``, median of ``--passes`` timed passes) and the
 macro-F1 of those predictions against the texts' gold labels, so that "faster" and "as accurate" show together.
 
-    python examples/benchmarks/inference_latency.py --model runs/<fine-tuned>/version_0/hf --export runs/export
+    python examples/benchmarks/inference_latency.py --model runs/<fine-tuned>/version_0/hf --export runs/export \
+        --passes 3 --threads 2
     python examples/benchmarks/inference_latency.py --quick   # tiny model and a tiny export (what the tests run)
 """
 
@@ -122,16 +127,16 @@ def hf_side(teacher: str, max_length: int, kind: str) -> Side:
     """``pipeline("text-classification", top_k=None)`` on the teacher (its own architecture and labels)."""
     import torch
     import transformers
-    from transformers import AutoTokenizer, pipeline
+    from transformers import pipeline
 
-    from domainbert.core.hf import load_config
+    from domainbert.core.hf import load_config, load_tokenizer
     from domainbert.deploy.load import model_class
 
     config = load_config(teacher)  # a mean-pooling teacher: domainbert's own class, not the folder's remote code
     model = model_class(config).from_pretrained(
         teacher, config=config, dtype=torch.bfloat16 if kind == "bf16" else torch.float32
     )
-    tok = AutoTokenizer.from_pretrained(teacher)
+    tok = load_tokenizer(teacher)  # AutoTokenizer would read the export's config and ask to run its code
     # the pipeline calls a mean-pooling head "not supported", and runs it all the same
     transformers.logging.set_verbosity(transformers.logging.CRITICAL)
     pipe = pipeline("text-classification", model=model, tokenizer=tok, top_k=None, device="cpu")
@@ -170,40 +175,48 @@ def domainbert_side(teacher: str, max_length: int, kind: str, by_length: bool) -
     return Side(name, score, token_lengths(tok, max_length), by_length, module.model, kind)
 
 
-def variant_side(folder: Path, max_length: int, threads: int, trust_pickle: bool) -> Side:
-    """A folder of ``domainbert export``, loaded with ``load_variant`` and run as ``export`` measures it."""
+def variant_side(folder: Path, max_length: int | None, threads: int, trust_pickle: bool) -> Side:
+    """A folder of ``domainbert export``, loaded with ``load_variant`` and served by ``classify`` as it is by default
+    (batches by sorted length; the folder's recorded length and precision unless ``max_length`` is given)."""
     import torch
 
     from domainbert.core.hf import load_config
-    from domainbert.deploy.bench import TorchRunner
+    from domainbert.core.scoring import scored_length
+    from domainbert.deploy.classifier import classify
     from domainbert.deploy.load import load_variant, model_class
     from domainbert.deploy.onnx_export import OnnxModel, OnnxRunner
 
     model, tok, info = load_variant(folder, trust_pickle=trust_pickle)
     if isinstance(model, OnnxModel):  # the benchmark's thread count, as for every other side
         model.runner = OnnxRunner(folder / info.get("file", "model.onnx"), threads)
-    runner = TorchRunner(model, bf16=info["variant"] == "bf16")
-    names = [str(model.config.id2label[i]) for i in range(len(model.config.id2label))]
 
-    def run(batch: dict) -> Scores:
-        probs = torch.softmax(runner(batch), -1).tolist()
-        return [dict(zip(names, p)) for p in probs]
+    def score(texts: list[str], batch_size: int) -> Scores:
+        return [row["probabilities"] for row in classify(model, tok, texts, batch_size, max_length)]
 
     config = load_config(str(folder))
     with torch.device("meta"):  # the FLOPs count the float model's weights, whatever the variant stores
         shape_model = model_class(config)(config)
-    score = sorted_scorer(tok, max_length, run)
+    length = scored_length(model.config, tok, max_length)
     name = f"export_{folder.name}"
-    return Side(name, score, token_lengths(tok, max_length), True, shape_model, variant_precision(folder))
+    return Side(name, score, token_lengths(tok, length), True, shape_model, variant_precision(folder, model))
 
 
-def variant_precision(folder: Path) -> str:
-    """The precision an export folder's matmuls run in: ``bf16``, ``int8`` (no probed peak: no MFU) or ``fp32``."""
+def variant_precision(folder: Path, model=None) -> str:
+    """The precision an export folder's matmuls run in: ``bf16``, ``int8`` (no probed peak: no MFU) or ``fp32``.
+
+    With the loaded ``model``: as ``classify`` runs it by default (an fp32 folder recorded as scored in bf16 runs in
+    bf16 where bf16 is native).
+    """
     from domainbert.deploy.load import VARIANT_FILE
 
     f = folder / VARIANT_FILE
     variant = json.loads(f.read_text(encoding="utf-8")).get("variant") if f.exists() else "fp32"
-    return {"bf16": "bf16", "int8": "int8", "onnx_int8": "int8"}.get(variant, "fp32")
+    precision = {"bf16": "bf16", "int8": "int8", "onnx_int8": "int8"}.get(variant, "fp32")
+    if precision == "fp32" and variant == "fp32" and model is not None:
+        from domainbert.deploy.bench import served_runner
+
+        return "bf16" if served_runner(model).bf16 else "fp32"
+    return precision
 
 
 def export_folders(root: Path) -> list[Path]:
@@ -392,7 +405,13 @@ def figures(results: dict[str, dict], n: int, peaks: dict, kind: str, threads: i
 def parse(argv: list[str] | None):
     """The options (``--help``)."""
     p = common.base_parser(__doc__.splitlines()[0], steps=30, warmup=3)
-    p.add_argument("--max-length", type=int, default=128)
+    p.add_argument(
+        "--max-length",
+        type=int,
+        default=None,
+        help="tokens per text, every side (default: the length the teacher was trained at, else 128; the export's "
+        "sides then read the length their folders record, as `classify` does by default)",
+    )
     p.add_argument("--big-batch", type=int, default=32)
     p.add_argument("--file-texts", type=int, default=0, help="validation texts scored at --big-batch (0: all)")
     p.add_argument("--passes", type=int, default=1, help="timed passes over those texts (the median is reported)")
@@ -415,6 +434,13 @@ def main(argv: list[str] | None = None) -> dict:
     texts, gold = [r["text"] for r in rows], [str(r["label"]) for r in rows]
     scratch = Path(tempfile.mkdtemp(prefix="domainbert-bench-serving-"))
     teacher = teacher_folder(common.resolve_model(args.model, args.quick), labels, args.seed, scratch)
+    from domainbert.core.hf import load_config
+    from domainbert.core.scoring import export_length
+    from domainbert.errors import DomainBertError
+
+    config = load_config(teacher)
+    served_length = args.max_length  # None: each export folder's own record, as classify reads it
+    args.max_length = export_length(config, args.max_length)
     export_root = quick_export(teacher, scratch / "export", args.max_length, threads) if args.quick else args.export
     folders = export_folders(Path(export_root)) if export_root else []
     n_file = len(texts[: args.file_texts or None])
@@ -423,17 +449,13 @@ def main(argv: list[str] | None = None) -> dict:
         f"domainbert); batch 1: {args.warmup} warm-up + {args.steps} timed calls; batch {args.big_batch}: "
         f"{n_file} texts, 1 warm-up batch + {args.passes} timed pass(es)"
     )
-    from domainbert.core.hf import load_config
-    from domainbert.errors import DomainBertError
-
     precisions = {kind} | {variant_precision(f) for f in folders} - {"int8"}
-    config = load_config(teacher)
     peaks = common.probe_peaks(precisions, config, args.big_batch * args.max_length, args.quick)
     builders = [
         lambda: hf_side(teacher, args.max_length, kind),
         lambda: domainbert_side(teacher, args.max_length, kind, by_length=False),
         lambda: domainbert_side(teacher, args.max_length, kind, by_length=True),
-    ] + [lambda f=f: variant_side(f, args.max_length, threads, args.trust_pickle) for f in folders]
+    ] + [lambda f=f: variant_side(f, served_length, threads, args.trust_pickle) for f in folders]
     results = {}
     for build in builders:
         gc.collect()

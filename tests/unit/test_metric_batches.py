@@ -1,4 +1,5 @@
-"""The export's metric pass: batches in order of token count, each row with its own label, the same metrics."""
+"""The export's metric pass: batches in order of token count (longest first, as a test pass), each row with its own
+label, the same metrics."""
 
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ def test_metric_batches_follow_token_counts_and_keep_each_rows_label(tiny_bert):
     evalset = EvalSet.build(tokenizer, TEXTS, LABELS, 3, batch_size=3, max_length=12, latency_examples=2, repeats=1)
     in_file_order = encode(tokenizer, TEXTS, 3, 12, LABELS)
     counts = [int(n) for b in evalset.metric_batches for n in b["attention_mask"].sum(1)]
-    assert counts == sorted(counts) and len(counts) == len(TEXTS)
+    assert counts == sorted(counts, reverse=True) and len(counts) == len(TEXTS)  # longest first, as a test pass
     assert counts != [int(n) for b in in_file_order for n in b["attention_mask"].sum(1)]  # the order did change
     assert _rows(evalset.metric_batches) == _rows(in_file_order)
     got = task_metrics(_by_length, evalset.metric_batches, 3)

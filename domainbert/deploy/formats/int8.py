@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from domainbert.deploy.folders import INT8_WEIGHTS, TRUST_FLAG, empty_model
-from domainbert.deploy.formats.interface import ExportFormat, WriteContext, Written
+from domainbert.deploy.formats.interface import ExportFormat, WriteContext, Written, float32_activations
 from domainbert.deploy.quantize import quantize_int8
 from domainbert.errors import DomainBertError
 
@@ -29,7 +29,7 @@ class Int8(ExportFormat, name="int8", option="int8", order=20, teacher=True):
         if "probe_ms" in info:
             extra["int8_backend_probe_ms"] = info["probe_ms"]
         torch.save(q.state_dict(), folder / INT8_WEIGHTS)
-        model.config.save_pretrained(folder)
+        float32_activations(model.config).save_pretrained(folder)
         return Written(q, info=info, extra=extra)
 
     def load(self, folder: Path, config, info: dict, trust_pickle: bool = False) -> nn.Module:

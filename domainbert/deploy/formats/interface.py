@@ -62,6 +62,17 @@ class Written:
     file: str | None = None
 
 
+def float32_activations(config):
+    """A copy of ``config`` for a variant that runs float32 activations whatever its source was scored in.
+
+    For int8 and ONNX: its scoring record (:mod:`domainbert.core.scoring`) keeps the length and names no precision, so
+    that :func:`~domainbert.deploy.classifier.classify` runs it as the export measured it.
+    """
+    from domainbert.core.scoring import with_scoring
+
+    return with_scoring(config, precision=None)
+
+
 class ExportFormat:
     """One export format of ``domainbert export``: subclass it, name it, and write, load and run its folders.
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from torch import nn
 
 from domainbert.deploy.folders import plain_file
-from domainbert.deploy.formats.interface import ExportFormat, WriteContext, Written
+from domainbert.deploy.formats.interface import ExportFormat, WriteContext, Written, float32_activations
 from domainbert.deploy.onnx_export import OnnxModel, check_onnx, export_onnx
 from domainbert.errors import DomainBertError
 
@@ -58,7 +58,7 @@ class Onnx(ExportFormat, name="onnx", option="onnx", order=30):
     def write(self, model: nn.Module, folder: Path, ctx: WriteContext) -> Written:
         path = folder / ONNX_FILE
         fused = export_onnx(model, path, ctx.example, ctx.options.get("onnx_opset"), ctx.options.get("onnx_fuse", True))
-        model.config.save_pretrained(folder)
+        float32_activations(model.config).save_pretrained(folder)
         check_onnx(path)
         graph, fields = checked(model, path, ctx.check, ctx.options.get("threads"))
         measure = graph is not None and graph.runner.engine.startswith("onnxruntime")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from torch import nn
 
-from domainbert.deploy.formats.interface import ExportFormat, WriteContext, Written
+from domainbert.deploy.formats.interface import ExportFormat, WriteContext, Written, float32_activations
 from domainbert.deploy.formats.onnx import ONNX_FILE, load_onnx, onnx_runner
 from domainbert.deploy.onnx_export import ONNX_INT8, OnnxModel, export_onnx, quantize_onnx_int8
 from domainbert.deploy.onnx_fuse import fused_ops
@@ -32,7 +32,7 @@ class OnnxInt8(ExportFormat, name="onnx_int8", option="int8", order=40, needs=("
                 export_onnx(model, fp32, ctx.example, opset, fuse)
                 quantize_onnx_int8(fp32, target, per_channel=per_channel)
         fused = fused_ops(target)
-        model.config.save_pretrained(folder)
+        float32_activations(model.config).save_pretrained(folder)
         graph = OnnxModel(target, model.config, ctx.options.get("threads"))
         info = {"file": ONNX_FILE, "quantization": ONNX_INT8, "per_channel": per_channel, "fused": fused}
         extra = {"engine": graph.runner.engine, "int8_per_channel": per_channel, "fused": fused}
