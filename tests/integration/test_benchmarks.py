@@ -442,7 +442,10 @@ def test_serving_runs_on_a_mean_pooling_teacher_without_remote_code(tiny_bert, t
     them as domainbert does, so it never asks."""
     model = sentence_embedder(tiny_bert, tmp_path / "st")
     monkeypatch.setattr("sys.stdin", None)  # any prompt for trust_remote_code fails instead of waiting
+    asked: list[str] = []
+    monkeypatch.setattr("builtins.input", lambda prompt="": asked.append(prompt) or "")  # transformers' prompt
     module = load_script("inference_latency.py")
     returned, lines = run_main(module, capsys, "--quick", "--model", str(model), "--threads", "1")
     check_figures("inference_latency.py", lines, returned)
+    assert asked == []
     assert any("has no head over the" in line for line in lines)  # the seeded mean-pooling teacher was built
