@@ -60,7 +60,8 @@ def _texts() -> list[str]:
 
 def test_the_export_records_how_it_was_scored(fitted):
     hf, _, _ = fitted
-    assert json.loads((hf / "config.json").read_text())[SCORING_KEY] == {"max_length": LENGTH, "precision": "bf16-mixed"}
+    record = json.loads((hf / "config.json").read_text())[SCORING_KEY]
+    assert record == {"max_length": LENGTH, "precision": "bf16-mixed"}
     assert json.loads((hf / "tokenizer_config.json").read_text())["model_max_length"] == LENGTH
 
 
