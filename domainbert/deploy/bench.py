@@ -88,13 +88,17 @@ def length_sorted_batches(tokenizer, texts: list[str], batch_size: int, max_leng
     return out
 
 
-def metric_batches(tokenizer, texts: list[str], labels: list[int], batch_size: int, max_length: int) -> list[dict]:
+def metric_batches(
+    tokenizer, texts: list[str], labels: list[int], batch_size: int, max_length: int, rows: bool = False
+) -> list[dict]:
     """Labelled batches of ``texts`` in order of token count (:func:`length_sorted_batches`).
 
     The metric pass pads little, and scores each row in the batch a training stage's test pass scored it in.
+    ``rows``: each batch also carries ``rows``, its rows' positions in ``texts``, and :func:`task_metrics` then gives
+    the predictions too, in the texts' order.
     """
     return [
-        {**inputs, "labels": torch.tensor([labels[i] for i in ids])}
+        {**inputs, "labels": torch.tensor([labels[i] for i in ids]), **({"rows": list(ids)} if rows else {})}
         for ids, inputs in length_sorted_batches(tokenizer, texts, batch_size, max_length)
     ]
 
@@ -112,15 +116,28 @@ def latency_ms(runner: Callable[[dict], torch.Tensor], batches: list[dict], repe
     return round(statistics.median(times), 3)
 
 
-def task_metrics(runner, batches: list[dict], num_labels: int) -> dict[str, float]:
-    """Accuracy and macro-F1 (the training modules' own torchmetrics definitions) over labelled batches."""
+def task_metrics(runner, batches: list[dict], num_labels: int) -> dict[str, Any]:
+    """Accuracy and macro-F1 (the training modules' own torchmetrics definitions) over labelled batches.
+
+    Batches that carry ``rows`` (``metric_batches(rows=True)``) also give ``predictions``: ``{"gold", "pred",
+    "labels"}``, the gold and predicted label ids in the texts' order and the number of labels, which a paired
+    comparison of two variants reads (:mod:`domainbert.deploy.recommend`).
+    """
     from domainbert.modules.metrics import classification_metrics
 
     metrics = classification_metrics(num_labels)
+    kept: dict[int, tuple[int, int]] = {}
     for b in batches:
-        metrics.update(runner(b), b["labels"])
+        logits = runner({k: v for k, v in b.items() if k != "rows"})
+        metrics.update(logits, b["labels"])
+        kept.update(zip(b.get("rows", ()), zip(b["labels"].tolist(), logits.argmax(-1).tolist())))
     names = {"acc": "accuracy"}
-    return {names.get(k, k): round(float(v), 5) for k, v in metrics.compute().items()}
+    out: dict[str, Any] = {names.get(k, k): round(float(v), 5) for k, v in metrics.compute().items()}
+    if kept:
+        order = sorted(kept)
+        out["predictions"] = {"gold": [kept[i][0] for i in order], "pred": [kept[i][1] for i in order]}
+        out["predictions"]["labels"] = num_labels
+    return out
 
 
 def known_metrics(path: str | Path, labels: list[int] | None, label_names: list[str] | None, num_labels: int | None):

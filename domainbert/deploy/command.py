@@ -34,8 +34,9 @@ by role: the model's (``--role``; ``student`` with a teacher, else ``model``), `
 Each variant's folder gets ``report.json`` and ``report.md``: parameter count, weight-file size, CPU latency
 per example at batch 1 and batch 32, and accuracy / macro-F1 on ``--data`` (and on ``--val`` when given). The
 top-level ``report.json`` / ``report.md`` put all variants side by side, with the difference from the teacher in
-macro-F1 points, recommend the variant to ship (the fastest at batch 32 within ``--max_drop`` points of the best,
-and at most ``--max_ms`` ms/example; on ``--val`` when given, else on ``--data``:
+macro-F1 points, recommend the variant to ship (among those at most ``--max_ms`` ms/example, the fastest at batch 32
+whose macro-F1 is not significantly more than ``--max_drop`` points below the best: its paired bootstrap interval
+on ``--val`` reaches ``-max_drop``; on ``--data``'s point estimates without ``--val``:
 :mod:`domainbert.deploy.recommend`), plot latency against macro-F1 (``tradeoff.png``), and say which of bf16 and
 int8 is faster on this machine. Every folder and file is written atomically. The measurements reuse freed memory
 from batch to batch (glibc; :mod:`domainbert.core.cpu_memory`).
@@ -64,7 +65,7 @@ from domainbert.deploy.bench import EvalSet, encode, known_metrics, metric_batch
 from domainbert.deploy.formats import ExportFormat, enabled
 from domainbert.deploy.load import load_variant
 from domainbert.deploy.prune import prune_and_refit
-from domainbert.deploy.report import summary, summary_markdown, write_summary
+from domainbert.deploy.report import joined_rows, summary, summary_markdown, write_summary
 from domainbert.deploy.variants import Outputs, measured_in_place, write_variant
 from domainbert.errors import DomainBertError
 
@@ -111,6 +112,7 @@ def export(
     predictions: str | None = None,
     teacher_predictions: str | None = None,
     probe_predictions: str | None = None,
+    join: list[str] | None = None,
 ) -> dict:
     """Write the deployment variants of ``model`` under ``out``, each with its report, and recommend one.
 
@@ -163,8 +165,9 @@ def export(
         seed: random seed (re-fit order and dropout).
         trust_pickle: let ``--model`` and ``--teacher`` be torchao int8 folders, whose weights load only by a full
             unpickling (which can run code): only for folders you trust.
-        max_drop: the recommendation's rule: the fastest variant (ms/example at batch 32) whose macro-F1 is at most
-            this many points below the best variant's; None: no limit on the drop.
+        max_drop: the recommendation's rule: the fastest variant (ms/example at batch 32) whose macro-F1 is not
+            significantly more than this many points below the best's (its 95% paired bootstrap interval on ``val``
+            reaches ``-max_drop``); None: no limit on the drop.
         max_ms: the recommendation's latency limit: only variants at most this many ms/example at batch 32 (with
             ``max_drop``, both limits hold); None: no limit.
         predictions: the model's test predictions over ``data`` from a pass already made (a JSON file of
@@ -174,6 +177,8 @@ def export(
             model). Latency is still measured.
         teacher_predictions: the same for the teacher's row.
         probe_predictions: the same for the probe's row.
+        join: the folders of other exports (another model, with its own tokenizer) whose rows join this one's
+            summary: its table, plot and recommendation (:func:`~domainbert.deploy.report.joined_rows`).
 
     Returns:
         The summary report (also written to ``out/report.json``), with its ``recommendation``.
@@ -229,7 +234,7 @@ def export(
         _write_formats(outs, deployed, chosen, role)
         if teacher_model is not None and teacher_variants:
             _write_formats(outs, teacher_model, [f for f in chosen if f.teacher], "teacher", prefix="teacher_")
-        result = summary(outs.rows, max_drop=max_drop, max_ms=max_ms)
+        result = summary(outs.rows + joined_rows(join or []), max_drop=max_drop, max_ms=max_ms)
         write_summary(outs.out, result)
         print(summary_markdown(result))
         return result
@@ -268,7 +273,7 @@ def _val_batches(read: Callable, val: str | None, limit, tokenizer, batch_size: 
     texts, labels = read(val, limit=limit)
     if not texts:
         raise DomainBertError(f"{val}: no examples")
-    return metric_batches(tokenizer, texts, labels, batch_size, max_length)
+    return metric_batches(tokenizer, texts, labels, batch_size, max_length, rows=True)  # rows' predictions kept
 
 
 def _known(path: str | None, config, labels: list[int] | None, num_labels: int | None) -> dict | None:

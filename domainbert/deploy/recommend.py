@@ -1,15 +1,22 @@
-"""Which variant to ship: the fastest at batch 32 among those within a macro-F1 drop (and a latency) of the best.
+"""Which variant to ship: the fastest whose macro-F1 is not significantly more than ``max_drop`` below the best's.
 
-The rule reads every row of the export (the model's variants, the teacher's, the probe): among the rows whose
-macro-F1 is at most ``max_drop`` points below the best row's, and (with ``max_ms``) whose ms/example at batch 32 is
-at most ``max_ms``, the fastest at batch 32 (a tie: the better score, then the earlier row). The scores are the
-validation ones (``--val``) when every scored row has one, else those on ``--data``, and the recommendation says
-which. It warns when the variant it names scores below the frozen-embedding probe.
+The rule, in one sentence: among the variants within ``max_ms`` (ms/example at batch 32), ship the fastest whose
+macro-F1 is not significantly more than ``max_drop`` points below the best of them, that is whose 95% paired
+bootstrap interval of (variant − best) over the validation rows reaches ``-max_drop`` points or above; the best
+itself always qualifies, so something ships whenever a variant is within ``max_ms``.
+
+A drop of 2 points on 383 rows is within the rows' noise, and a rule that compares point estimates would throw away a
+faster variant for it; one that reads the interval does not. The interval needs each variant's predictions over the
+same rows (``val_predictions``, which ``domainbert export --val`` records); a variant without them is compared by
+its point estimate (``drop <= max_drop``), and the recommendation says so. The scores are the validation ones
+(``--val``) when every scored row has one, else those on ``--data``, and the recommendation says which. It warns
+when the variant it names scores below the frozen-embedding probe.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import asdict, dataclass
 
 from domainbert.errors import DomainBertError
 
@@ -17,6 +24,11 @@ from domainbert.errors import DomainBertError
 POINTS = 100.0
 #: Slack on the drop's comparison, so that a row exactly ``max_drop`` points below the best counts as within it.
 EPSILON = 1e-9
+#: The row key of a variant's predictions over the validation rows: ``{"gold", "pred", "labels"}`` (label ids in the
+#: file's order, and the number of labels).
+PREDICTIONS = "val_predictions"
+#: The bootstrap's resamples and coverage.
+RESAMPLES, LEVEL = 1000, 0.95
 
 
 def check_rule(max_drop: float | None, max_ms: float | None) -> None:
@@ -27,14 +39,19 @@ def check_rule(max_drop: float | None, max_ms: float | None) -> None:
         raise DomainBertError(f"max_ms={max_ms}: expected ms/example at batch 32 above 0 (or null: no limit)")
 
 
+def slug(role: str) -> str:
+    """A role as the stem of its variants' names: ``larger teacher`` -> ``larger_teacher``."""
+    return "_".join(role.split())
+
+
 def label(row: dict) -> str:
     """A row's name in the reports: its model's role, then its format (``teacher int8``); ``variant`` otherwise."""
     role, variant = row.get("role"), row["variant"]
     if not role:
         return variant
-    if variant in ("student", "teacher", "probe") or variant == role:
+    if variant in ("student", "teacher", "probe") or variant in (role, slug(role)):
         return role
-    return f"{role} {variant.removeprefix(role + '_')}"
+    return f"{role} {variant.removeprefix(slug(role) + '_')}"
 
 
 def scored_on(rows: list[dict], metric: str = "f1_macro") -> tuple[str, str]:
@@ -49,58 +66,172 @@ def scored_on(rows: list[dict], metric: str = "f1_macro") -> tuple[str, str]:
 
 
 def rule_text(max_drop: float | None, max_ms: float | None) -> str:
-    """The rule in words: ``within 1.0 macro-F1 points of the best, at most 5 ms/example at batch 32``."""
+    """The rule in words: ``not significantly more than 1 macro-F1 points below the best, at most 5 ms/example...``."""
     parts = []
     if max_drop is not None:
-        parts.append(f"within {max_drop:g} macro-F1 points of the best")
+        parts.append(f"not significantly more than {max_drop:g} macro-F1 points below the best")
     if max_ms is not None:
         parts.append(f"at most {max_ms:g} ms/example at batch 32")
     return ", ".join(parts) or "any score"
 
 
-def recommend(rows: list[dict], max_drop: float | None = 1.0, max_ms: float | None = None) -> dict:
-    """The variant to ship under the rule, and why.
+@dataclass
+class Gap:
+    """A variant's macro-F1 against the best variant's, in points, with its paired bootstrap interval if any."""
+
+    label: str
+    """The variant's label."""
+    latency_ms_b32: float
+    """Its ms/example at batch 32."""
+    score: float
+    """Its macro-F1 on the split the rule reads."""
+    diff: float
+    """Its score minus the best's, in points."""
+    low: float | None = None
+    """The interval's low end in points (None: no interval, the point estimate decides)."""
+    high: float | None = None
+    """The interval's high end in points."""
+    rows: int | None = None
+    """The rows the interval resampled."""
+
+    def within(self, max_drop: float | None) -> bool:
+        """Whether the drop is not significantly more than ``max_drop`` points (no limit: always)."""
+        if max_drop is None:
+            return True
+        top = self.diff if self.high is None else self.high
+        return top >= -max_drop - EPSILON * POINTS
+
+    def text(self) -> str:
+        """``-2.10 points [-4.52, +0.31]`` (or ``-2.10 points (no interval)``)."""
+        if self.high is None:
+            return f"{self.diff:+.2f} points (point estimate: no predictions to pair)"
+        return f"{self.diff:+.2f} points [{self.low:+.2f}, {self.high:+.2f}]"
+
+
+def gap(row: dict, best: dict, key: str, split: str, resamples: int = RESAMPLES) -> Gap:
+    """``row``'s :class:`Gap` to ``best`` on ``key``: with the paired bootstrap when both carry predictions there.
+
+    The interval (:func:`domainbert.core.stats.paired_bootstrap`, macro-F1, 95%) needs both rows' predictions over the
+    same rows with the same gold labels (:data:`PREDICTIONS`), and the rule to read validation.
+    """
+    from domainbert.core.stats import paired_bootstrap
+
+    found = Gap(label(row), row["latency_ms_b32"], row[key], (row[key] - best[key]) * POINTS)
+    mine, theirs = row.get(PREDICTIONS), best.get(PREDICTIONS)
+    if split != "validation" or not _paired(mine, theirs):
+        return found
+    k = max(int(mine.get("labels") or 0), int(theirs.get("labels") or 0), max(mine["gold"]) + 1)
+    ci = paired_bootstrap(mine["gold"], [theirs["pred"]], [mine["pred"]], k, resamples=resamples, level=LEVEL)
+    found.low, found.high, found.rows = ci.low * POINTS, ci.high * POINTS, len(mine["gold"])
+    return found
+
+
+def _paired(a: dict | None, b: dict | None) -> bool:
+    """Whether two predictions records cover the same rows with the same gold labels."""
+    if not isinstance(a, dict) or not isinstance(b, dict) or not a.get("gold"):
+        return False
+    return a.get("gold") == b.get("gold") and len(a.get("pred", ())) == len(b.get("pred", ())) == len(a["gold"])
+
+
+def recommend(
+    rows: list[dict], max_drop: float | None = 1.0, max_ms: float | None = None, resamples: int = RESAMPLES
+) -> dict:
+    """The variant to ship under the rule (see the module), and why.
 
     Args:
-        rows: the export's rows (``variant``, ``latency_ms_b32``, ``f1_macro``, maybe ``val_f1_macro``, ``role``).
-        max_drop: macro-F1 points below the best row's allowed; None: any.
+        rows: the export's rows (``variant``, ``latency_ms_b32``, ``f1_macro``, maybe ``val_f1_macro`` and
+            ``val_predictions``, ``role``).
+        max_drop: macro-F1 points below the best that a faster variant may be, beyond noise; None: any.
         max_ms: ms/example at batch 32 allowed; None: any.
+        resamples: the bootstrap's resamples.
 
     Returns:
         ``variant`` (None when no row meets the rule), ``label``, ``path``, ``score``, ``latency_ms_b32``, ``key``
-        and ``split`` (what it was chosen on: ``validation`` or ``test``), ``data`` (that file), ``best``
-        (the best row's label and score), ``rule``, ``why`` (a sentence), and ``probe`` / ``below_probe``.
+        and ``split`` (what it was chosen on: ``validation`` or ``test``), ``data`` (that file), ``best`` (the best
+        allowed row's label and score), ``top`` (the best row of all, when ``max_ms`` kept it out), ``interval``
+        (the pick's :class:`Gap` to the best, as a dict), ``faster`` (the faster rows that lost, as dicts), ``rule``,
+        ``why`` (a sentence), and ``probe`` / ``below_probe``.
     """
     check_rule(max_drop, max_ms)
     key, split = scored_on(rows)
-    timed = [r for r in rows if r.get("latency_ms_b32") is not None]
     data = next((r.get("val" if split == "validation" else "data") for r in rows if r.get("data")), None)
     out = {"variant": None, "key": key, "split": split, "data": data, "rule": rule_text(max_drop, max_ms)}
     out.update(max_drop=max_drop, max_ms=max_ms)
-    scored = [r for r in timed if r.get(key) is not None]
+    scored = [r for r in rows if r.get("latency_ms_b32") is not None and r.get(key) is not None]
     if not scored:
         return {**out, "why": "no variant has both a latency and a task metric (give --data with labels)"}
-    best = max(scored, key=lambda r: r[key])
-    out["best"] = {"variant": best["variant"], "label": label(best), "score": best[key]}
-    floor = -math.inf if max_drop is None else best[key] - max_drop / POINTS - EPSILON
-    within = [r for r in scored if r[key] >= floor and (max_ms is None or r["latency_ms_b32"] <= max_ms)]
-    if not within:
+    allowed = [r for r in scored if max_ms is None or r["latency_ms_b32"] <= max_ms]
+    if not allowed:
         fastest = min(scored, key=lambda r: r["latency_ms_b32"])
         why = f"no variant is {out['rule']} (the fastest, {label(fastest)}, takes {fastest['latency_ms_b32']} ms)"
         return {**out, "why": why}
-    pick = min(within, key=lambda r: (r["latency_ms_b32"], -r[key]))
+    best = max(allowed, key=lambda r: (r[key], -r["latency_ms_b32"]))
+    top = max(scored, key=lambda r: (r[key], -r["latency_ms_b32"]))
+    out["best"] = {"variant": best["variant"], "label": label(best), "score": best[key]}
+    if top is not best and top[key] > best[key]:
+        out["top"] = {"label": label(top), "score": top[key], "latency_ms_b32": top["latency_ms_b32"]}
+    pick, interval, faster = _first_within(allowed, best, key, split, max_drop, resamples)
     out.update(variant=pick["variant"], label=label(pick), path=pick.get("path"), score=pick[key])
     out["latency_ms_b32"] = pick["latency_ms_b32"]
-    drop = (best[key] - pick[key]) * POINTS
-    on = f"{split} macro-F1" + (f" ({data})" if data else "")
-    out["why"] = (
-        f"the fastest at batch 32 ({pick['latency_ms_b32']} ms/example) of the {len(within)} variant(s) "
-        f"{out['rule']}: {on} {pick[key]:.4f}, {drop:.1f} points below the best ({label(best)}, {best[key]:.4f})"
-    )
+    out["interval"] = asdict(interval) if interval is not None else None
+    out["faster"] = [asdict(g) for g in faster]
+    out["why"] = why_line(out)
     probe = next((r for r in rows if r.get("role") == "probe" and r.get(key) is not None), None)
     out["probe"] = probe[key] if probe else None
     out["below_probe"] = bool(probe and pick[key] < probe[key])
     return out
+
+
+def _first_within(
+    allowed: list[dict], best: dict, key: str, split: str, max_drop: float | None, resamples: int
+) -> tuple[dict, Gap | None, list[Gap]]:
+    """The fastest allowed row within ``max_drop`` of ``best`` (ties: the better), its gap, the faster that lost.
+
+    The gap is None when the pick is ``best`` itself.
+    """
+    lost = []
+    for row in sorted(allowed, key=lambda r: (r["latency_ms_b32"], -r[key])):
+        if row is best:
+            return row, None, lost
+        found = gap(row, best, key, split, resamples)
+        if found.within(max_drop):
+            return row, found, lost
+        lost.append(found)
+    return best, None, lost
+
+
+def why_line(rec: dict) -> str:
+    """Why the recommended variant: what it is against the best, why the faster ones and the better ones lost."""
+    split, drop, best = rec["split"], rec["max_drop"], rec["best"]
+    on = f"{split} macro-F1"
+    if rec.get("interval") is None:
+        head = f"the best {on} ({rec['score']:.4f}) of the variants" + (
+            f" at most {rec['max_ms']:g} ms/example at batch 32" if rec["max_ms"] is not None else ""
+        )
+    else:
+        interval = Gap(**rec["interval"])
+        limit = "any drop allowed" if drop is None else f"not significantly more than {drop:g} points below"
+        head = (
+            f"the fastest at batch 32 whose {on} is {limit} the best ({best['label']}, {best['score']:.4f}): "
+            f"{interval.text()}" + (f" over {interval.rows} rows" if interval.rows else "")
+        )
+    parts = [head]
+    if rec.get("faster"):
+        closest = max((Gap(**g) for g in rec["faster"]), key=lambda g: g.score)
+        parts.append(
+            f"the faster {closest.label} ({closest.latency_ms_b32} ms) is {closest.text()}, significantly more than "
+            f"{drop:g} points below"
+            + (f" ({len(rec['faster']) - 1} faster other(s) too)" if len(rec["faster"]) > 1 else "")
+        )
+    if rec.get("interval") is not None:
+        parts.append(f"the better {best['label']} is slower")
+    if rec.get("top"):
+        top = rec["top"]
+        parts.append(
+            f"the better {top['label']} ({top['score']:.4f}) takes {top['latency_ms_b32']} ms, over "
+            f"max_ms {rec['max_ms']:g}"
+        )
+    return "; ".join(parts)
 
 
 def below_probe_line(rec: dict) -> str | None:

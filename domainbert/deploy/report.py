@@ -11,6 +11,7 @@ import torch
 
 from domainbert.core.files import atomic_write_text
 from domainbert.deploy.bench import weights_size
+from domainbert.errors import DomainBertError
 
 COLUMNS = [
     ("variant", "variant"),
@@ -54,10 +55,14 @@ def progress(row: dict) -> str:
     return f"[{row['variant']}] " + " ".join(f"{k}={row[k]}" for k in keys if row.get(k) is not None)
 
 
+#: Row fields kept in ``report.json`` but not listed in a variant's ``report.md`` (a value per row of the data).
+BULKY = frozenset({"val_predictions"})
+
+
 def write_report(folder: Path, report: dict) -> None:
     """``report.json`` and ``report.md`` of one variant, in ``folder`` (atomically)."""
     atomic_write_text(folder / "report.json", json.dumps(report, indent=2, sort_keys=True) + "\n")
-    extra = {k: v for k, v in report.items() if k not in dict(COLUMNS)}
+    extra = {k: v for k, v in report.items() if k not in dict(COLUMNS) and k not in BULKY}
     lines = [f"# {report['variant']}", "", _table([report]), ""]
     lines += [f"- **{k}:** {json.dumps(v) if not isinstance(v, str) else v}" for k, v in sorted(extra.items())]
     atomic_write_text(folder / "report.md", "\n".join(lines) + "\n")
@@ -99,6 +104,44 @@ def slower_at_b32(rows: list[dict]) -> list[str]:
     ]
 
 
+#: The fields :func:`summary` derives from the other rows: left out of a joined row, and derived again.
+DERIVED_PREFIXES = ("speedup_", "size_vs_", "label")
+
+
+def joined_rows(folders: list[str]) -> list[dict]:
+    """The rows of other exports' summaries (``<folder>/report.json``), named to sit beside this export's.
+
+    Only each export's own model's rows are joined (not its teacher's nor its probe's, which this export measures
+    itself): its fp32 row is named after its role (``larger teacher`` -> variant ``larger_teacher``), the others
+    ``<role>_<format>`` (``larger_teacher_int8``); their label is ``<role> <format>`` as ever. Columns derived from
+    the other export's own rows (speed-ups, sizes, points) are left out: :func:`summary` derives them again.
+
+    Raises:
+        DomainBertError: a folder without a readable summary, or whose rows' names are taken by another's.
+    """
+    from domainbert.deploy.recommend import slug
+
+    out: list[dict] = []
+    for folder in folders:
+        path = Path(folder) / "report.json"
+        try:
+            variants = json.loads(path.read_text(encoding="utf-8"))["variants"]
+        except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as err:
+            raise DomainBertError(f"export --join: {path}: not an export's summary ({err})") from None
+        for row in variants:
+            role = row.get("role") or "model"
+            if role in ("teacher", "probe"):
+                continue
+            name = slug(role) if row["variant"] == "student" else f"{slug(role)}_{row['variant']}"
+            kept = {k: v for k, v in row.items() if not k.startswith(DERIVED_PREFIXES) and "_points_vs_" not in k}
+            out.append({**kept, "variant": name, "role": role, "joined": str(folder)})
+    names = [r["variant"] for r in out]
+    taken = sorted({n for n in names if names.count(n) > 1})
+    if taken:
+        raise DomainBertError(f"export --join: two joined exports name rows {taken}; give each model its own --role")
+    return out
+
+
 def summary(rows: list[dict], base: str = "student", max_drop: float | None = 1.0, max_ms: float | None = None):
     """The side-by-side report: every row with its label and comparison columns, the recommendation, the verdicts.
 
@@ -110,6 +153,10 @@ def summary(rows: list[dict], base: str = "student", max_drop: float | None = 1.
     """
     from domainbert.deploy.recommend import label, recommend
 
+    names = [r["variant"] for r in rows]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise DomainBertError(f"export: two rows are named {twice}; give a joined export's model another --role")
     rows = [{**r, "label": label(r)} for r in with_ratios(rows, base)]
     teacher = any(r["variant"] == "teacher" for r in rows)
     if teacher:
@@ -141,28 +188,46 @@ def _cpu_note() -> str:
 
 def summary_markdown(result: dict) -> str:
     """The Markdown of :func:`summary`: the table, the recommendation and its rule, the notes, the plot."""
+    lines = ["# Deployment variants", "", *variants_markdown(result)]
+    lines += recommendation_lines(result.get("recommendation"))
+    if result.get("plot"):
+        lines += [f"![latency against macro-F1]({result['plot']})", ""]
+    return "\n".join(lines)
+
+
+def variants_markdown(result: dict) -> list[str]:
+    """What was measured and the table of :func:`summary`, then its notes: each a paragraph, blank lines between.
+
+    A line that touches a table is read as one of its rows by GitHub-style renderers, so every paragraph ends with
+    a blank line. The pipeline's report shows these lines too.
+    """
     rows = result["variants"]
-    base = result["base"]
+    by = {r["variant"]: r for r in rows}
+    lines = [_scope(rows), "", _table(rows, _summary_columns(result)), ""]
+    if "verdict" in result:
+        lines += [f"**bf16 or int8:** {result['verdict']}.", ""]
+    for variant in result.get("slower_at_b32", []):
+        lines += [slower_note(by[variant]), ""]
+    return lines
+
+
+def _summary_columns(result: dict) -> list[tuple[str, str]]:
+    """The summary table's columns: sizes and latencies, the scores (the one that chooses named), the ratios."""
+    rows, base = result["variants"], result["base"]
     by = {r["variant"]: r for r in rows}
     base_label = by[base]["label"] if base in by else base
-    cols = [("label", "variant")] + COLUMNS[1:]
+    cols = [("label", "variant")] + COLUMNS[1:5]
+    validation = (result.get("recommendation") or {}).get("split") == "validation"
     if any(r.get("val_f1_macro") is not None for r in rows):
-        cols.append(("val_f1_macro", "val macro-F1"))
+        cols.append(("val_f1_macro", "val macro-F1 (chooses)" if validation else "val macro-F1"))
+    cols += [("accuracy", "test accuracy"), ("f1_macro", "test macro-F1" + (" (reported)" if validation else ""))]
     points = result.get("points_vs", base)
     points_label = by[points]["label"] if points in by else points
     cols += [(f"speedup_b32_vs_{base}", f"speed-up b32 vs {base_label}"), (f"size_vs_{base}", f"size vs {base_label}")]
     if "teacher" in by:
         cols.append(("speedup_b32_vs_teacher", "speed-up b32 vs teacher"))
-    cols.append((f"f1_macro_points_vs_{points}", f"Δ macro-F1 (points) vs {points_label}"))
-    lines = ["# Deployment variants", "", _scope(rows), "", _table(rows, cols), ""]
-    lines += recommendation_lines(result.get("recommendation"))
-    if "verdict" in result:
-        lines += [f"**bf16 or int8:** {result['verdict']}.", ""]
-    for variant in result.get("slower_at_b32", []):
-        lines += [slower_note(by[variant]), ""]
-    if result.get("plot"):
-        lines += [f"![latency against macro-F1]({result['plot']})", ""]
-    return "\n".join(lines)
+    cols.append((f"f1_macro_points_vs_{points}", f"Δ test macro-F1 (points) vs {points_label}"))
+    return cols
 
 
 def recommendation_lines(rec: dict | None) -> list[str]:
@@ -220,7 +285,8 @@ def _scope(rows: list[dict]) -> str:
     data = first.get("data") or "no labelled data"
     limit = first.get("limit")
     cut = f" (cut to `--limit {limit}`)" if limit else " (all of it)"
-    return f"Measured on {first.get('examples', 0)} examples of {data}{cut}."
+    val = f" Validation scores on {first['val']}{' (cut likewise)' if limit else ''}." if first.get("val") else ""
+    return f"Measured on {first.get('examples', 0)} examples of {data}{cut}.{val}"
 
 
 def write_summary(out: Path, result: dict) -> None:

@@ -292,7 +292,7 @@ def test_export_measures_the_teachers_int8_and_the_probe_beside_the_student_and_
     assert rec["variant"] == fastest["variant"] and rec["split"] == "validation"
     text = (out / "report.md").read_text()
     assert f"**Recommended:** **{fastest['label']}**" in text and "| teacher int8 |" in text
-    assert "Δ macro-F1 (points) vs teacher" in text and (out / "tradeoff.png").stat().st_size > 1000
+    assert "Δ test macro-F1 (points) vs teacher" in text and (out / "tradeoff.png").stat().st_size > 1000
     assert "![latency against macro-F1](tradeoff.png)" in text
 
 

@@ -30,12 +30,14 @@ def _rows(val: bool = False):
 
 def test_within_one_point_of_the_best_the_teachers_int8_is_the_fastest():
     rec = recommend(_rows(), max_drop=1.0)
-    # within 0.791 - 0.010 = 0.781: teacher 18.9, teacher_int8 7.7, teacher_onnx_int8 8.4 -> teacher_int8
+    # the best: teacher and teacher_int8 both 0.791, the faster of the two -> it is the pick, nothing faster is within
     assert rec["variant"] == "teacher_int8" and rec["label"] == "teacher int8" and rec["path"] == "out/teacher_int8"
     assert rec["split"] == "test" and rec["key"] == "f1_macro" and rec["data"] == "test.jsonl"
-    assert rec["best"] == {"variant": "teacher", "label": "teacher", "score": 0.791}
-    assert "the fastest at batch 32 (7.7 ms/example) of the 3 variant(s) within 1 macro-F1 points" in rec["why"]
-    assert "0.0 points below the best (teacher, 0.7910)" in rec["why"] and not rec["below_probe"]
+    assert rec["best"] == {"variant": "teacher_int8", "label": "teacher int8", "score": 0.791}
+    assert rec["interval"] is None and not rec["below_probe"]
+    assert [g["label"] for g in rec["faster"]] == ["student int8", "student onnx_int8"]
+    assert rec["why"].startswith("the best test macro-F1 (0.7910) of the variants; the faster student onnx_int8")
+    assert "(5.1 ms) is -6.00 points (point estimate: no predictions to pair)" in rec["why"]
 
 
 def test_a_drop_of_exactly_the_limit_counts_and_a_wider_one_reaches_the_students_int8():
@@ -58,10 +60,17 @@ def test_a_latency_limit_alone_picks_the_fastest_under_it_and_warns_below_the_pr
     assert both["variant"] == "teacher_int8" and both["rule"].endswith("at most 8 ms/example at batch 32")
 
 
-def test_no_variant_under_the_rule_names_none_and_says_why():
+def test_a_latency_limit_compares_with_the_best_under_it_and_names_the_better_one_it_keeps_out():
     rec = recommend(_rows(), max_drop=1.0, max_ms=5.0)
+    assert rec["variant"] == "int8" and rec["best"]["label"] == "student int8"
+    assert rec["top"] == {"label": "teacher int8", "score": 0.791, "latency_ms_b32": 7.7}  # of two 0.791s, faster
+    assert rec["why"].endswith("the better teacher int8 (0.7910) takes 7.7 ms, over max_ms 5")
+
+
+def test_no_variant_under_the_latency_limit_names_none_and_says_why():
+    rec = recommend(_rows(), max_drop=1.0, max_ms=4.0)
     assert rec["variant"] is None and below_probe_line(rec) is None
-    assert "no variant is within 1 macro-F1 points of the best, at most 5 ms/example" in rec["why"]
+    assert "no variant is not significantly more than 1 macro-F1 points below the best, at most 4 ms" in rec["why"]
     assert "the fastest, student int8, takes 4.2 ms" in rec["why"]
 
 
@@ -96,3 +105,65 @@ def test_a_rows_label_is_its_role_then_its_format():
     assert label({"variant": "teacher_onnx_int8", "role": "teacher"}) == "teacher onnx_int8"
     assert label({"variant": "probe", "role": "probe"}) == "probe"
     assert label({"variant": "int8"}) == "int8"  # a row of an older export
+
+
+def _predictions(rows_per_class: int, wrong_per_class: int) -> tuple[dict, dict]:
+    """Two classes of ``rows_per_class`` rows: the best model right on every row, the fast one wrong on
+    ``wrong_per_class`` rows of each class (each sent to the other class)."""
+    gold = [0] * rows_per_class + [1] * rows_per_class
+    fast = list(gold)
+    for i in range(wrong_per_class):
+        fast[i], fast[rows_per_class + i] = 1, 0
+    return {"gold": gold, "pred": list(gold), "labels": 2}, {"gold": gold, "pred": fast, "labels": 2}
+
+
+def _pair(rows_per_class: int, wrong_per_class: int) -> list[dict]:
+    best, fast = _predictions(rows_per_class, wrong_per_class)
+    # each class: TP = n - w, FP = FN = w, so F1 = (n - w) / n; macro-F1 the same
+    fast_f1 = (rows_per_class - wrong_per_class) / rows_per_class
+    return [
+        {**_row("teacher", "teacher", 20.0, 0.9, 1.0), "val_predictions": best},
+        {**_row("int8", "student", 5.0, 0.88, fast_f1), "val_predictions": fast},
+    ]
+
+
+def test_a_two_point_drop_on_few_rows_is_within_noise_and_the_faster_model_ships():
+    """100 rows, the fast model wrong on 2 of them: macro-F1 0.98 against 1.00, a drop of 2.00 points.
+
+    A bootstrap resample of 100 rows draws neither wrong row with probability 0.98^100 = 0.133, more than the 2.5%
+    the interval's upper end leaves out: so that end is 0.00, the interval reaches the 1-point limit, and the
+    faster model ships; compared by the point estimate alone (2.00 > 1.0) it would not have.
+    """
+    rec = recommend(_pair(50, 1), max_drop=1.0)
+    assert rec["split"] == "validation" and rec["variant"] == "int8"
+    interval = rec["interval"]
+    assert interval["diff"] == pytest.approx(-2.0) and interval["high"] == pytest.approx(0.0)
+    assert interval["rows"] == 100 and interval["low"] < -2.0
+    rule = "the fastest at batch 32 whose validation macro-F1 is not significantly more than 1 points below the best"
+    assert rule in rec["why"]
+    assert "-2.00 points [" in rec["why"] and ", +0.00] over 100 rows" in rec["why"]
+    assert rec["why"].endswith("the better teacher is slower")
+
+
+def test_a_two_point_drop_on_many_rows_is_beyond_noise_and_the_best_ships():
+    """2,000 rows, the fast model wrong on 40: the same 2.00-point drop, now measured on 20 times the rows.
+
+    The wrong rows a resample draws are about Binomial(2000, 0.02): 40 ± 6.3, so the interval's upper end is about
+    -(40 - 1.96 × 6.3) / 2000 = -1.4 points: the drop is significantly more than 1 point, and the best ships.
+    """
+    rec = recommend(_pair(1000, 20), max_drop=1.0)
+    assert rec["variant"] == "teacher" and rec["interval"] is None
+    (lost,) = rec["faster"]
+    assert lost["diff"] == pytest.approx(-2.0) and -1.8 < lost["high"] < -1.1 and lost["rows"] == 2000
+    assert "the faster student int8 (5.0 ms) is -2.00 points [" in rec["why"]
+    assert "significantly more than 1 points below" in rec["why"]
+    # a limit of 2 points takes it in: its interval reaches -2
+    assert recommend(_pair(1000, 20), max_drop=2.0)["variant"] == "int8"
+
+
+def test_predictions_of_other_rows_are_not_paired_and_the_point_estimate_decides():
+    rows = _pair(50, 1)
+    rows[1]["val_predictions"] = {**rows[1]["val_predictions"], "gold": [1] * 100}  # not the same rows
+    rec = recommend(rows, max_drop=1.0)
+    assert rec["variant"] == "teacher" and rec["faster"][0]["high"] is None
+    assert "(point estimate: no predictions to pair)" in rec["why"]

@@ -45,7 +45,7 @@ def test_rows_are_named_by_role_and_the_f1_column_is_a_difference_in_points_from
     text = summary_markdown(result)
     by = {r["variant"]: r for r in result["variants"]}
     assert by["student"]["f1_macro_points_vs_teacher"] == -6.2 and by["teacher_int8"]["f1_macro_points_vs_teacher"] == 0
-    assert "| Δ macro-F1 (points) vs teacher |" in text and "F1 vs" not in text
+    assert "| Δ test macro-F1 (points) vs teacher |" in text and "F1 vs" not in text
     assert "| teacher int8 |" in text and "| student onnx_int8 |" in text and "| student |" in text
     assert result["recommendation"]["variant"] == "teacher_int8"
     assert "**Recommended:** **teacher int8**" in text and "made on the export's test data `test.jsonl`" in text
@@ -55,7 +55,7 @@ def test_a_model_exported_without_a_teacher_is_labelled_by_its_role_not_student(
     result = summary(_demo_rows(role="model", teacher=False))
     text = summary_markdown(result)
     assert "| model |" in text and "| model onnx_int8 |" in text and "| student |" not in text
-    assert "Δ macro-F1 (points) vs model" in text and "speed-up b32 vs model" in text
+    assert "Δ test macro-F1 (points) vs model" in text and "speed-up b32 vs model" in text
 
 
 def test_onnx_int8_slower_per_example_at_batch_32_gets_its_note_only_then():
