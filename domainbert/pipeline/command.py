@@ -127,8 +127,9 @@ def pipeline(
         export: deployment variants of the student (int8 by default). Runs by default after distillation when
             ``task_test`` is given.
         deploy: the choice among the export's variants (the student's, the teacher's, the probe): the fastest at
-            batch 32 within ``max_drop`` macro-F1 points of the best (default 1.0) or ``max_ms`` ms/example, chosen
-            on validation; the report names it and warns when it scores below the frozen probe.
+            batch 32 not significantly more than ``max_drop`` macro-F1 points below the best (default 1.0; the
+            paired bootstrap interval on validation) within ``max_ms`` ms/example; the report, ``report.json`` and
+            the last line name that one folder, and warn when it scores below the frozen probe.
         **strategies: the settings of any other installed strategy, by its name (``contrastive=...``; a plugin's).
     """
     from domainbert.pipeline.forks import stop as stop_forks
@@ -176,7 +177,6 @@ def _recipe(ctx, probe: ProbeSpec, distill: DistillSpec, export: StageSpec, depl
     from domainbert.pipeline.deployment import final_lines
     from domainbert.pipeline.report import write_report
     from domainbert.pipeline.stage import merge
-    from domainbert.pipeline.strategies.larger_teacher import small_student
 
     task = ctx.task
     probed = recipe.run_probe(ctx.runner, ctx.base_model, task, probe)
@@ -191,8 +191,8 @@ def _recipe(ctx, probe: ProbeSpec, distill: DistillSpec, export: StageSpec, depl
     teacher = best.hf
     teachers = recipe.distill_teachers(ctx.results(), chosen, best, distill)
     extra = recipe.transfer_values(distill, ctx) if distill.enabled else {}
-    if (larger := small_student(ctx, best)) is not None:
-        teachers, extra = larger[0], merge(extra, larger[1])
+    if (taught := recipe.teaching(ctx, best)) is not None:  # a strategy's teacher in the chosen run's place
+        teachers, extra = taught.teachers, merge(extra, taught.values)
     probe_run = (ctx.results().get(recipe.PROBE) or [None])[0]
     student, deployed = recipe.distill_and_export(
         ctx.runner,
@@ -205,11 +205,12 @@ def _recipe(ctx, probe: ProbeSpec, distill: DistillSpec, export: StageSpec, depl
         extra=extra,
         deploy=deploy,
         probe=probe_run,
+        offered=recipe.deployables(ctx, chosen),
     )
     choice = (chosen, why, teacher)
     report = write_report(ctx.runner, ctx.candidates, probed, choice, student, deployed, ctx.metric, ctx.seeds)
-    print(f"\nPipeline done. Shipped: {teacher} ({chosen}: {why}). Report: {report}")
-    for line in final_lines(deployed):
+    print(f"\nPipeline done. Report: {report}")
+    for line in final_lines(report.with_name("report.json")):  # the one folder to ship, as the report says
         print(line)
     return report
 
@@ -222,6 +223,7 @@ def _start(ctx, distill: DistillSpec, out: str, isolate: str):
     from domainbert.pipeline.strategies.base import BASELINE, Candidate
 
     check(ctx, distill)
+    ctx.distill = distill  # a strategy's own distillation reads the distill settings too
     base, task = ctx.base_model, ctx.task
     inputs = [ctx.corpus, task.train, task.val, task.test, base if Path(base).exists() else None]
     ctx.runner = Runner(out, isolate=isolate, inputs=inputs)  # out: null or empty is refused in one line

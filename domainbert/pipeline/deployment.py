@@ -1,8 +1,11 @@
-"""The pipeline's deployment choice: the export's options, and what the report and the last lines say of it.
+"""The pipeline's deployment choice: the export's options, and the one answer to ship.
 
-The export stage measures the student's variants, the teacher (with its own int8 and ONNX int8 when the student
-gets them) and the frozen-embedding probe classifier; its ``report.json`` holds the recommendation
-(:func:`domainbert.deploy.recommend.recommend`) under the ``deploy`` settings (:class:`~.specs.DeploySpec`).
+The export stage measures the student's variants, the chosen model (the teacher, with its own int8 and ONNX int8
+when the student gets them), the frozen-embedding probe classifier and the models strategies offer
+(:class:`~domainbert.pipeline.strategies.base.Deployable`: each exported first, stage ``export-<role>``, its rows
+joined to the export's). Its ``report.json`` holds the recommendation (:func:`domainbert.deploy.recommend.recommend`)
+under the ``deploy`` settings (:class:`~.specs.DeploySpec`), and :func:`answer` turns it into the one folder to
+ship: the report's first section, ``ship`` in the pipeline's ``report.json`` and the pipeline's last line.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from domainbert.pipeline.specs import DeploySpec, TaskFiles
-from domainbert.pipeline.strategies.base import Run
+from domainbert.pipeline.strategies.base import Deployable, Run
 
 #: The trade-off plot of the export folder (:data:`domainbert.deploy.plot.PLOT_FILE`).
 PLOT_FILE = "tradeoff.png"
@@ -30,7 +33,7 @@ def export_options(
 
     Args:
         student: the distillation stage's record (``hf``, ``predictions``).
-        teacher: the shipped fine-tuned model's folder.
+        teacher: the chosen fine-tuned model's folder.
         task: the task's files (``data`` is the test split; ``val`` the validation split when
             ``deploy.validation``).
         deploy: the deployment choice's settings (None: the defaults).
@@ -40,8 +43,7 @@ def export_options(
     """
     deploy = deploy or DeploySpec()
     options: dict[str, Any] = {"model": student["hf"], "teacher": teacher, "data": str(task.test), "role": "student"}
-    if deploy.validation and task.val:
-        options["val"] = task.val
+    options.update(_validation(task, deploy))
     probe_hf = probe.hf if probe is not None else None
     if deploy.probe and probe_hf and Path(probe_hf).resolve() != Path(teacher).resolve():
         options["probe"] = probe_hf
@@ -53,47 +55,127 @@ def export_options(
     return {**options, "text_column": task.text_column, "label_column": task.label_column}
 
 
+def offered_options(made: Deployable, task: TaskFiles, deploy: DeploySpec | None) -> tuple[str, dict[str, Any]]:
+    """``(stage, options)``: the export stage of a model a strategy offers, named by its role.
+
+    Its rows (its fp32 folder, its int8 and ONNX int8) are measured on the same data and validation rows as the
+    student's, with its own tokenizer, and joined to the main export's summary (``--join``).
+    """
+    from domainbert.deploy.recommend import slug
+
+    deploy = deploy or DeploySpec()
+    options: dict[str, Any] = {"model": made.hf, "data": str(task.test), "role": made.role}
+    options.update(_validation(task, deploy))
+    if made.predictions:
+        options["predictions"] = str(made.predictions)
+    options.update(max_drop=_number(deploy.max_drop), max_ms=_number(deploy.max_ms))
+    options.update(text_column=task.text_column, label_column=task.label_column)
+    return f"export-{slug(made.role)}", options
+
+
+def _validation(task: TaskFiles, deploy: DeploySpec) -> dict[str, str]:
+    """``{"val": file}`` when the variants are measured (and chosen) on validation."""
+    return {"val": task.val} if deploy.validation and task.val else {}
+
+
 def _number(value: float | None) -> float | None:
     return None if value is None else float(value)
 
 
-def recommendation(folder: str | None) -> dict | None:
-    """The export's recommendation (its ``report.json``), or None when there is no readable one."""
+def export_summary(folder: str | None) -> dict | None:
+    """The export's summary (its ``report.json``), or None when there is no readable one."""
     if folder is None:
         return None
     try:
-        return json.loads((Path(folder) / "report.json").read_text(encoding="utf-8")).get("recommendation")
-    except (OSError, ValueError, AttributeError):
+        loaded = json.loads((Path(folder) / "report.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
         return None
+    return loaded if isinstance(loaded, dict) else None
+
+
+def recommendation(folder: str | None) -> dict | None:
+    """The export's recommendation (in its ``report.json``), or None when there is no readable one."""
+    rec = (export_summary(folder) or {}).get("recommendation")
+    return rec if isinstance(rec, dict) else None
+
+
+def answer(folder: str | None, choice: tuple[str, str, str], score: float | None, metric: str, skipped: str | None):
+    """The one folder to ship, and why: ``{"folder", "label", "latency_ms_b32", "score", "split", "why", ...}``.
+
+    The export's recommendation when it made one (the fastest variant not significantly more than
+    ``deploy.max_drop`` below the best on validation); else the fine-tuned model the choice made
+    (``choice``: ``(name, why, folder)``, its validation ``score``), with why no variant was recommended
+    (``skipped``: why the export did not run).
+    """
+    from domainbert.deploy.recommend import below_probe_line
+
+    name, why, chosen = choice
+    rec = recommendation(folder)
+    if rec is not None and rec.get("variant") is not None:
+        ship = {key: rec.get(key) for key in ("label", "latency_ms_b32", "score", "split", "why")}
+        ship.update(folder=rec.get("path"), variant=rec["variant"], source="export", rule=rec.get("rule"))
+        return {**ship, "warning": below_probe_line(rec)}
+    if rec is not None:
+        unmeasured = f"no deployment variant meets the rule: {rec['why']}"
+    else:
+        unmeasured = f"no deployment variant was measured ({skipped or 'the export did not run'})"
+    why = f"the fine-tuned model chosen on validation ({why}); {unmeasured}"
+    return {
+        "folder": chosen,
+        "label": name,
+        "latency_ms_b32": None,
+        "score": score,
+        "split": "validation",
+        "why": why,
+        "variant": None,
+        "source": "choice",
+        "metric": metric,
+        "warning": None,
+    }
+
+
+def ship_line(ship: dict) -> str:
+    """The one line: ``Ship: <folder> (<label>): 7.7 ms/example at batch 32, validation macro-F1 0.8010: <why>.``."""
+    measured = []
+    if ship.get("latency_ms_b32") is not None:
+        measured.append(f"{ship['latency_ms_b32']} ms/example at batch 32")
+    if ship.get("score") is not None:
+        metric = "macro-F1" if ship.get("source") == "export" else ship.get("metric", "")
+        measured.append(f"{ship['split']} {metric} {ship['score']:.4f}")
+    what = f" ({ship['label']})" + (f": {', '.join(measured)}" if measured else "")
+    return f"Ship: {ship['folder']}{what}: {ship['why']}."
+
+
+def final_lines(report_json: Path) -> list[str]:
+    """The pipeline's last lines, read from its ``report.json``.
+
+    What the run left on the table (``left_on_table``), the warning below the probe, then the one answer, last.
+    """
+    try:
+        record = json.loads(Path(report_json).read_text(encoding="utf-8"))
+        ship = record["ship"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    left = [str(line) for line in record.get("left_on_table") or []]
+    return [*left, *([ship["warning"]] if ship.get("warning") else []), ship_line(ship)]
 
 
 def report_lines(folder: str | None, out: Path) -> list[str]:
-    """The report's section on the deployment choice: the recommendation, its rule, the plot (relative to ``out``)."""
-    from domainbert.deploy.report import recommendation_lines
+    """The report's section on the deployment rule and the trade-off plot (relative to ``out``)."""
+    from domainbert.deploy.recommend import rule_text
 
     rec = recommendation(folder)
     if rec is None:
         return []
-    lines = ["## The variant to deploy", "", *recommendation_lines(rec)]
-    lines.append(
-        f"Rule (`deploy.max_drop`, `deploy.max_ms`): the fastest at batch 32 among the variants {rec['rule']}."
-    )
+    on = "validation rows (`deploy.validation`)" if rec.get("split") == "validation" else "test rows (no validation)"
+    rule = rule_text(rec.get("max_drop"), rec.get("max_ms"))
+    lines = [
+        "Rule (`deploy.max_drop`, `deploy.max_ms`): among the variants at most `max_ms` ms/example at batch 32, the "
+        "fastest whose macro-F1 is not significantly more than `max_drop` points below the best of them, that is "
+        f"whose 95% paired bootstrap interval against the best over the {on} reaches `-max_drop`; here: {rule}.",
+    ]
     plot = Path(folder) / PLOT_FILE
     if plot.is_file():
         rel = plot.resolve().relative_to(out.resolve()) if plot.resolve().is_relative_to(out.resolve()) else plot
         lines += ["", f"![latency against macro-F1]({rel.as_posix()})"]
     return [*lines, ""]
-
-
-def final_lines(folder: str | None) -> list[str]:
-    """The pipeline's last lines on deployment: the recommended variant, and the warning when below the probe."""
-    from domainbert.deploy.recommend import below_probe_line
-
-    rec = recommendation(folder)
-    if rec is None:
-        return []
-    if rec.get("variant") is None:
-        return [f"Deploy: no variant recommended: {rec['why']}."]
-    lines = [f"Deploy: {rec['label']} ({rec.get('path')}): {rec['why']}."]
-    warning = below_probe_line(rec)
-    return [*lines, warning] if warning else lines

@@ -21,13 +21,15 @@ from domainbert.pipeline.strategies.base import (
     PROBE,
     Candidate,
     Context,
+    Deployable,
     Run,
     Stop,
+    Teaching,
     finetune_stage,
     stage_config,
 )
 
-__all__ = ["BASELINE", "PROBE", "choose", "export_skipped", "run_probe"]
+__all__ = ["BASELINE", "PROBE", "choose", "deployables", "export_skipped", "run_probe", "teaching"]
 
 
 def run_probe(runner: Runner, base_model: str, task: TaskFiles, spec: ProbeSpec) -> dict | None:
@@ -264,6 +266,26 @@ def distill_teachers(results: dict[str, list[Run]], chosen: str, best: Run, spec
     return folders if len(folders) > 1 else [best.hf]
 
 
+def teaching(ctx: Context, chosen: Run) -> Teaching | None:
+    """Who teaches the small student instead of ``chosen``: the first enabled strategy that says (registry order).
+
+    None: ``chosen`` teaches (:meth:`~domainbert.pipeline.strategies.base.Strategy.teaches`).
+    """
+    for name, strategy in ctx.strategies.items():
+        if ctx.enabled(name) and (taught := strategy.teaches(ctx, ctx.settings[name], chosen)) is not None:
+            return taught
+    return None
+
+
+def deployables(ctx: Context, chosen: str) -> list[Deployable]:
+    """The models the enabled strategies offer for deployment beside the chosen candidate ``chosen``, in order."""
+    offered: list[Deployable] = []
+    for name, strategy in ctx.strategies.items():
+        if ctx.enabled(name):
+            offered += strategy.deployables(ctx, ctx.settings[name], chosen)
+    return offered
+
+
 def transfer_values(spec: DistillSpec, ctx: Context) -> dict[str, Any]:
     """The distillation's ``data.transfer`` (the corpus as its transfer set) and epochs, when it is on; else ``{}``.
 
@@ -306,19 +328,22 @@ def distill_and_export(
     extra: dict[str, Any] | None = None,
     deploy: DeploySpec | None = None,
     probe: Run | None = None,
+    offered: list[Deployable] | None = None,
 ):
     """Distil ``teacher`` into a student and export its deployment variants; ``(student record, export folder)``.
 
-    ``teachers`` (default: ``[teacher]``) teach the student, their probabilities averaged; ``teacher``, the shipped
+    ``teachers`` (default: ``[teacher]``) teach the student, their probabilities averaged; ``teacher``, the chosen
     model, is the export's teacher row. ``extra``: config values before ``distill.args`` (the transfer set's).
     When the export does not run, the pipeline's output says why, and so does the student record's
     ``export_skipped`` (for the report). The export's teacher and student rows take their test metrics from the
     test passes their stages made (``teacher_predictions``, the student record's ``predictions``): each model reads
     the test split once. ``deploy``: the deployment choice's settings; ``probe``: the frozen probe's record (its
     classifier is measured beside the variants), both passed on by
-    :func:`~domainbert.pipeline.deployment.export_options`.
+    :func:`~domainbert.pipeline.deployment.export_options`. ``offered``: the models strategies offer for
+    deployment (:func:`deployables`): each is exported first (stage ``export-<role>``) and its rows join the
+    export's table, plot and recommendation.
     """
-    from domainbert.pipeline.deployment import export_options
+    from domainbert.pipeline.deployment import export_options, offered_options
 
     if not distill.enabled:
         return None, None
@@ -331,9 +356,17 @@ def distill_and_export(
     if skipped:
         print(f"[export] skipped: {skipped}", flush=True)
         return {**student, "export_skipped": skipped}, None
+    joined = {}
+    for made in offered or []:
+        stage, options = offered_options(made, task, deploy)
+        folder = str(runner.out / stage)
+        joined[stage] = runner.tool(stage, "export", {"out": folder, **options}, result=folder, args=export.args)
     folder = runner.out / "export"
     options = export_options(student, teacher, task, deploy, teacher_predictions, probe)
-    runner.tool("export", "export", {"out": str(folder), **options}, result=str(folder), args=export.args)
+    if joined:
+        options["join"] = [record["result"] for record in joined.values()]
+    after = tuple(joined)
+    runner.tool("export", "export", {"out": str(folder), **options}, result=str(folder), args=export.args, after=after)
     return student, str(folder)
 
 

@@ -1,4 +1,7 @@
-"""The pipeline's ``report.md``: what each strategy bought, how sure we are, and what it cost."""
+"""The pipeline's ``report.md`` and ``report.json``: what to ship, what each strategy bought, how sure we are.
+
+And what it cost.
+"""
 
 from __future__ import annotations
 
@@ -52,16 +55,34 @@ def curve_panels(columns: list[str], most: int = 4) -> list[list[str]]:
     return [p for p in panels if p][:most]
 
 
-def _curves(run_dir: str, png: Path, title: str) -> bool:
+def checked_once(df, panels: list[list[str]]) -> dict[str, tuple[int, float]]:
+    """``{column: (step, value)}`` of the panels that are one check alone (a one-epoch run's validation metric).
+
+    A panel of one validation or probe column with a single value would be a lone dot: the report gives its value
+    as a line instead of a plot.
+    """
+    once = {}
+    for cols in panels:
+        col = cols[0]
+        if len(cols) == 1 and not col.startswith("train/") and df[col].notna().sum() == 1:
+            row = df[["step", col]].dropna().iloc[0]
+            once[col] = (int(row["step"]), float(row[col]))
+    return once
+
+
+def _curves(run_dir: str, png: Path, title: str) -> tuple[bool, dict[str, tuple[int, float]]]:
+    """Plot a run's curves to ``png``: ``(whether a plot was made, the metrics checked once, not plotted)``."""
     import pandas as pd
 
     csv = Path(run_dir) / "metrics.csv"
     if not csv.exists():
-        return False
+        return False, {}
     df = pd.read_csv(csv)
     panels = curve_panels([c for c in df.columns if df[c].notna().any()])
+    once = checked_once(df, panels)
+    panels = [p for p in panels if not (len(p) == 1 and p[0] in once)]
     if not panels:
-        return False
+        return False, once
     plt = _plot_setup()
     fig, axes = plt.subplots(1, len(panels), figsize=(3.4 * len(panels), 2.9), squeeze=False)
     for ax, cols in zip(axes[0], panels):
@@ -79,8 +100,7 @@ def _curves(run_dir: str, png: Path, title: str) -> bool:
                     ha="right",
                     fontsize=7,
                 )
-        once = [c for c in cols if not c.startswith("train/") and df[c].notna().sum() == 1]
-        ax.set_title(" & ".join(cols) + (" (checked once)" if once and len(cols) == 1 else ""), fontsize=8)
+        ax.set_title(" & ".join(cols), fontsize=8)
         ax.set_xlabel("step")
         if len(cols) > 1:
             ax.legend(fontsize=7)
@@ -88,7 +108,26 @@ def _curves(run_dir: str, png: Path, title: str) -> bool:
     fig.tight_layout()
     fig.savefig(png, dpi=90)
     plt.close(fig)
-    return True
+    return True, once
+
+
+def curve_lines(runner) -> list[str]:
+    """The report's training curves: a plot per trained stage, and a line for what was checked only once."""
+    lines = ["## Training curves", ""]
+    for stage in dict.fromkeys(runner.called):
+        entry = runner.state.get(stage, {})
+        if "--evaluate" in entry.get("inputs", []) or not entry.get("run"):
+            continue  # evaluated, not trained: no curve
+        plotted, once = _curves(entry["run"], runner.out / "plots" / f"{stage}.png", stage)
+        if not plotted and not once:
+            continue
+        lines += [f"### {stage}", ""]
+        if plotted:
+            lines += [f"![{stage}](plots/{stage}.png)", ""]
+        if once:
+            checks = ", ".join(f"{col} {value:.4f} (step {step})" for col, (step, value) in once.items())
+            lines += [f"Checked once, so not plotted: {checks}.", ""]
+    return lines
 
 
 #: One candidate of the comparison chart: ``(name, val mean, val std, test mean, test std)``.
@@ -114,11 +153,11 @@ def chart_limits(values: list[float]) -> tuple[float, float]:
 
 
 def chart_figure(rows: list[ChartRow], metric: str, spread: bool = True, chosen: str | None = None):
-    """Validation and test side by side for each starting model; the shipped one marked.
+    """Validation and test side by side for each starting model; the chosen one marked.
 
     Points, not bars: the axis starts near the scores, so that differences of a point show (a bar would claim a
     length from 0). Validation (hollow) chooses, test (filled) is reported; with ``spread``, error bars of the std
-    over seeds. ``chosen`` (the shipped candidate) gets a shaded band and a ``shipped`` label.
+    over seeds. ``chosen`` (the chosen candidate) gets a shaded band and a ``chosen`` label.
     """
     plt = _plot_setup()
     fig, ax = plt.subplots(figsize=(1.7 * len(rows) + 2.4, 3.8))
@@ -156,7 +195,7 @@ def chart_figure(rows: list[ChartRow], metric: str, spread: bool = True, chosen:
     if chosen in names:
         i = names.index(chosen)
         ax.annotate(
-            "shipped",
+            "chosen",
             (i, 1.0),
             xycoords=("data", "axes fraction"),
             xytext=(0, -12),
@@ -194,8 +233,13 @@ def _predictions(runs: list[Run | dict]) -> tuple[list[int], list[list[int]], in
 
 
 def _verdict(candidate: Candidate, ci, delta: str, metric: str, per_min: str) -> str:
-    """The plain sentence of one row's paired comparison (``ci``, an ``Interval``) with the baseline."""
-    if candidate.one_model and not candidate.adapted:
+    """The plain sentence of one row's paired comparison (``ci``, an ``Interval``) with the baseline.
+
+    What the candidate is comes from its ``description`` when its strategy gave one, else from its kind.
+    """
+    if candidate.description:
+        what = candidate.description
+    elif candidate.one_model and not candidate.adapted:
         source = _soup_of(candidate)
         source = f"the {source}" if source == BASELINE else source
         what = f"the weight average of {source}'s seeds (a model soup; no adaptation)"
@@ -206,7 +250,7 @@ def _verdict(candidate: Candidate, ci, delta: str, metric: str, per_min: str) ->
     else:
         what = "adaptation"
     single = "one model: its seeds' run-to-run noise" if candidate.one_model else "one seed: run-to-run noise"
-    return f"- **{candidate.name}**: {what} {ci.verdict(single)} ({delta} test {metric}{per_min})."
+    return f"- **{candidate.name}**: {what} {ci.verdict(single)} ({delta} test {metric} points{per_min})."
 
 
 def _soup_of(candidate: Candidate) -> str:
@@ -259,12 +303,12 @@ def _probe_verdict(chart: list, probed: dict, metric: str) -> str:
     if base < frozen:
         return (
             f"- **Fine-tuning lost to the frozen-embedding probe**: the baseline scored {base:.4f} test {metric} "
-            f"against the probe's {frozen:.4f} ({base - frozen:+.4f}). Fine-tuning did not learn what a linear "
-            "probe on the frozen embeddings finds; see the shipped model below."
+            f"against the probe's {frozen:.4f} ({(base - frozen) * 100:+.2f} points). Fine-tuning did not learn what a "
+            "linear probe on the frozen embeddings finds; see the chosen model below."
         )
     return (
         "- What fine-tuning itself buys (baseline against the frozen-embedding probe):"
-        f" {base - frozen:+.4f} test {metric} ({base:.4f} against {frozen:.4f})."
+        f" {(base - frozen) * 100:+.2f} test {metric} points ({base:.4f} against {frozen:.4f})."
     )
 
 
@@ -273,13 +317,14 @@ def adaptation_section(
 ):
     """The table of candidates, the paired intervals, the verdicts and the gain per minute (a list of lines).
 
-    ``chosen``: the shipped candidate, marked on the comparison chart.
+    ``chosen``: the chosen candidate, marked on the comparison chart.
     """
     base_pred = _predictions(next(c for c in candidates if c.name == BASELINE).runs)
     lines = [
         _intro(candidates, seeds),
         "",
-        f"| starting model | val {metric} | test {metric} | test acc | Δ test vs baseline [95% CI] | extra minutes |",
+        f"| starting model | val {metric} | test {metric} | test acc | Δ test vs baseline, points [95% CI] "
+        "| extra minutes |",
         "|---|---|---|---|---|---|",
     ]
     if probed is not None:
@@ -321,7 +366,7 @@ def adaptation_section(
         lines += ["![comparison](plots/comparison.png)", ""]
         lines += [
             "The chart: validation (hollow), which chooses, beside test (filled), which is only reported; the "
-            "shipped model is shaded.",
+            "chosen model (which teaches the student) is shaded.",
             "",
         ]
     return lines
@@ -334,7 +379,7 @@ def _row(runner, candidate: Candidate, base_pred, metric: str) -> tuple[str, str
     delta, verdict, minutes, pred = "", None, candidate_minutes(runner, candidate), _predictions(runs)
     if candidate.name != BASELINE and base_pred and pred and pred[0] == base_pred[0]:
         ci = paired_bootstrap(base_pred[0], base_pred[1], pred[1], max(base_pred[2], pred[2]), metric=metric)
-        delta = f"{ci.diff:+.4f} [{ci.low:+.4f}, {ci.high:+.4f}]"
+        delta = f"{ci.diff * 100:+.2f} [{ci.low * 100:+.2f}, {ci.high * 100:+.2f}]"
         per_min = f"; {ci.diff * 100 / minutes:+.2f} points per minute" if minutes > 0 else ""
         verdict = _verdict(candidate, ci, delta, metric, per_min)
     one = len(runs) == 1
@@ -382,16 +427,53 @@ def _mean(runs: list[Run], key: str) -> tuple[float, float]:
     return mean_std([score for r in runs if (score := r.metric(key)) is not None])
 
 
-def shipped_lines(choice: tuple[str, str, str], one_model: bool = False) -> list[str]:
-    """The section on the shipped model: which, and why (``choice``: ``(name, why, folder)``; ``one_model``: a soup)."""
+def chosen_lines(choice: tuple[str, str, str], one_model: bool = False) -> list[str]:
+    """The section on the chosen fine-tuned model: which, and why.
+
+    ``choice``: ``(name, why, folder)``; ``one_model``: a soup. It teaches the student and is the variants table's
+    ``teacher``; what ships is the report's first section.
+    """
     chosen, why, teacher = choice
     if chosen == PROBE:
         which = "the base encoder, frozen, with the probe's logistic regression as its mean-pooling head"
     else:
         which = "the weight average" if one_model else "its best seed on validation"
-    lines = ["## The shipped model", "", f"**{chosen}**, {which}, `{teacher}`: {why}.", ""]
-    lines += ["The choice reads validation metrics only; the test split is reported, never used to choose.", ""]
+    lines = ["## The chosen fine-tuned model", "", f"**{chosen}**, {which}, `{teacher}`: {why}.", ""]
+    lines += [
+        "The choice reads validation metrics only; the test split is reported, never used to choose. The chosen model "
+        "teaches the distilled student and is the `teacher` row of the deployment variants; which folder ships is "
+        "the deployment choice's answer (**What to ship**, above).",
+        "",
+    ]
     return lines
+
+
+def ship_lines(ship: dict, left: list[str]) -> list[str]:
+    """The report's first section: the one folder to ship, then what the run left on the table (``left``).
+
+    The answer is :func:`~domainbert.pipeline.deployment.answer`'s, as the pipeline's last line and ``report.json``
+    give it.
+    """
+    from domainbert.pipeline.deployment import ship_line
+
+    lines = ["## What to ship", "", f"**{ship_line(ship)}**", ""]
+    if ship.get("warning"):
+        lines += [f"> **{ship['warning']}**.", ""]
+    return [*lines, *(f"- {line}" for line in left), *([""] if left else [])]
+
+
+def left_on_table(candidates: list[Candidate], probed: dict | None, metric: str) -> list[str]:
+    """One line per installed strategy that did not run and has something to say for a task like this one.
+
+    A strategy ran when a candidate came from it; the probe's validation score says how hard the task is
+    (:meth:`~domainbert.pipeline.strategies.base.Strategy.untried`).
+    """
+    from domainbert.pipeline.strategies import load
+
+    ran = {c.source for c in candidates}
+    probe = ((probed or {}).get("val") or {}).get(metric)
+    found = (s.untried(probe, metric) for name, s in load().items() if name not in ran)
+    return [line for line in found if line]
 
 
 def warning_lines(results: dict, chosen: str, metric: str) -> list[str]:
@@ -422,13 +504,18 @@ def minutes_per_point(total: float, probe: float, score: float, frozen: float) -
     return extra, gain, (extra / gain if gain > 0 else None)
 
 
-#: The stages that make the student from the shipped model: not the shipped model's cost.
+#: The stages that make the student from the chosen model (and measure the variants): not the chosen model's cost.
 STUDENT_STAGES = ("select-transfer", "distill", "export")
 
 
 def recipe_minutes(runner, without: tuple[str, ...] = ()) -> float:
-    """The minutes of every stage this invocation called (the stage table's total), less the stages ``without``."""
-    return sum(runner.seconds(s) for s in stage_order(runner.state, runner.called) if s not in without) / 60
+    """The minutes of every stage this invocation called (the stage table's total), less the stages ``without``.
+
+    Leaving out ``export`` leaves out the exports of the models strategies offer too (``export-<role>``).
+    """
+    stages = stage_order(runner.state, runner.called)
+    kept = [s for s in stages if s not in without and not ("export" in without and s.startswith("export-"))]
+    return sum(runner.seconds(s) for s in kept) / 60
 
 
 def recipe_line(total: float, probe: float, score: float, frozen: float, who: str) -> str:
@@ -446,7 +533,7 @@ def recipe_line(total: float, probe: float, score: float, frozen: float, who: st
 
 
 def _recipe_lines(runner, score: float | None, teacher: float, frozen: float | None) -> list[str]:
-    """The full recipe's lines for the student and the shipped teacher (none without a probe or a test metric).
+    """The full recipe's lines for the student and the chosen model (none without a probe or a test metric).
 
     The teacher's minutes leave out the stages that make the student from it (:data:`STUDENT_STAGES`).
     """
@@ -455,23 +542,23 @@ def _recipe_lines(runner, score: float | None, teacher: float, frozen: float | N
     probe = probe_minutes(runner)
     made = (
         ("student", score, recipe_minutes(runner)),
-        ("shipped teacher", teacher, recipe_minutes(runner, STUDENT_STAGES)),
+        ("chosen model", teacher, recipe_minutes(runner, STUDENT_STAGES)),
     )
     return [recipe_line(total, probe, s, frozen, who) for who, s, total in made if s is not None and s == s]
 
 
 def _shipped_test(teacher: Candidate | None, metric: str) -> tuple[str, float, int]:
-    """The shipped model's name, test ``metric`` (the mean over its runs that recorded it) and how many did."""
+    """The chosen model's name, test ``metric`` (the mean over its runs that recorded it) and how many did."""
     scores = [s for r in (teacher.runs if teacher else []) if (s := r.metric(f"test/{metric}")) is not None]
     return (teacher.name if teacher else "", mean_std(scores)[0], len(scores))
 
 
 def _versus_line(score: float | None, shipped: tuple[str, float, int], frozen: float | None) -> list[str]:
-    """The student's test points against the shipped model (``(name, mean, runs)``) and the frozen probe."""
+    """The student's test points against the chosen model (``(name, mean, runs)``) and the frozen probe."""
     (name, mean, runs), parts = shipped, []
     if score is not None and mean == mean:
         over = f"mean of its {runs} runs" if runs > 1 else "its one run"
-        parts.append(f"against the shipped model ({name}: {mean:.4f}, {over}): {(score - mean) * 100:+.2f}")
+        parts.append(f"against the chosen model ({name}: {mean:.4f}, {over}): {(score - mean) * 100:+.2f}")
     if score is not None and frozen is not None:
         parts.append(f"against the frozen-embedding probe ({frozen:.4f}): {(score - frozen) * 100:+.2f}")
     return [f"- test points {'; '.join(parts)}"] if parts else []
@@ -505,10 +592,10 @@ def _transfer(config: str | None) -> dict | None:
 def student_lines(
     student: dict, metric: str, runner=None, teacher: Candidate | None = None, probed: dict | None = None
 ) -> list[str]:
-    """The distilled student's section: its test metric, in points against the shipped model and the probe, and more.
+    """The distilled student's section: its test metric, in points against the chosen model and the probe, and more.
 
     Also its distillation's minutes, its export, why deployment variants are missing, and the full recipe's minutes
-    per point over the probe. ``teacher``: the shipped candidate (its runs' mean test metric); ``probed``: the probe's
+    per point over the probe. ``teacher``: the chosen candidate (its runs' mean test metric); ``probed``: the probe's
     record; ``runner``: the stages' minutes. Without them those lines are left out.
     """
     lines = ["## Distilled student", ""]
@@ -523,14 +610,19 @@ def student_lines(
 
 
 def write_report(runner, candidates, probed, choice, student, deployed, metric: str, seeds: list[int]) -> Path:
-    """Write ``<out>/report.md`` with the comparison, the choice, deployment, curves and stage costs.
+    """Write ``<out>/report.md`` and ``<out>/report.json``: what to ship, the comparison, the choice, and more.
+
+    The Markdown then has deployment, the curves and the stages' costs.
+    ``report.json`` holds ``ship`` (the one folder to ship and why: :func:`~domainbert.pipeline.deployment.answer`),
+    ``chosen`` (the fine-tuned model the choice made), ``student``, ``export`` (its folder) and ``left_on_table``;
+    the pipeline's last lines are read from it (:func:`~domainbert.pipeline.deployment.final_lines`).
 
     Args:
         runner: the run's runner (its stages' minutes and records).
         candidates: every candidate, in order (the baseline first; see :class:`~domainbert.pipeline.strategies.base.
             Candidate`).
         probed: the probe stage's record, or None.
-        choice: ``(name, why, folder)`` of the shipped model.
+        choice: ``(name, why, folder)`` of the chosen fine-tuned model (the student's teacher).
         student: the distillation stage's record, or None.
         deployed: the export's folder, or None.
         metric: the metric compared.
@@ -539,27 +631,54 @@ def write_report(runner, candidates, probed, choice, student, deployed, metric: 
     out = runner.out
     (out / "plots").mkdir(exist_ok=True)
     results = {c.name: c.runs for c in candidates if c.runs}
-    lines = ["# domainbert pipeline report", "", f"Folder: `{out}`", ""]
+    ship = _ship(results, choice, student, deployed, metric)
+    left = left_on_table(candidates, probed, metric)
+    lines = ["# domainbert pipeline report", "", f"Folder: `{out}`", "", *ship_lines(ship, left)]
     lines += warning_lines(results, choice[0], metric)
     lines += ["## Does domain adaptation help?", ""]
     lines += adaptation_section(runner, candidates, probed, metric, seeds, chosen=choice[0])
     chosen = next((c for c in candidates if c.name == choice[0]), None)
-    lines += shipped_lines(choice, one_model=bool(chosen and chosen.one_model))
+    lines += chosen_lines(choice, one_model=bool(chosen and chosen.one_model))
     if student is not None:
         lines += student_lines(student, metric, runner, chosen, probed)
-    if deployed is not None and (Path(deployed) / "report.md").exists():
-        lines += ["## Deployment variants: the student's, the teacher's and the probe", ""]
-        body = (Path(deployed) / "report.md").read_text(encoding="utf-8").splitlines()
-        lines += [ln for ln in body if ln.startswith(("|", "Measured on", "**bf16", "**Note:**"))] + [""]
-        lines += deployment_lines(deployed, out)
+    lines += variants_lines(deployed, out)
     lines += part_lines(runner.state, runner.called)  # each stage's minutes, split into its parts
-    lines += ["## Training curves", ""]
-    for stage in dict.fromkeys(runner.called):
-        entry = runner.state.get(stage, {})
-        if "--evaluate" in entry.get("inputs", []):
-            continue  # evaluated, not trained: no curve
-        if entry.get("run") and _curves(entry["run"], out / "plots" / f"{stage}.png", stage):
-            lines += [f"### {stage}", "", f"![{stage}](plots/{stage}.png)", ""]
+    lines += curve_lines(runner)
     path = out / "report.md"
     atomic_write_text(path, "\n".join(lines) + "\n")
+    record = {"ship": ship, "chosen": dict(zip(("name", "why", "folder"), choice)), "export": deployed}
+    record["student"] = {"hf": student.get("hf"), "metrics": student.get("metrics")} if student else None
+    record.update(left_on_table=left, report=path.name)
+    atomic_write_text(out / "report.json", json.dumps(record, indent=2) + "\n")
     return path
+
+
+def _ship(results: dict, choice: tuple[str, str, str], student: dict | None, deployed: str | None, metric: str):
+    """The one answer (:func:`~domainbert.pipeline.deployment.answer`) of this run."""
+    from domainbert.pipeline.deployment import answer
+    from domainbert.pipeline.recipe import best_run
+
+    runs = results.get(choice[0]) or []
+    score = best_run(runs, metric).metric(f"val/{metric}") if runs else None
+    skipped = "distillation is off, so no student and no export" if student is None else student.get("export_skipped")
+    return answer(deployed, choice, score, metric, skipped)
+
+
+#: What the variants table's scores are, against the candidates' table's.
+MEASURED_NOTE = (
+    "Every row here is measured by the export, over the same rows, as the variant serves; the candidates' table above "
+    "reads each training stage's own passes, in its training precision (`trainer.precision`; unset: bf16-mixed where "
+    "the CPU runs bf16 natively), so one model's two validation scores agree to that precision."
+)
+
+
+def variants_lines(deployed: str | None, out: Path) -> list[str]:
+    """The deployment variants: what was measured, the table, its notes, the rule and the plot; blank lines between."""
+    from domainbert.deploy.report import variants_markdown
+    from domainbert.pipeline.deployment import export_summary
+
+    summary = export_summary(deployed)
+    if summary is None or not summary.get("variants"):
+        return []
+    lines = ["## Deployment variants", "", *variants_markdown(summary), MEASURED_NOTE, ""]
+    return [*lines, *deployment_lines(deployed, out)]

@@ -189,7 +189,7 @@ distill: {{enabled: false}}
     assert macro_f1(np.array(preds["gold"]), np.array(preds["pred"]), 3) == pytest.approx(
         state["finetune-dapt-seed0"]["metrics"]["test/f1_macro"], abs=1e-4
     )
-    assert "## The shipped model" in report and (tmp_path / "p" / "plots" / "comparison.png").is_file()
+    assert "## The chosen fine-tuned model" in report and (tmp_path / "p" / "plots" / "comparison.png").is_file()
     probe = json.loads((tmp_path / "p" / "probe" / "result.json").read_text())
     assert set(probe) >= {"val", "test", "c"} and probe["labels"] == ["api", "graphics", "network"]
 
@@ -230,8 +230,8 @@ def test_tiny_pipeline_runs_every_stage_writes_the_report_and_a_rerun_skips_them
     assert "over seeds [0, 1]" in text and "| baseline |" in text and "| dapt |" in text
     assert "| baseline soup |" in text and "| dapt soup |" in text
     assert "| student int8 |" in text and "| student |" in text and "| teacher int8 |" in text and "| probe |" in text
-    assert "## The variant to deploy" in text and "**Recommended:**" in text and "export/tradeoff.png" in text
-    assert "Deploy: " in capsys.readouterr().out
+    assert "## What to ship" in text and "**Ship: " in text and "export/tradeoff.png" in text
+    assert capsys.readouterr().out.strip().splitlines()[-1].startswith("Ship: ")
     assert all((tmp_path / "p" / "plots" / f"{s}.png").is_file() for s in stages if s not in ("export", "probe"))
     stages += soups
     card = Path(state["finetune-dapt-seed0"]["hf"], "README.md").read_text()

@@ -70,7 +70,7 @@ def test_a_branch_behind_the_baseline_after_its_first_seed_skips_the_others_unle
     assert "finetune-planted-seed1" not in state
     assert "stopped after seed 0" in next(line for line in text.splitlines() if line.startswith("| planted |"))
     assert f"- **planted**: stopped after seed 0: validation f1_macro {first:.4f}, behind the baseline's mean" in text
-    assert "seeds 1 skipped, saving about" in text and "**baseline**" in text.split("## The shipped model")[1]
+    assert "seeds 1 skipped, saving about" in text and "**baseline**" in text.split("## The chosen fine-tuned model")[1]
     assert "[planted] stopped after seed 0" in capsys.readouterr().out
 
     spec = FinetuneSpec(config, LEARNS, all_seeds=True)

@@ -52,7 +52,8 @@ def test_when_fine_tuning_fails_the_probe_ships_as_a_classifier_and_the_last_lin
     assert probe["val"]["f1_macro"] > tuned  # the premise: fine-tuning learnt nothing the probe did not beat
     shipped = out / "probe" / "hf"
     last = printed.strip().splitlines()[-1]
-    assert f"Shipped: {shipped} (frozen probe: fine-tuning failed to beat the frozen-embedding probe" in last
+    assert last.startswith(f"Ship: {shipped} (frozen probe): ")  # the export is skipped: the chosen model ships
+    assert "fine-tuning failed to beat the frozen-embedding probe" in last
     text = report.read_text()
     assert "Warning: fine-tuning failed." in text and "ships the probe as a classifier" in text
     assert "**frozen probe**, the base encoder, frozen, with the probe's logistic regression as its" in text

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from domainbert.errors import DomainBertError
-from domainbert.pipeline.deployment import export_options, final_lines, report_lines
+from domainbert.pipeline.deployment import answer, export_options, final_lines, report_lines, ship_line
 from domainbert.pipeline.runner import tool_argv
 from domainbert.pipeline.specs import DeploySpec, ExportSpec, TaskFiles
 from domainbert.pipeline.strategies.base import Run
@@ -54,25 +54,56 @@ def _export(tmp_path, below: bool):
     folder = tmp_path / "p" / "export"
     folder.mkdir(parents=True)
     rec = {"variant": "int8", "label": "student int8", "path": str(folder / "int8"), "score": 0.728}
-    rec.update(split="validation", data="val.jsonl", why="the fastest at batch 32 (4.2 ms/example) ...")
+    rec.update(split="validation", data="val.jsonl", why="the fastest at batch 32 ...", latency_ms_b32=4.2)
     rec.update(rule="at most 5 ms/example at batch 32", probe=0.761 if below else 0.7, below_probe=below)
+    rec.update(max_drop=1.0, max_ms=5.0)
     (folder / "report.json").write_text(json.dumps({"recommendation": rec}))
     (folder / "tradeoff.png").write_bytes(b"png")
     return str(folder)
 
 
-def test_the_report_names_the_variant_links_the_plot_and_warns_below_the_probe(tmp_path):
+CHOICE = ("baseline", "best validation", "p/finetune-baseline-seed0/hf")
+
+
+def test_the_answer_is_the_exports_recommendation_and_warns_below_the_probe(tmp_path):
     folder = _export(tmp_path, below=True)
-    text = "\n".join(report_lines(folder, tmp_path / "p"))
-    assert "## The variant to deploy" in text and "**Recommended:** **student int8**" in text
-    assert "![latency against macro-F1](export/tradeoff.png)" in text
+    ship = answer(folder, CHOICE, 0.80, "f1_macro", None)
+    assert (ship["folder"], ship["label"], ship["source"]) == (
+        str(tmp_path / "p/export/int8"),
+        "student int8",
+        "export",
+    )
+    line = ship_line(ship)
+    assert line == (
+        f"Ship: {tmp_path}/p/export/int8 (student int8): 4.2 ms/example at batch 32, validation macro-F1 0.7280: "
+        "the fastest at batch 32 ...."
+    )
     warning = "WARNING: the recommended student int8 scores 0.7280 validation macro-F1, below the frozen-embedding"
-    assert warning in text and "made on the export's test data" not in text
-    last = final_lines(folder)
-    assert last[0].startswith("Deploy: student int8 (") and last[1].startswith(warning)
+    assert ship["warning"].startswith(warning)
+    text = "\n".join(report_lines(folder, tmp_path / "p"))
+    assert "![latency against macro-F1](export/tradeoff.png)" in text
+    assert "95% paired bootstrap interval against the best over the validation rows" in text
 
 
-def test_no_warning_above_the_probe_and_nothing_without_an_export(tmp_path):
-    folder = _export(tmp_path, below=False)
-    assert "WARNING" not in "\n".join(report_lines(folder, tmp_path / "p")) and len(final_lines(folder)) == 1
-    assert report_lines(None, tmp_path) == [] and final_lines(str(tmp_path / "missing")) == []
+def test_without_a_recommendation_the_chosen_model_ships_and_says_why(tmp_path):
+    skipped = answer(None, CHOICE, 0.80, "f1_macro", "no test split (task_test)")
+    assert skipped["folder"] == "p/finetune-baseline-seed0/hf" and skipped["latency_ms_b32"] is None
+    assert ship_line(skipped) == (
+        "Ship: p/finetune-baseline-seed0/hf (baseline): validation f1_macro 0.8000: the fine-tuned model chosen on "
+        "validation (best validation); no deployment variant was measured (no test split (task_test))."
+    )
+    folder = tmp_path / "export"
+    folder.mkdir()
+    (folder / "report.json").write_text(json.dumps({"recommendation": {"variant": None, "why": "no variant is ..."}}))
+    none = answer(str(folder), CHOICE, 0.80, "f1_macro", None)
+    assert none["folder"] == CHOICE[2] and "no deployment variant meets the rule: no variant is ..." in none["why"]
+    assert report_lines(None, tmp_path) == []
+
+
+def test_the_last_lines_are_read_from_the_pipelines_report_json(tmp_path):
+    ship = answer(_export(tmp_path, below=False), CHOICE, 0.80, "f1_macro", None)
+    (tmp_path / "report.json").write_text(json.dumps({"ship": ship}))
+    assert final_lines(tmp_path / "report.json") == [ship_line(ship)]
+    (tmp_path / "report.json").write_text(json.dumps({"ship": ship, "left_on_table": ["Left on the table: ..."]}))
+    assert final_lines(tmp_path / "report.json") == ["Left on the table: ...", ship_line(ship)]  # the answer last
+    assert final_lines(tmp_path / "missing.json") == []

@@ -1,6 +1,6 @@
 """The pipeline's choice and report on hand-made records: the probe ships when fine-tuning lost to it, and says so;
 one seed shows no spread; a skipped export is named; the comparison chart shows validation beside test near the data
-and marks the shipped model; the wording follows a candidate's ``adapted`` and its own minutes."""
+and marks the chosen model; the wording follows a candidate's ``adapted`` and its own minutes."""
 
 from __future__ import annotations
 
@@ -47,12 +47,13 @@ def _report(tmp_path, results, probed, choice, seeds, student=None) -> str:
     return write_report(runner, candidates, probed, choice, student, None, "f1_macro", seeds).read_text()
 
 
-def test_one_seed_prints_no_spread_and_a_probe_that_won_is_the_reports_warning_and_shipped_model(tmp_path):
+def test_one_seed_prints_no_spread_and_a_probe_that_won_is_the_reports_warning_and_chosen_model(tmp_path):
     results = {"baseline": [_run(0.1667, 0.1667)], PROBE: _probe(1.0)}
     probed = {"val": {"f1_macro": 1.0, "acc": 1.0}, "test": {"f1_macro": 1.0, "acc": 1.0}}
     name, why = choose(results, "f1_macro")
     text = _report(tmp_path, results, probed, (name, why, "runs/p/probe/hf"), [0])
-    assert "±" not in text.split("## The shipped model")[0].split("| starting model")[1]  # the table: no spread
+    table = text.split("## The chosen fine-tuned model")[0].split("| starting model")[1]
+    assert "±" not in table  # one seed: no spread
     assert "One seed (0) per starting model" in text and "| baseline | 0.1667 | 0.1667 |" in text
     assert text.index("Warning: fine-tuning failed") < text.index("## Does domain adaptation help?")
     assert "ships the probe as a classifier" in text
@@ -69,7 +70,7 @@ def test_two_seeds_print_mean_and_std_and_a_probe_below_fine_tuning_raises_no_wa
     name, why = choose(results, "f1_macro")
     text = _report(tmp_path, results, probed, (name, why, "runs/x/hf"), [0, 1])
     assert name == "baseline" and "| baseline | 0.8500 ± 0.0707 | 0.7500 ± 0.0707 |" in text
-    assert "Warning" not in text and "What fine-tuning itself buys" in text and "+0.2500 test f1_macro" in text
+    assert "Warning" not in text and "What fine-tuning itself buys" in text and "+25.00 test f1_macro points" in text
 
 
 def test_a_skipped_export_is_named_in_the_report_with_its_reason(tmp_path):
@@ -84,14 +85,14 @@ def test_a_skipped_export_is_named_in_the_report_with_its_reason(tmp_path):
 
 
 @pytest.mark.parametrize("spread", [True, False])
-def test_the_comparison_chart_shows_validation_beside_test_near_the_data_and_marks_the_shipped_model(spread):
+def test_the_comparison_chart_shows_validation_beside_test_near_the_data_and_marks_the_chosen_model(spread):
     import matplotlib.pyplot as plt
     from matplotlib.container import ErrorbarContainer
 
     rows = [
         ("frozen probe", 0.77, 0.0, 0.76, 0.0),
         ("baseline", 0.80, 0.01, 0.785, 0.01),
-        ("knn-dapt+tapt soup", 0.79, 0.0, 0.792, 0.0),  # the tallest test score, not shipped
+        ("knn-dapt+tapt soup", 0.79, 0.0, 0.792, 0.0),  # the tallest test score, not chosen
     ]
     fig = chart_figure(rows, "f1_macro", spread=spread, chosen="baseline")
     ax = fig.axes[0]
@@ -99,9 +100,9 @@ def test_the_comparison_chart_shows_validation_beside_test_near_the_data_and_mar
     assert 0.7 < low < 0.76 and 0.80 < high < 0.86  # near the data, not from 0
     points = [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
     assert len(points) == 6  # validation and test for each row
-    assert [t.get_text() for t in ax.texts if t.get_text() == "shipped"] == ["shipped"]
-    shipped = next(t for t in ax.texts if t.get_text() == "shipped")
-    assert shipped.xy[0] == 1  # over the baseline, the second row
+    assert [t.get_text() for t in ax.texts if t.get_text() == "chosen"] == ["chosen"]
+    chosen = next(t for t in ax.texts if t.get_text() == "chosen")
+    assert chosen.xy[0] == 1  # over the baseline, the second row
     assert "validation" in ax.get_title() and "test" in ax.get_title()
     has_bars = any(len(c[2]) for c in points)
     assert has_bars == spread

@@ -1,4 +1,4 @@
-"""The report's distilled-student section on hand-made records: the student's test points against the shipped model
+"""The report's distilled-student section on hand-made records: the student's test points against the chosen model
 and the frozen probe, its distillation's minutes and transfer set, and the full recipe's minutes per point gained over
 the probe (every stage of this invocation), or that it gained nothing."""
 
@@ -58,14 +58,14 @@ def test_the_section_gives_points_against_teacher_and_probe_the_distillation_and
         "## Distilled student",
         "",
         "- test f1_macro: 0.7500",
-        "- test points against the shipped model (baseline: 0.7700, mean of its 2 runs): -2.00; against the "
+        "- test points against the chosen model (baseline: 0.7700, mean of its 2 runs): -2.00; against the "
         "frozen-embedding probe (0.7000): +5.00",
         "- distillation: 5.0 minutes, with a transfer set of 8000 corpus documents (`data.transfer`)",
         "- export: `runs/p/distill/hf`",
         "- Full recipe: 8.0 minutes of stages; 7.0 minutes beyond the frozen probe's for +5.00 test points of the "
         "student over the probe: 1.40 minutes per point.",
         "- Full recipe: 3.0 minutes of stages; 2.0 minutes beyond the frozen probe's for +7.00 test points of the "
-        "shipped teacher over the probe: 0.29 minutes per point.",  # the distillation is not the teacher's cost
+        "chosen model over the probe: 0.29 minutes per point.",  # the distillation is not the teacher's cost
         "",
     ]
 
@@ -78,7 +78,7 @@ def test_a_student_at_or_below_the_probe_gained_nothing_and_no_transfer_set_is_c
         "-2.00 test points of the student over the probe: the recipe gained nothing over the probe."
     )
     assert lines[-2].endswith(
-        "+0.00 test points of the shipped teacher over the probe: the recipe gained nothing over the probe."
+        "+0.00 test points of the chosen model over the probe: the recipe gained nothing over the probe."
     )
     assert not any("minutes per point" in line for line in lines)
 
@@ -86,7 +86,7 @@ def test_a_student_at_or_below_the_probe_gained_nothing_and_no_transfer_set_is_c
 def test_without_a_probe_or_a_test_metric_the_recipe_line_is_left_out():
     no_probe = student_lines(_student(0.75), "f1_macro", _Runner(), _teacher(0.76, 0.78), None)
     assert not any("Full recipe" in line for line in no_probe)
-    assert "- test points against the shipped model (baseline: 0.7700, mean of its 2 runs): -2.00" in no_probe
+    assert "- test points against the chosen model (baseline: 0.7700, mean of its 2 runs): -2.00" in no_probe
     no_test = student_lines(_student(None), "f1_macro", _Runner(), _teacher(0.76), {"val": {"f1_macro": 0.7}})
     assert "- test f1_macro: – (no test split)" in no_test
     assert not any(line.startswith(("- Full recipe", "- test points")) for line in no_test)
@@ -112,4 +112,4 @@ def test_the_report_states_the_recipes_minutes_per_point_from_this_invocations_s
     section = text.split("## Distilled student")[1].split("## ")[0]
     assert "(baseline: 0.7700, mean of its 2 runs): -2.00" in section
     assert "+5.00 test points of the student over the probe: 1.40 minutes per point." in section
-    assert "+7.00 test points of the shipped teacher over the probe: 0.29 minutes per point." in section
+    assert "+7.00 test points of the chosen model over the probe: 0.29 minutes per point." in section

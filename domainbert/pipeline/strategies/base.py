@@ -9,6 +9,11 @@ settings dataclass with its defaults, a :meth:`Strategy.check` that refuses a co
   every candidate they offer is fine-tuned over the seeds like the base model, and competes on validation;
 - ``after`` strategies act on the fine-tuned runs (self-training, seed soups) and return candidates with runs.
 
+After the choice, any strategy may say who teaches the small student instead of the chosen run
+(:meth:`Strategy.teaches`, a :class:`Teaching`) and offer models that could serve as they are
+(:meth:`Strategy.deployables`, each a :class:`Deployable`): the export measures them beside the chosen model and
+the student, and the deployment choice may ship one (the larger teacher does both).
+
 A candidate carries its name (the report's row), its starting model (or its runs) and the stages it ran: the report
 adds up its minutes from those stages. Its records are typed: a :class:`Run` per fine-tuned (or evaluated) model,
 a seed's, a seed soup's or the frozen probe's (its ``kind``), the probe gate's :class:`Gate` decision and the
@@ -36,7 +41,7 @@ from domainbert.errors import DomainBertError
 
 if TYPE_CHECKING:
     from domainbert.pipeline.runner import Runner
-    from domainbert.pipeline.specs import FinetuneSpec, TaskFiles
+    from domainbert.pipeline.specs import DistillSpec, FinetuneSpec, TaskFiles
 
 BASELINE = "baseline"
 """The fine-tuned base model's name: the row every other candidate is compared with."""
@@ -276,6 +281,9 @@ class Candidate:
     """The probe gate's decision (``open``, ``best``, ``base``...); a closed gate means it is not fine-tuned."""
     stopped: Stop | None = None
     """Set when its remaining seeds were skipped (behind the baseline after its first): the choice ignores it."""
+    description: str | None = None
+    """What it is, in the report's words (``the base model's size distilled from the larger teacher``); None: the
+    report's wording by kind (adaptation, a seed soup, a strategy's model)."""
 
     def __post_init__(self) -> None:
         """Records given as dicts (a strategy written before the records had types) become their types."""
@@ -289,6 +297,40 @@ class Candidate:
     def gated(self) -> bool:
         """Whether the probe gate kept it from fine-tuning."""
         return self.gate is not None and not self.gate.open
+
+
+@dataclass
+class Teaching:
+    """Who teaches the pipeline's small student when a strategy takes the chosen run's place.
+
+    A strategy's answer to :meth:`Strategy.teaches`.
+    """
+
+    teachers: list[str]
+    """The teachers' folders (several: their probabilities averaged)."""
+    values: dict[str, Any] = field(default_factory=dict)
+    """The distillation config values the teaching needs (``{"model": {"init_args": {"student": ...}}}``), before
+    ``distill.args``."""
+    why: str = ""
+    """Why, in the report's words."""
+
+
+@dataclass
+class Deployable:
+    """A model a strategy made that could serve as it is (see :meth:`Strategy.deployables`).
+
+    The pipeline exports and measures it like the chosen model (its fp32, int8 and ONNX int8 rows, named by
+    ``role``), and the deployment choice may ship it.
+    """
+
+    role: str
+    """Its rows' name in the variants table (``larger teacher``: rows ``larger teacher``, ``larger teacher int8``)."""
+    hf: str
+    """Its Hugging Face folder."""
+    predictions: str | None = None
+    """Its test predictions (its row's test metric without a pass of its own), if any."""
+    description: str = ""
+    """What it is, in the report's words."""
 
 
 class Strategy:
@@ -404,6 +446,33 @@ class Strategy:
         """Run its stages through ``ctx.runner``; its candidates (``start``: to fine-tune; ``after``: with runs)."""
         raise NotImplementedError
 
+    def teaches(self, ctx: Context, settings: Any, chosen: Run) -> Teaching | None:
+        """Who teaches the small student instead of ``chosen`` (the chosen candidate's best run); None: ``chosen``.
+
+        Asked of every enabled strategy after the choice, in the registry's order; the first that answers teaches.
+        """
+        return None
+
+    def untried(self, probe: float | None, metric: str) -> str | None:
+        """One line for the report when it did not run: what it bought where it was measured, and how to run it.
+
+        Args:
+            probe: the frozen-embedding probe's validation ``metric`` on this task (None: no probe ran), which says
+                how hard the task is for the base model.
+            metric: the metric's name.
+
+        Returns:
+            The line, or None when there is nothing to say (the default).
+        """
+        return None
+
+    def deployables(self, ctx: Context, settings: Any, chosen: str) -> list[Deployable]:
+        """The models it made that could serve as they are, beside the chosen candidate (named ``chosen``).
+
+        Each is exported and measured beside the chosen model and the student, and the deployment choice may ship it.
+        """
+        return []
+
     @classmethod
     def option_help(cls) -> str:
         """Its option group's text in ``--help``: ``help``, else its docstring after the first line."""
@@ -437,6 +506,9 @@ class Context:
     """What each strategy that ran returned, by its name."""
     cache: dict[str, Any] = field(default_factory=dict)
     """Values computed once per run and shared by strategies (the fine-tuning pooling)."""
+    distill: DistillSpec | None = None
+    """The distillation's settings (``distill.config``, ``distill.args``, ``distill.transfer``): a strategy that
+    distils honours them too (None: the defaults)."""
 
     def enabled(self, name: str) -> bool:
         """Whether strategy ``name`` is registered and enabled (``enabled: auto`` without a corpus it needs: not)."""
