@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -187,6 +188,39 @@ def head_missing(model, missing: list[str]) -> list[str]:
     """The weights outside the encoder (``base_model_prefix``) that ``missing`` lists: a head left random."""
     prefix = model.base_model_prefix + "."
     return [k for k in missing if not k.startswith(prefix)]
+
+
+def named(names: Sequence[str], limit: int = 4) -> str:
+    """``names`` sorted, the first ``limit`` of them written out and the rest counted, for one-line messages.
+
+    Example:
+    >>> named(["c", "a", "b", "e", "d", "f"])
+    'a, b, c, d (+2 more)'
+    """
+    names = sorted(names)
+    more = f" (+{len(names) - limit} more)" if len(names) > limit else ""
+    return ", ".join(names[:limit]) + more
+
+
+def check_weights_fit(what: str, missing: Sequence[str] = (), unexpected: Sequence[str] = (), fix: str = "") -> None:
+    """Raise unless a checkpoint's weights fit its model: none missing (it would start them at random), none extra.
+
+    The one check of every loader of a trained model (the distillation teacher, pseudo-labelling's teacher,
+    :func:`~domainbert.deploy.load.load_variant` and so ``export`` and ``predict``, a classifier's ``init_from``).
+
+    Args:
+        what: the checkpoint and what is wrong, as the message starts (``the teacher x has no trained head``).
+        missing: the model's weights that the checkpoint lacks.
+        unexpected: the checkpoint's weights that the model has no place for.
+        fix: what to do instead, ending the message.
+
+    Raises:
+        DomainBertError: one line naming (at most four of) each.
+    """
+    parts = [f"missing {named(missing)}"] if missing else []
+    parts += [f"unexpected {named(unexpected)}"] if unexpected else []
+    if parts:
+        raise DomainBertError(f"{what}: {'; '.join(parts)}" + (f"; {fix}" if fix else ""))
 
 
 def _mean_pooled_class(auto_cls, config):

@@ -7,10 +7,12 @@ build), and weights load from safetensors.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
 
+from domainbert.core.hf import check_weights_fit
 from domainbert.core.quiet import quiet_transformers
 from domainbert.deploy.prune import PRUNED_KEY, prune_heads
 from domainbert.errors import DomainBertError
@@ -59,14 +61,32 @@ def empty_model(config) -> nn.Module:
     return model.eval()
 
 
+#: What to do about a folder whose weights do not fit its model, for the messages.
+REFIT = "a model with weights left random would answer at random: export or save the trained model again"
+
+
 def hf_model(path: Path, config, dtype: torch.dtype = torch.float32) -> nn.Module:
-    """The safetensors model in ``path`` in ``dtype``, with its pruned structure when its config records one."""
+    """The safetensors model in ``path`` in ``dtype``, with its pruned structure when its config records one.
+
+    Raises:
+        DomainBertError: the weights do not fit the class the config names: some are missing (``transformers``
+            would start them at random: a classifier folder without its head, an empty ``model.safetensors``),
+            some have no place in it, or some have another shape.
+    """
     if getattr(config, PRUNED_KEY, None):
         model = empty_model(config)
         model.load_state_dict(safetensors_state(path, model), strict=False)
         return model.to(dtype).eval()
-    with quiet_transformers():
-        model = model_class(config).from_pretrained(path, config=config, dtype=dtype)
+    cls = model_class(config)
+    try:
+        with quiet_transformers():
+            model, info = cls.from_pretrained(path, config=config, dtype=dtype, output_loading_info=True)
+    except (OSError, RuntimeError, ValueError) as err:
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise DomainBertError(f"{path}: its weights do not load as {cls.__name__}: {first}") from err
+    check_weights_fit(
+        f"{path}: its weights do not fit {cls.__name__}", info["missing_keys"], info["unexpected_keys"], REFIT
+    )
     return model.eval()
 
 
@@ -77,8 +97,27 @@ def safetensors_state(path: Path, model: nn.Module) -> dict[str, torch.Tensor]:
     state = {}
     for f in sorted(path.glob("*.safetensors")):
         state.update(load_file(str(f)))
-    own = model.state_dict()
-    missing = [k for k in own if k not in state and not k.endswith("position_ids")]
-    if missing or [k for k in state if k not in own]:
-        raise DomainBertError(f"{path}: weights do not fit the pruned model (missing {missing[:3]})")
+    check_state_fits(path, model, state)
     return state
+
+
+def check_state_fits(where: Path, model: nn.Module, state: Any) -> None:
+    """Raise unless ``state`` is a state dict with exactly ``model``'s weights (``position_ids`` buffers aside).
+
+    Args:
+        where: the file (or folder) the state came from, named in the message.
+        model: the model it is to load into.
+        state: what the file held.
+
+    Raises:
+        DomainBertError: one line naming ``where``, and the weights missing and unexpected.
+    """
+    own = model.state_dict()
+    if not isinstance(state, dict) or not state:
+        held = "an empty state dict" if isinstance(state, dict) else f"a {type(state).__name__}"
+        raise DomainBertError(
+            f"{where}: holds {held}; expected a state dict of the model's {len(own)} weights: export the model again"
+        )
+    missing = [k for k in own if k not in state and not k.endswith("position_ids")]
+    unexpected = [k for k in state if k not in own and not str(k).endswith("position_ids")]
+    check_weights_fit(f"{where}: its weights do not fit the model", missing, unexpected, REFIT)

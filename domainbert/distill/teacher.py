@@ -17,8 +17,7 @@ from torch import nn
 from transformers import PreTrainedModel
 from transformers.modeling_outputs import SequenceClassifierOutput
 
-from domainbert.core.hf import head_missing, load_config, load_model
-from domainbert.errors import DomainBertError
+from domainbert.core.hf import check_weights_fit, head_missing, load_config, load_model
 from domainbert.modules.tasks import Task, spec
 
 
@@ -35,12 +34,11 @@ def load_teacher(path: str, task: Task | str, name: str | None = None) -> PreTra
     """
     task_spec = spec(task)
     model, missing = load_model(task_spec.auto_cls, path, config=load_config(path))
-    if missing_head := head_missing(model, missing):
-        raise DomainBertError(
-            f"the teacher {name or path} has no trained {task_spec.head} head "
-            f"(missing: {', '.join(missing_head[:4])}): distil from a fine-tuned model, e.g. the hf/ export of a "
-            "fine-tuning run"
-        )
+    check_weights_fit(
+        f"the teacher {name or path} has no trained {task_spec.head} head",
+        head_missing(model, missing),
+        fix="distil from a fine-tuned model, e.g. the hf/ export of a fine-tuning run",
+    )
     model.eval()
     model.requires_grad_(False)
     return model

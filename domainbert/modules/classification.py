@@ -69,7 +69,10 @@ class SequenceClassificationModule(FineTuneModule):
             head_init: ``probe``: before training, fit a logistic regression on the frozen mean-pooled
                 embeddings of the training split (L2 strength chosen on validation) and start the head from it,
                 so that fine-tuning starts at that baseline (needs ``pooling`` mean, single-label); ``auto``:
-                ``probe`` where the head is mean-pooled and single-label; None: a random head.
+                ``probe`` where the head is mean-pooled and single-label; None: a random head where the checkpoint
+                has none. ``random``: a random head even where ``init_from`` is a classifier whose saved weights
+                lack theirs, and one that may be evaluated untrained; without it such a folder, or validating,
+                testing or predicting with a head nothing trained, is refused.
             **kwargs: the options every fine-tuning module takes (learning rate, dropouts, LoRA...), documented
                 with ``init_from`` in :class:`~domainbert.modules.finetune.FineTuneModule`.
         """
@@ -126,6 +129,10 @@ class SequenceClassificationModule(FineTuneModule):
     def initialised_later(self) -> tuple[str, ...]:
         """The head, with ``head_init: probe``: ``fit`` starts it from the probe, not at random."""
         return ("classifier.",) if getattr(self, "head_init", None) == "probe" else ()
+
+    def fresh_head(self) -> str | None:
+        """``head_init`` as resolved: ``probe`` or ``random`` where the user asked for a fresh head; else None."""
+        return self.head_init
 
     def base_config(self):
         """The config of the model (under LoRA, of the wrapped model), which the export writes."""
@@ -230,9 +237,9 @@ def resolve_pooling(pooling: str, init_from: str) -> str:
 
 
 def resolve_head_init(head_init: str | None, pooling: str, multi_label: bool) -> str | None:
-    """``probe`` or None; ``auto`` is ``probe`` for a mean-pooled single-label head (see ``head_init``)."""
-    if head_init not in (None, "probe", "auto"):
-        raise DomainBertError(f"model.head_init={head_init!r}: expected null, 'probe' or 'auto'")
+    """``probe``, ``random`` or None; ``auto`` is ``probe`` for a mean-pooled single-label head (see ``head_init``)."""
+    if head_init not in (None, "probe", "auto", "random"):
+        raise DomainBertError(f"model.head_init={head_init!r}: expected null, 'probe', 'auto' or 'random'")
     if head_init == "auto":
         return "probe" if pooling == "mean" and not multi_label else None
     if head_init == "probe" and (pooling != "mean" or multi_label):

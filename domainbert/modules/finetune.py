@@ -28,7 +28,15 @@ import torch
 from lightning.pytorch.cli import OptimizerCallable
 from torch import nn
 
-from domainbert.core.hf import check_tokenizer_fits, load_config, load_model, load_tokenizer
+from domainbert.core.compat import attached_trainer
+from domainbert.core.hf import (
+    check_tokenizer_fits,
+    check_weights_fit,
+    head_missing,
+    load_config,
+    load_model,
+    load_tokenizer,
+)
 from domainbert.core.models_local import resolve_local_alias
 from domainbert.core.pooled import POOLING_KEY, mark_config, unmark_config
 from domainbert.data.contract import check_agreement, model_labels
@@ -102,6 +110,19 @@ def labels_from(num_labels: int | None, label_names: list[str] | None, init_from
     return model_labels(num_labels, label_names, checkpoint_labels(init_from), source=str(init_from))
 
 
+def claims_head(architectures: list[str] | None, task: Task) -> bool:
+    """Whether a checkpoint whose config names ``architectures`` was saved with ``task``'s head.
+
+    Example:
+    >>> claims_head(["BertForSequenceClassification"], Task.CLASSIFICATION)
+    True
+    >>> claims_head(["BertForMaskedLM"], Task.CLASSIFICATION)
+    False
+    """
+    suffix = spec(task).auto_cls.__name__.removeprefix("AutoModel")
+    return any(str(name).endswith(suffix) for name in architectures or [])
+
+
 def lora_hparam(lora: LoraSettings | dict | None) -> dict | None:
     """``lora`` as plain data, as it is saved in the hyperparameters (checkpoints load with ``weights_only``)."""
     return dataclasses.asdict(lora) if isinstance(lora, LoraSettings) else lora
@@ -145,6 +166,8 @@ class FineTuneModule(HFModule):
 
     #: the task, which picks the head class and the LoRA task type
     task: Task = Task.CLASSIFICATION
+    #: the task head's weights that the checkpoint lacked and neither training nor a Lightning checkpoint set yet
+    random_head: list[str] = []  # noqa: RUF012 - replaced, never changed in place
 
     def __init__(
         self,
@@ -178,11 +201,13 @@ class FineTuneModule(HFModule):
         name = resolve_local_alias(hp.init_from)
         dropout = {"hidden": hp.hidden_dropout, "attention": hp.attention_dropout, "classifier": hp.classifier_dropout}
         config = load_config(name, dropout=dropout)
+        saved_as = list(config.architectures or [])  # as saved: a mean-pooling head renames it below
         for key, value in head_config.items():
             setattr(config, key, value)
         if POOLING_KEY in head_config:
             (mark_config if head_config[POOLING_KEY] == "mean" else unmark_config)(config)
         model, missing = load_model(spec(self.task).auto_cls, name, config=config, ignore_mismatched_sizes=True)
+        self._check_saved_head(model, missing, saved_as)
         tokenizer = load_tokenizer(name)
         check_tokenizer_fits(tokenizer, model, where=hp.init_from)
         later = self.initialised_later()
@@ -205,6 +230,71 @@ class FineTuneModule(HFModule):
         None here; a classifier whose head starts from a probe names its head.
         """
         return ()
+
+    def fresh_head(self) -> str | None:
+        """How the user asked a head the checkpoint lacks to start (``random``, ``probe``); None: not asked.
+
+        None here: only a classifier has the option (``head_init``).
+        """
+        return None
+
+    def _check_saved_head(self, model: nn.Module, missing: list[str], saved_as: list[str]) -> None:
+        """Keep the task head's weights the checkpoint lacks (:attr:`random_head`); refuse them where it claims them.
+
+        A checkpoint whose config says it was saved with this task's head (``architectures``:
+        ``BertForSequenceClassification``...) but whose weights lack it would start a random head silently: it is
+        refused unless the user asked for a fresh head.
+        """
+        self.random_head = head_missing(model, missing)
+        if not self.random_head or not claims_head(saved_as, self.task) or self.fresh_head() is not None:
+            return
+        check_weights_fit(
+            f"model.init_from {self.hparams.init_from} was saved with a trained {spec(self.task).head} head "
+            "(config.json: architectures), but its weights lack it",
+            self.random_head,
+            fix=self._fresh_head_advice(),
+        )
+
+    def _fresh_head_advice(self) -> str:
+        """What to do about a head the checkpoint lacks, for the messages."""
+        if self.task is Task.CLASSIFICATION:
+            return "give the folder with its trained head, or --model.head_init random to start a fresh one"
+        return "give the folder with its trained head, or fine-tune from its encoder saved alone (AutoModel)"
+
+    def on_train_start(self) -> None:
+        """Training sets the head: a head the checkpoint lacked is no longer random."""
+        super().on_train_start()
+        self.random_head = []
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        """A Lightning checkpoint restores the whole model, its head included."""
+        super().on_load_checkpoint(checkpoint)
+        self.random_head = []
+
+    def _check_head_trained(self) -> None:
+        """Refuse to validate, test or predict with a head that neither the checkpoint nor training set.
+
+        Its outputs would be random. Unless the user asked for a random head (``head_init: random``).
+        """
+        trainer = attached_trainer(self)
+        stage = trainer.state.fn.value if trainer is not None and trainer.state.fn is not None else "fit"
+        if not self.random_head or stage == "fit" or self.fresh_head() == "random":
+            return
+        check_weights_fit(
+            f"model.init_from {self.hparams.init_from} has no trained {spec(self.task).head} head and no --ckpt_path "
+            f"gives one: its {stage} outputs would be random",
+            self.random_head,
+            fix="give a fine-tuned model's hf/ export as model.init_from, or its checkpoint as --ckpt_path",
+        )
+
+    def on_validation_start(self) -> None:
+        self._check_head_trained()
+
+    def on_test_start(self) -> None:
+        self._check_head_trained()
+
+    def on_predict_start(self) -> None:
+        self._check_head_trained()
 
     def model_inputs(self, batch: dict) -> dict:
         """The batch entries the model takes (``token_type_ids`` only where the tokenizer makes them)."""

@@ -52,7 +52,8 @@ def classification_parts(args, model_path: str, tmp: str):
     dm = ClassificationDataModule(
         train=str(common.DATA / "train.jsonl"), val=str(val), batch_size=args.batch, max_length=args.max_length
     )
-    module = SequenceClassificationModule(init_from=model_path, label_names=dm.label_names)
+    # the memory of an evaluation, whatever the head predicts: a fresh head is asked for
+    module = SequenceClassificationModule(init_from=model_path, label_names=dm.label_names, head_init="random")
     dm.connect(module.tokenizer)
     return module, dm
 

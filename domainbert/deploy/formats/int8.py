@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from domainbert.deploy.folders import INT8_WEIGHTS, TRUST_FLAG, empty_model
+from domainbert.deploy.folders import INT8_WEIGHTS, TRUST_FLAG, check_state_fits, empty_model
 from domainbert.deploy.formats.interface import ExportFormat, WriteContext, Written, float32_activations
 from domainbert.deploy.quantize import quantize_int8
 from domainbert.errors import DomainBertError
@@ -49,5 +49,6 @@ class Int8(ExportFormat, name="int8", option="int8", order=20, teacher=True):
             ) from err
         except OSError as err:
             raise DomainBertError(f"{folder / INT8_WEIGHTS}: cannot be read: {err.strerror or err}") from err
+        check_state_fits(folder / INT8_WEIGHTS, model, state)
         model.load_state_dict(state, assign=backend == "torchao")
         return model.eval()
