@@ -337,8 +337,13 @@ class DistillationModule(HFModule):
         return self
 
     def on_fit_start(self) -> None:
-        """As every module's; Lightning's warning that the frozen teacher's modules are in eval mode is not shown."""
+        """The student trains with its dropout on; Lightning's warning about the frozen teacher's eval mode is not shown.
+
+        A student loaded from a folder (``student=``) comes from ``from_pretrained`` in eval mode, and Lightning
+        keeps a module's mode at the start of fit: without this it would train with dropout off.
+        """
         super().on_fit_start()
+        self.train()
         from domainbert.core.quiet import expect_frozen_modules
 
         expect_frozen_modules(self.teacher)

@@ -422,3 +422,19 @@ def test_a_teacher_of_another_family_teaches_a_student_with_its_own_tokenizer(tm
     exported = AutoTokenizer.from_pretrained(tmp_path / "hf")
     assert exported.get_vocab() == AutoTokenizer.from_pretrained(student).get_vocab()
     assert AutoModelForSequenceClassification.from_pretrained(tmp_path / "hf").config.num_hidden_layers == 2
+
+
+class ModeAtStart(L.Callback):
+    def on_train_start(self, trainer, pl_module):
+        self.student_eval = sum(1 for m in pl_module.model.modules() if not m.training)
+        self.teacher_training = sum(1 for m in pl_module.teacher.modules() if m.training)
+
+
+def test_a_student_loaded_from_a_folder_trains_with_dropout_on_and_the_teacher_stays_frozen(teacher, tmp_path):
+    """from_pretrained returns eval mode; the student must still train in train mode (dropout on)."""
+    student = make_teacher("bert", tmp_path / "student", layers=2, seed=4)
+    module = DistillationModule(teacher=str(teacher), student=str(student), alpha=1.0, beta=0.0, learning_rate=2e-3)
+    seen = ModeAtStart()
+    _trainer(1, callbacks=[seen]).fit(module, train_dataloaders=_loader(module))
+    assert seen.student_eval == 0
+    assert seen.teacher_training == 0
