@@ -49,12 +49,14 @@ trust_pickle=True)``.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import sys
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Literal
+from typing import Any
 
 import torch
 from torch import nn
@@ -62,7 +64,7 @@ from torch import nn
 from domainbert.core.cpu_memory import reusing_freed_memory
 from domainbert.core.scoring import export_length, set_scoring
 from domainbert.deploy.bench import EvalSet, encode, known_metrics, metric_batches
-from domainbert.deploy.formats import ExportFormat, enabled
+from domainbert.deploy.formats import ExportFormat, enabled, option_values
 from domainbert.deploy.load import load_variant
 from domainbert.deploy.prune import prune_and_refit
 from domainbert.deploy.report import joined_rows, summary, summary_markdown, write_summary
@@ -88,13 +90,10 @@ def export(
     max_length: int | None = None,
     role: str | None = None,
     int8: bool = False,
-    int8_backend: Literal["auto", "torchao", "torch"] = "auto",
-    int8_per_channel: bool = True,
     bf16: bool = False,
     onnx: bool = False,
-    onnx_opset: int | None = None,
-    onnx_fuse: bool = True,
     formats: list[str] | None = None,
+    format_options: dict[str, Any] | None = None,
     teacher_variants: bool = True,
     prune_heads: float = 0.0,
     importance_batches: int = 8,
@@ -139,17 +138,17 @@ def export(
         int8: write ``int8/``, dynamic int8 quantization of the Linear layers (``model_int8.pt``, for PyTorch), and
             ``onnx_int8/``, the same quantization of the ONNX export (onnxruntime's ``quantize_dynamic``), which any
             ONNX runtime loads without pickles (needs onnxruntime; skipped with a warning without it).
-        int8_backend: ``auto`` (torchao when installed and faster here, else torch.ao), ``torchao`` or ``torch``.
-        int8_per_channel: per-output-channel weight scales for int8 and onnx_int8 (more accurate; false: one scale
-            per tensor). torchao's int8 is always per channel.
         bf16: write ``bf16/``, bf16 weights run under CPU bf16 autocast.
         onnx: write ``onnx/model.onnx`` (``torch.onnx.export(dynamo=True)``) and check it against PyTorch.
-        onnx_opset: ONNX opset (default: the exporter's).
-        onnx_fuse: rewrite the ONNX graphs (``onnx/``, ``onnx_int8/``) into onnxruntime's fused attention,
-            residual-LayerNorm and GELU kernels (needs onnxruntime and onnxscript; the graphs then run only in
-            onnxruntime); false: the exporter's portable graph as it is.
         formats: more formats to write, by name: built-in (``bf16``, ``int8``, ``onnx``, ``onnx_int8``) or
             installed under the entry-point group ``domainbert.export_formats``.
+        format_options: the formats' own options, by name (each format declares them,
+            :func:`~domainbert.deploy.formats.option_defaults`): int8's ``int8_backend`` (``auto``: torchao when
+            installed and faster here, else torch.ao; ``torchao``; ``torch``) and ``int8_per_channel`` (weight scales
+            per output channel for int8 and onnx_int8, the default; false: one per tensor), onnx's ``onnx_opset``
+            (default: the exporter's) and ``onnx_fuse`` (the graphs rewritten into onnxruntime's fused kernels, the
+            default; false: the exporter's portable graph). On the command line each is also an option of its own:
+            ``--int8_backend torch``, ``--onnx_fuse false``.
         teacher_variants: with ``teacher``, also write the teacher's quantized variants (``teacher_int8/``,
             ``teacher_onnx_int8/``) when the model gets them: a teacher's int8 can beat a student that is no faster.
         prune_heads: fraction of attention heads to prune by importance (0 = none); writes ``pruned/``, which
@@ -187,57 +186,131 @@ def export(
     from domainbert.deploy.recommend import check_rule
 
     check_rule(max_drop, max_ms)
+    options = {**option_values(format_options), "threads": threads}
     inputs = [p for p in (model, teacher, data, train, predictions, teacher_predictions) if p and Path(p).exists()]
     out = claim_folder(out, inputs, "export: --out")  # before any work: new, empty or domainbert's; no input
     with _threads(threads), reusing_freed_memory():
         torch.manual_seed(seed)
-        base, tokenizer, _ = load_variant(model, trust_pickle=trust_pickle)
-        base = base.float().eval()
-        max_length = _fitting_length(export_length(base.config, max_length), base.config)
-        set_scoring(base.config, max_length=max_length)
-        tokenizer.model_max_length = max_length  # saved in every variant folder: its users cut inputs there
-        label2id = _label2id(base.config)
-        _check_pruning(prune_heads, train, label2id)
-        chosen = enabled({"int8": int8, "bf16": bf16, "onnx": onnx}, formats)
+        base, tokenizer, max_length, label2id = _deployed_model(model, trust_pickle, max_length, (prune_heads, train))
         read = partial(_read_split, text_column=text_column, label_column=label_column, label2id=label2id)
-        texts, labels = _eval_texts(read, data, limit, latency_examples)
-        num_labels = len(label2id) if label2id else None
-        evalset = EvalSet.build(tokenizer, texts, labels, num_labels, batch_size, max_length, latency_examples, repeats)
-        common = {"examples": len(texts), "data": data, "limit": limit, "threads": torch.get_num_threads()}
-        common.update(max_length=max_length, val=val, b32_padding=evalset.b32_padding())
-        options = {"int8_backend": int8_backend, "int8_per_channel": int8_per_channel, "threads": threads}
-        options.update(onnx_opset=onnx_opset, onnx_fuse=onnx_fuse)
-        outs = Outputs(Path(out), tokenizer, evalset, common, options)
-        outs.val_batches = _val_batches(read, val, limit, tokenizer, batch_size, max_length, num_labels)
-        known = partial(_known, labels=None if limit else labels, num_labels=num_labels)
+        sizes = Sizes(batch_size, max_length, latency_examples, repeats, limit)
+        outs, known = _outputs(Path(out), tokenizer, read, (data, val), sizes, options)
         role = role or ("student" if teacher is not None else "model")
-        teacher_model = None
-        if teacher is not None:
-            teacher_model = _load_other(teacher, tokenizer, model, trust_pickle)
-            set_scoring(teacher_model.config, max_length=max_length)  # its variants are measured at this length
-            measured_in_place(
-                outs, "teacher", "teacher", teacher, teacher_model, known(teacher_predictions, teacher_model.config)
-            )
-        probe_model = _load_probe(probe, tokenizer, model)
-        if probe_model is not None:
-            measured_in_place(outs, "probe", "probe", probe, probe_model, known(probe_predictions, probe_model.config))
-            del probe_model
+        others = {"teacher": (teacher, teacher_predictions), "probe": (probe, probe_predictions)}
+        teacher_model = _measure_others(outs, known, model, others, trust_pickle)
         extra = {"source": str(model)}
         write_variant(outs, "fp32", base, "student", role, extra=extra, known=known(predictions, base.config))
-        deployed = base
-        if prune_heads > 0:
-            batches = _train_batches(read(train, limit=None), tokenizer, batch_size, max_length, seed)
-            deployed, extra = prune_and_refit(
-                base, batches, prune_heads, importance_batches, refit_steps, refit_lr, teacher_model
-            )
-            write_variant(outs, "fp32", deployed, "pruned", role, extra=extra)
+        refit = {"heads": prune_heads, "importance_batches": importance_batches, "steps": refit_steps, "lr": refit_lr}
+        refit.update(seed=seed, batch_size=batch_size, train=read(train, limit=None) if prune_heads > 0 else None)
+        deployed = _pruned(outs, base, refit, teacher_model, role)
+        chosen = enabled({"int8": int8, "bf16": bf16, "onnx": onnx}, formats)
         _write_formats(outs, deployed, chosen, role)
         if teacher_model is not None and teacher_variants:
             _write_formats(outs, teacher_model, [f for f in chosen if f.teacher], "teacher", prefix="teacher_")
-        result = summary(outs.rows + joined_rows(join or []), max_drop=max_drop, max_ms=max_ms)
-        write_summary(outs.out, result)
-        print(summary_markdown(result))
-        return result
+        return _summary(outs, join, max_drop, max_ms)
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How much of the data every variant is measured on (:func:`export`'s options of the same names)."""
+
+    batch_size: int
+    max_length: int
+    latency_examples: int
+    repeats: int
+    limit: int | None
+
+
+def _deployed_model(model: str, trust_pickle: bool, max_length: int | None, pruning: tuple):
+    """The model at ``model`` in float32 eval mode, its tokenizer, the input length and its label ids.
+
+    The length is recorded in the model's config and the tokenizer; ``pruning`` (``(prune_heads, train)``) is
+    checked against the labels (:func:`_check_pruning`).
+    """
+    base, tokenizer, _ = load_variant(model, trust_pickle=trust_pickle)
+    base = base.float().eval()
+    label2id = _label2id(base.config)
+    _check_pruning(*pruning, label2id)
+    max_length = _fitting_length(export_length(base.config, max_length), base.config)
+    set_scoring(base.config, max_length=max_length)
+    tokenizer.model_max_length = max_length  # saved in every variant folder: its users cut inputs there
+    return base, tokenizer, max_length, label2id
+
+
+def _outputs(out: Path, tokenizer, read: Callable, files: tuple, sizes: Sizes, options: dict):
+    """The export's shared outputs (what every variant is measured on) and its ``known`` (a model's earlier metric).
+
+    Args:
+        out: the output folder.
+        tokenizer: the model's tokenizer.
+        read: the reader of a labelled file (:func:`_read_split`, its columns and labels given).
+        files: ``(data, val)``, either None.
+        sizes: how much is measured.
+        options: the formats' options.
+    """
+    data, val = files
+    texts, labels = _eval_texts(read, data, sizes.limit, sizes.latency_examples)
+    label2id = read.keywords["label2id"]
+    num_labels = len(label2id) if label2id else None
+    evalset = EvalSet.build(
+        tokenizer, texts, labels, num_labels, sizes.batch_size, sizes.max_length, sizes.latency_examples, sizes.repeats
+    )
+    common = {"examples": len(texts), "data": data, "limit": sizes.limit, "threads": torch.get_num_threads()}
+    common.update(max_length=sizes.max_length, val=val, b32_padding=evalset.b32_padding())
+    outs = Outputs(out, tokenizer, evalset, common, options)
+    outs.val_batches = _val_batches(read, val, sizes.limit, tokenizer, sizes.batch_size, sizes.max_length, num_labels)
+    known = partial(_known, labels=None if sizes.limit else labels, num_labels=num_labels)
+    return outs, known
+
+
+def _measure_others(outs: Outputs, known: Callable, model: str, others: dict, trust_pickle: bool) -> nn.Module | None:
+    """Measure the teacher and the probe where they are (rows ``teacher``, ``probe``); the teacher, or None.
+
+    ``others``: ``{"teacher": (folder or None, its test predictions or None), "probe": (...)}``.
+    """
+    (teacher_path, teacher_predictions), (probe_path, probe_predictions) = others["teacher"], others["probe"]
+    teacher_model = None
+    if teacher_path is not None:
+        teacher_model = _load_other(teacher_path, outs.tokenizer, model, trust_pickle)
+        set_scoring(teacher_model.config, max_length=outs.common["max_length"])  # its variants are measured so
+        known_teacher = known(teacher_predictions, teacher_model.config)
+        measured_in_place(outs, "teacher", "teacher", teacher_path, teacher_model, known_teacher)
+    probe_model = _load_probe(probe_path, outs.tokenizer, model)
+    if probe_model is not None:
+        known_probe = known(probe_predictions, probe_model.config)
+        measured_in_place(outs, "probe", "probe", probe_path, probe_model, known_probe)
+    return teacher_model
+
+
+def _pruned(outs: Outputs, base: nn.Module, refit: dict, teacher: nn.Module | None, role: str) -> nn.Module:
+    """``base`` with the share ``refit["heads"]`` of its heads pruned and re-fitted (written as ``pruned/``).
+
+    Args:
+        outs: the export's outputs.
+        base: the float32 model.
+        refit: ``heads``, ``importance_batches``, ``steps``, ``lr``, ``seed`` and ``batch_size`` (:func:`export`'s
+            ``prune_heads``, ``importance_batches``, ``refit_steps``, ``refit_lr``, ``seed``, ``batch_size``), and
+            ``train``: the labelled training split ``(texts, labels)``; None: no pruning, ``base`` itself is returned.
+        teacher: the teacher, whose soft targets join the re-fit; None: the labels only.
+        role: the model's role (its rows' label).
+    """
+    if refit["train"] is None or refit["heads"] <= 0:
+        return base
+    max_length = outs.common["max_length"]
+    batches = _train_batches(refit["train"], outs.tokenizer, refit["batch_size"], max_length, refit["seed"])
+    deployed, extra = prune_and_refit(
+        base, batches, refit["heads"], refit["importance_batches"], refit["steps"], refit["lr"], teacher
+    )
+    write_variant(outs, "fp32", deployed, "pruned", role, extra=extra)
+    return deployed
+
+
+def _summary(outs: Outputs, join: list[str] | None, max_drop: float | None, max_ms: float | None) -> dict:
+    """The summary of every row (and of the exports ``join`` names), written to ``out/`` and printed."""
+    result = summary(outs.rows + joined_rows(join or []), max_drop=max_drop, max_ms=max_ms)
+    write_summary(outs.out, result)
+    print(summary_markdown(result))
+    return result
 
 
 def _write_formats(outs: Outputs, model: nn.Module, chosen: list[ExportFormat], role: str, prefix: str = "") -> None:
@@ -385,12 +458,46 @@ def _flag_values(argv: list[str], flags: Iterable[str]) -> list[str]:
     return out
 
 
+def _format_flags(argv: list[str]) -> list[str]:
+    """``argv`` with each format's option given on its own (``--int8_backend torch``) moved into ``--format_options``.
+
+    Every format's options (:func:`~domainbert.deploy.formats.option_defaults`) are taken so; a boolean one may
+    stand alone (``--onnx_fuse``: true). Values are read as YAML (``false``, ``null``, ``17``); those of a
+    ``--format_options`` given too are kept, under these.
+    """
+    import yaml
+
+    from domainbert.deploy.formats import option_defaults
+
+    known, rest, given, i = option_defaults(), [], {}, 0
+    while i < len(argv):
+        name, eq, value = argv[i].partition("=")
+        if not (name.startswith("--") and name[2:] in known):
+            rest.append(argv[i])
+        elif eq:
+            given[name[2:]] = yaml.safe_load(value)
+        elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+            given[name[2:]] = yaml.safe_load(argv[i + 1])
+            i += 1
+        else:
+            given[name[2:]] = True  # a boolean option standing alone
+        i += 1
+    if not given:
+        return rest
+    for j, arg in enumerate(rest[:-1]):
+        if arg == "--format_options":  # the options given as one mapping, under those given one by one
+            given = {**(yaml.safe_load(rest[j + 1]) or {}), **given}
+            del rest[j : j + 2]
+            break
+    return [*rest, "--format_options", json.dumps(given)]
+
+
 def main(argv: list[str] | None = None) -> None:
     """``domainbert export``: parse the options (``--help`` lists them) and run :func:`export`."""
     from domainbert.cli.tool_cli import run_function
 
-    flags = ("int8", "int8_per_channel", "bf16", "onnx", "onnx_fuse", "trust_pickle", "teacher_variants")
-    argv = _flag_values(list(sys.argv[1:] if argv is None else argv), flags)
+    flags = ("int8", "bf16", "onnx", "trust_pickle", "teacher_variants")
+    argv = _flag_values(_format_flags(list(sys.argv[1:] if argv is None else argv)), flags)
     description = (
         "Write a model's deployment variants (HF, pruned, int8, bf16, ONNX), each with a report; recommend one."
     )

@@ -146,7 +146,7 @@ def run(args, peaks: dict[str, dict]) -> dict:
         teacher=args.teacher,
         data=args.data,
         int8=True,
-        int8_backend=args.int8_backend,
+        format_options={"int8_backend": args.int8_backend},
         bf16=not args.no_bf16,
         onnx=args.onnx,
         max_length=args.max_length,

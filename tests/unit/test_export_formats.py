@@ -102,3 +102,56 @@ def test_a_format_declares_only_known_attributes():
 
         class Bad(ExportFormat, name="bad", flag="x"):
             pass
+
+
+def test_a_formats_options_are_its_own_and_a_plugin_adds_its_own(plugins):
+    from domainbert.deploy.formats import option_defaults, option_values
+
+    assert formats.get("int8").options == {"int8_backend": "auto", "int8_per_channel": True}
+    assert formats.get("onnx").options == {"onnx_opset": None, "onnx_fuse": True}
+
+    class Scaled(ExportFormat, name="scaled", options={"scale": 2.0}):
+        """A plugin's format with an option of its own."""
+
+    plugins({"scaled": Scaled})
+    assert option_defaults()["scale"] == 2.0
+    assert option_values({"scale": 3.0, "onnx_fuse": False}) | {} == {
+        **option_defaults(),
+        "scale": 3.0,
+        "onnx_fuse": False,
+    }
+    with pytest.raises(DomainBertError, match=r"'sacle' is not an option of any export format; known: int8_backend"):
+        option_values({"sacle": 3.0})
+
+
+def test_the_command_line_keeps_each_format_option_as_a_flag_of_its_own(monkeypatch):
+    """``--int8_backend torch``, ``--onnx_fuse`` alone and ``--int8_per_channel=false`` reach ``format_options``."""
+    from jsonargparse import ArgumentParser
+
+    from domainbert.cli import tool_cli
+    from domainbert.deploy import command
+
+    parsed = {}
+
+    def parse_only(fn, argv, prog, description):
+        parser = ArgumentParser(prog=prog, allow_abbrev=False)
+        parser.add_function_arguments(fn, as_positional=False)
+        parsed.update(parser.parse_args(argv).as_dict())
+
+    monkeypatch.setattr(tool_cli, "run_function", parse_only)
+    argv = [
+        "--model",
+        "m",
+        "--out",
+        "o",
+        "--int8",
+        "--int8_backend",
+        "torch",
+        "--onnx_fuse",
+        "--int8_per_channel=false",
+    ]
+    command.main(argv)
+    assert parsed["int8"] is True and parsed["model"] == "m" and parsed["out"] == "o"
+    assert parsed["format_options"] == {"int8_backend": "torch", "onnx_fuse": True, "int8_per_channel": False}
+    command.main(["--model", "m", "--out", "o", "--format_options", '{"onnx_opset": 17}', "--onnx_fuse", "false"])
+    assert parsed["format_options"] == {"onnx_opset": 17, "onnx_fuse": False}

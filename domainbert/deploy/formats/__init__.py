@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import warnings
+from typing import Any
 
 from domainbert.deploy.formats.bf16 import Bf16
 from domainbert.deploy.formats.fp32 import Fp32
@@ -21,7 +22,18 @@ from domainbert.deploy.formats.onnx import Onnx
 from domainbert.deploy.formats.onnx_int8 import OnnxInt8
 from domainbert.errors import DomainBertError
 
-__all__ = ["BUILT_IN", "GROUP", "ExportFormat", "WriteContext", "Written", "enabled", "get", "table"]
+__all__ = [
+    "BUILT_IN",
+    "GROUP",
+    "ExportFormat",
+    "WriteContext",
+    "Written",
+    "enabled",
+    "get",
+    "option_defaults",
+    "option_values",
+    "table",
+]
 
 #: The entry-point group of export formats from other packages.
 GROUP = "domainbert.export_formats"
@@ -98,3 +110,39 @@ def enabled(flags: dict[str, bool], names: list[str] | None = None) -> list[Expo
         chosen[name] = get(name, where="--formats")
     chosen.pop("fp32", None)  # the model's own folder is always written, as student/
     return sorted(chosen.values(), key=lambda f: (f.order, f.name))
+
+
+def option_defaults() -> dict[str, Any]:
+    """Every format's options (:attr:`~.interface.ExportFormat.options`) with their defaults, by name.
+
+    Examples:
+        >>> from domainbert.deploy.formats import option_defaults
+        >>> option_defaults()
+        {'int8_backend': 'auto', 'int8_per_channel': True, 'onnx_opset': None, 'onnx_fuse': True}
+    """
+    out: dict[str, Any] = {}
+    for fmt in table().values():
+        for name, value in fmt.options.items():
+            out.setdefault(name, value)
+    return out
+
+
+def option_values(given: dict[str, Any] | None) -> dict[str, Any]:
+    """The formats' options: ``given`` over their defaults; a name no format declares is refused, naming them.
+
+    Examples:
+        >>> from domainbert.deploy.formats import option_values
+        >>> option_values({"int8_backend": "torch"})["int8_backend"]
+        'torch'
+        >>> option_values({"int8_bakend": "torch"})  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        domainbert.errors.DomainBertError: --format_options: 'int8_bakend' is not an option of any export format; ...
+    """
+    defaults = option_defaults()
+    for name in given or {}:
+        if name not in defaults:
+            raise DomainBertError(
+                f"--format_options: {name!r} is not an option of any export format; known: {', '.join(defaults)}"
+            )
+    return {**defaults, **(given or {})}

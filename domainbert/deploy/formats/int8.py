@@ -17,13 +17,20 @@ from domainbert.deploy.formats.interface import ExportFormat, WriteContext, Writ
 from domainbert.deploy.quantize import quantize_int8
 from domainbert.errors import DomainBertError
 
+#: int8's options: the backend (``auto``: torchao when installed and faster here, else torch.ao; ``torchao``;
+#: ``torch``) and per-output-channel weight scales (more accurate; False: one scale per tensor; torchao's int8 is
+#: always per channel)
+INT8_OPTIONS = {"int8_backend": "auto", "int8_per_channel": True}
 
-class Int8(ExportFormat, name="int8", option="int8", order=20, teacher=True):
-    """Dynamic int8 Linear layers (torchao or torch.ao), saved as a state dict for PyTorch."""
+
+class Int8(ExportFormat, name="int8", option="int8", order=20, teacher=True, options=INT8_OPTIONS):
+    """Dynamic int8 Linear layers (torchao or torch.ao), saved as a state dict for PyTorch.
+
+    Options (:data:`INT8_OPTIONS`): ``int8_backend`` (``auto``, ``torchao``, ``torch``) and ``int8_per_channel``.
+    """
 
     def write(self, model: nn.Module, folder: Path, ctx: WriteContext) -> Written:
-        backend = ctx.options.get("int8_backend", "auto")
-        per_channel = ctx.options.get("int8_per_channel", True)
+        backend, per_channel = self.option_value(ctx, "int8_backend"), self.option_value(ctx, "int8_per_channel")
         q, info = quantize_int8(model, backend, probe=ctx.probe, per_channel=per_channel)
         extra = {"int8_backend": info["backend"], "int8_per_channel": info["per_channel"]}
         if "probe_ms" in info:

@@ -27,8 +27,8 @@ class WriteContext:
         example: two rows of input tensors (no labels): the example input of a traced export (ONNX).
         probe: a batch-32 batch of input tensors: what a writer may time alternatives on (int8's backends).
         check: a batch of a shape the example did not have: what an exported graph is checked against PyTorch on.
-        options: the export's options by name (``int8_backend``, ``int8_per_channel``, ``onnx_opset``,
-            ``onnx_fuse``, ``threads``), and a plugin format's own.
+        options: the formats' options by name (each format declares its own in :attr:`ExportFormat.options`;
+            ``domainbert export --format_options``), and ``threads``.
         made: files earlier formats wrote for the same model in this export, by format name (``onnx``: its
             ``model.onnx``), which a later format may start from.
     """
@@ -85,7 +85,10 @@ class ExportFormat:
     - ``needs``: modules that must be importable (``onnxruntime``); without them the format is skipped with a
       warning that names them;
     - ``teacher``: also written for ``--teacher`` when written for the model (the quantized formats: the teacher's
-      int8 may beat a student that is no faster).
+      int8 may beat a student that is no faster);
+    - ``options``: the format's own options with their defaults, by name (``{"int8_backend": "auto"}``), which
+      ``domainbert export`` takes as ``--format_options '{"int8_backend": "torch"}'`` or ``--int8_backend torch``; a
+      writer reads them with :meth:`~ExportFormat.option`. Formats may share an option by its name.
 
     Loading must never run code from the folder: read safetensors, ONNX or ``torch.load(..., weights_only=True)``,
     and refuse anything else unless ``trust_pickle`` is set.
@@ -131,15 +134,20 @@ class ExportFormat:
     order: ClassVar[int] = 50
     needs: ClassVar[tuple[str, ...]] = ()
     teacher: ClassVar[bool] = False
+    options: ClassVar[dict[str, Any]] = {}
 
     def __init_subclass__(cls, **declared: Any) -> None:
         """Let a subclass declare its attributes in its class line, ``class Int8(ExportFormat, name="int8")``."""
         super().__init_subclass__()
-        unknown = sorted(set(declared) - {"name", "option", "order", "needs", "teacher"})
+        unknown = sorted(set(declared) - {"name", "option", "order", "needs", "teacher", "options"})
         if unknown:
             raise TypeError(f"{cls.__name__}: {unknown} are not ExportFormat attributes")
         for key, value in declared.items():
             setattr(cls, key, value)
+
+    def option_value(self, ctx: WriteContext, name: str) -> Any:
+        """The value of this format's option ``name`` in ``ctx`` (given to the export), else its default."""
+        return ctx.options.get(name, self.options[name])
 
     def write(self, model: nn.Module, folder: Path, ctx: WriteContext) -> Written:
         """Write ``model``'s variant into ``folder`` (a fresh folder, renamed into place once complete).

@@ -52,12 +52,22 @@ def checked(model: nn.Module, path: Path, batch: dict, threads: int | None) -> t
     return graph, {"engine": graph.runner.engine, "max_abs_diff_vs_torch": diff, "check": "ok"}
 
 
-class Onnx(ExportFormat, name="onnx", option="onnx", order=30):
-    """The fp32 ONNX graph (``torch.onnx.export(dynamo=True)``), fused for onnxruntime by default."""
+#: onnx's options: the opset (None: the exporter's) and the rewrite into onnxruntime's fused attention,
+#: residual-LayerNorm and GELU kernels (needs onnxruntime and onnxscript; the graph then runs only in onnxruntime;
+#: False: the exporter's portable graph)
+ONNX_OPTIONS = {"onnx_opset": None, "onnx_fuse": True}
+
+
+class Onnx(ExportFormat, name="onnx", option="onnx", order=30, options=ONNX_OPTIONS):
+    """The fp32 ONNX graph (``torch.onnx.export(dynamo=True)``), fused for onnxruntime by default.
+
+    Options (:data:`ONNX_OPTIONS`): ``onnx_opset`` and ``onnx_fuse``.
+    """
 
     def write(self, model: nn.Module, folder: Path, ctx: WriteContext) -> Written:
         path = folder / ONNX_FILE
-        fused = export_onnx(model, path, ctx.example, ctx.options.get("onnx_opset"), ctx.options.get("onnx_fuse", True))
+        opset, fuse = self.option_value(ctx, "onnx_opset"), self.option_value(ctx, "onnx_fuse")
+        fused = export_onnx(model, path, ctx.example, opset, fuse)
         float32_activations(model.config).save_pretrained(folder)
         check_onnx(path)
         graph, fields = checked(model, path, ctx.check, ctx.options.get("threads"))
