@@ -138,7 +138,6 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-_user_error = user_error  # the name the command line has used
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -166,7 +165,7 @@ def main(argv: list[str] | None = None) -> None:
             COMMANDS[argv[0]].load()(argv[1:])
         done = True
     except Exception as err:  # noqa: BLE001 - user errors are printed cleanly, the rest re-raised
-        user = _user_error(err)
+        user = user_error(err)
         if user is None:
             raise
         print(f"domainbert: error: {user}", file=sys.stderr)

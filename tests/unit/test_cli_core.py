@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from domainbert import cli
-from domainbert.cli import COMMANDS, _user_error, main
+from domainbert.cli import COMMANDS, main
 from domainbert.cli.tool_cli import run_function
-from domainbert.errors import DomainBertError
+from domainbert.errors import DomainBertError, user_error
 
 # -- dispatch -------------------------------------------------------------------------------------------------------
 
@@ -91,13 +91,13 @@ def test_a_user_error_is_found_however_deep_the_libraries_wrapped_it():
         except DomainBertError as err:
             raise RuntimeError("jsonargparse: problem instantiating") from err
     except RuntimeError as wrapped:
-        assert _user_error(wrapped) is cause
-    assert _user_error(KeyError("a bug")) is None
+        assert user_error(wrapped) is cause
+    assert user_error(KeyError("a bug")) is None
 
 
 def test_a_parse_error_becomes_one_line_pointing_at_help():
     err = argparse.ArgumentError(None, "unrecognized arguments:\n  --top 5")
-    found = _user_error(err)
+    found = user_error(err)
     assert isinstance(found, DomainBertError) and "\n" not in str(found)
     assert str(found) == "unrecognized arguments: --top 5 (`domainbert <command> --help` lists the options)"
 

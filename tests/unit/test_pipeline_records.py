@@ -109,7 +109,6 @@ def test_a_candidate_given_dict_records_holds_them_as_records():
 def test_a_soups_stage_is_named_by_its_kind_and_a_seeds_by_its_seed():
     assert finetune_stage("vocab+dapt", 2) == "finetune-vocab-dapt-seed2"
     assert finetune_stage("vocab+dapt", None, kind="soup") == "finetune-vocab-dapt-soup"
-    assert finetune_stage("x", "soup") == "finetune-x-soup"  # how a strategy named it before runs had a kind
 
 
 def test_an_ensemble_teaches_with_the_seed_runs_never_the_soup():

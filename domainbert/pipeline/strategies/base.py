@@ -246,12 +246,7 @@ def stage_config(spec: Any, default: str) -> str:
 
 
 def finetune_stage(name: str, seed: int | None, kind: Kind = "seed") -> str:
-    """The stage name of candidate ``name``'s fine-tuning run with ``seed`` (kind ``soup``: its soup's evaluation).
-
-    A ``seed`` of ``"soup"`` (how a strategy named a soup's stage before runs had a kind) is kind ``soup``.
-    """
-    if seed == "soup":
-        kind = "soup"
+    """The stage name of candidate ``name``'s fine-tuning run with ``seed`` (kind ``soup``: its soup's evaluation)."""
     return f"finetune-{name.replace('+', '-')}-" + ("soup" if kind == "soup" else f"seed{seed}")
 
 

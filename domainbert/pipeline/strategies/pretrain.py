@@ -39,7 +39,7 @@ def pretrain(
     strategy,
     settings,
     start: Candidate,
-    values: dict[str, Any] | list[str],
+    values: dict[str, Any],
     name: str,
     default: str = "dapt",
 ) -> Candidate:
@@ -52,15 +52,12 @@ def pretrain(
             ``watch`` (a :class:`~domainbert.pipeline.specs.WatchSpec`; absent: the defaults).
         start: the output it starts from (the baseline's candidate: the base model).
         values: the config values that name its training text (``data(train=..., text_column=...)``, and any
-            ``model`` arguments), merged over the stage config's (a list of command-line options is read too).
+            ``model`` arguments), merged over the stage config's.
         name: its own part of the candidate's name, chained after ``start``'s (``dapt``, ``vocab+dapt``).
         default: the built-in stage config's name.
     """
     watch = getattr(settings, "watch", None) or WatchSpec()
-    given = values if isinstance(values, dict) else {}
-    config = StageConfig(stage_config(settings, default), merge(model(init_from=start.model), given))
-    if isinstance(values, list):  # command-line options, as strategies wrote them before configs had values
-        config = config.then(values)
+    config = StageConfig(stage_config(settings, default), merge(model(init_from=start.model), values))
     config = config.then(settings.args)
     if watch.enabled:
         config = config.but(watch_callback(ctx, strategy.name, watch, config))
