@@ -202,10 +202,6 @@ def test_the_pipeline_help_gives_the_fine_tuning_epochs_of_its_stage():
     assert found and set(found) == {str(_epochs(STAGES / "finetune.yaml"))}, found
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="`domainbert pipeline --help` (domainbert/pipeline/command.py) still sizes distillation as 4 epochs",
-)
 def test_the_pipeline_help_sizes_distillation_as_its_stage_and_transfer_set_do():
     text = _pipeline_help()
     pattern = (
