@@ -41,7 +41,8 @@ RUNS_BY_DEFAULT = (
     "without improvement and exports its best-probing step; fine-tuning of the base model (up to 4 epochs, "
     "stages/finetune.yaml) with seed 0 alone, and of the DAPT model only when its best probe beat the base model's "
     "(dapt.watch.margin; dapt.watch.gate: false fine-tunes it anyway); the choice by validation; distillation of "
-    "the chosen model into a 3-layer student (stages/distill.yaml: with a corpus, 2 epochs over the task's rows and 8,000 corpus documents, distill.transfer; without one, 4 epochs); its int8 export (with task_test). "
+    "the chosen model into a 3-layer student (stages/distill.yaml: with a corpus, 2 epochs over the task's rows "
+    "and 8,000 corpus documents, distill.transfer; without one, 4 epochs); its int8 export (with task_test). "
     "With two or more seeds, a starting model whose first seed validates behind the baseline by more than the "
     "baseline seeds' std skips its other seeds (finetune.all_seeds: true runs them). Off unless enabled: select, "
     "vocab, tapt, contrastive, self_train; seed soups need two or more seeds. Each strategy's `enabled` below "
@@ -123,7 +124,9 @@ def pipeline(
         self_train: the ``self_train`` strategy's settings (self-training on the corpus); None: its defaults (off).
         soup: the ``soup`` strategy's settings (seed soups); None: its defaults (on, with two or more seeds).
         distill: distillation of the chosen model into a smaller student. Runs by default: a 3-layer student,
-            with the built-in ``stages/distill.yaml``: with a corpus, 2 epochs over the task's rows and 8,000 corpus documents (``distill.transfer``); without one, 4 epochs; ``enabled: false`` to ship the chosen model as is.
+            with the built-in ``stages/distill.yaml``: with a corpus, 2 epochs over the task's rows and 8,000
+            corpus documents (``distill.transfer``); without one, 4 epochs; ``enabled: false`` to ship the chosen
+            model as is.
         export: deployment variants of the student (int8 by default). Runs by default after distillation when
             ``task_test`` is given.
         deploy: the choice among the export's variants (the student's, the teacher's, the probe): the fastest at
