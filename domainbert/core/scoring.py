@@ -148,9 +148,12 @@ def _option(argv: Sequence[str], names: Sequence[str]) -> str | None:
 
 
 def _config_files(argv: Sequence[str]) -> list[dict]:
-    """The contents of the ``--config`` files of ``argv`` that can be read as YAML mappings."""
+    """The contents of the ``--config`` files of ``argv`` (a built-in config's by its name) read as YAML mappings."""
     import yaml
 
+    from domainbert.cli.lightning_cli import resolve_builtin_configs  # ``--config finetune``: the package's file
+
+    argv = resolve_builtin_configs(list(argv))
     out = []
     for i, arg in enumerate(argv):
         name = argv[i + 1] if arg in ("--config", "-c") and i + 1 < len(argv) else None

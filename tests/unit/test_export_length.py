@@ -173,6 +173,7 @@ def test_predict_reads_the_length_an_export_records_unless_one_is_given(folder, 
     assert predict_args(["--config", str(config)]) == ["--data.max_length", "8"]
     config.write_text(f"model:\n  init_from: {folder}\ndata:\n  init_args:\n    max_length: 32\n")
     assert predict_args(["--config", str(config)]) == []  # the config's own length
+    assert predict_args(["--config", "finetune", "--model.init_from", str(folder)]) == []  # a built-in config's too
     plain = sample_classifier(tmp_path / "plain", labels=LABELS)  # an export without a record
     assert predict_args(["--model.init_from", str(plain), "--data", "classification"]) == []
 
