@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from domainbert.core.quiet import quiet_typed_storage
 from domainbert.deploy.folders import INT8_WEIGHTS, TRUST_FLAG, check_state_fits, empty_model
 from domainbert.deploy.formats.interface import ExportFormat, WriteContext, Written, float32_activations
 from domainbert.deploy.quantize import quantize_int8
@@ -48,7 +49,8 @@ class Int8(ExportFormat, name="int8", option="int8", order=20, teacher=True, opt
             )
         model, _ = quantize_int8(empty_model(config), backend, probe=None)
         try:
-            state = torch.load(folder / INT8_WEIGHTS, map_location="cpu", weights_only=not trust_pickle)
+            with quiet_typed_storage():
+                state = torch.load(folder / INT8_WEIGHTS, map_location="cpu", weights_only=not trust_pickle)
         except (pickle.UnpicklingError, RuntimeError, AttributeError, TypeError, ValueError, EOFError) as err:
             raise DomainBertError(
                 f"{folder / INT8_WEIGHTS}: not loadable as plain tensors ({type(err).__name__}); it may hold code. "
