@@ -138,8 +138,6 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-
-
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``domainbert`` console script (``argv`` None) and of calls from Python."""
     program = argv is None  # the process ends when this returns

@@ -337,7 +337,7 @@ class DistillationModule(HFModule):
         return self
 
     def on_fit_start(self) -> None:
-        """The student trains with its dropout on; Lightning's warning about the frozen teacher's eval mode is not shown.
+        """The student trains with its dropout on; Lightning's warning about the frozen teacher's eval mode is hidden.
 
         A student loaded from a folder (``student=``) comes from ``from_pretrained`` in eval mode, and Lightning
         keeps a module's mode at the start of fit: without this it would train with dropout off.
