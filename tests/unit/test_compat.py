@@ -433,7 +433,19 @@ def _package_own(trees: dict[Path, ast.AST]) -> set[str]:
     return own
 
 
-def test_no_module_but_compat_uses_another_librarys_private_name():
+@pytest.fixture(scope="module")
+def package() -> dict[Path, ast.AST]:
+    """The package's modules, parsed once for every test of the scan (none changes them)."""
+    return _package()
+
+
+@pytest.fixture(scope="module")
+def package_own(package) -> frozenset[str]:
+    """domainbert's own names (:func:`_package_own`), gathered once for every test of the scan."""
+    return frozenset(_package_own(package))
+
+
+def test_no_module_but_compat_uses_another_librarys_private_name(package, package_own):
     """Outside ``core/compat.py``, nothing in ``domainbert`` reads, writes or calls a private name of another library.
 
     The rule, on the source (``ast``), file by file:
@@ -453,13 +465,11 @@ def test_no_module_but_compat_uses_another_librarys_private_name():
 
     A use that is needed goes into a small documented function of ``core/compat.py``, pinned in this file.
     """
-    trees = _package()
-    own = _package_own(trees)
     found = [
         use
-        for path, tree in trees.items()
+        for path, tree in package.items()
         if path != COMPAT
-        for use in private_uses(tree, own, str(path.relative_to(PACKAGE.parent)))
+        for use in private_uses(tree, package_own, str(path.relative_to(PACKAGE.parent)))
     ]
     assert not found, "private API of another library outside core/compat.py:\n" + "\n".join(found)
 
@@ -481,10 +491,10 @@ _PLANTED = {
 
 
 @pytest.mark.parametrize("snippet", list(_PLANTED))
-def test_the_scan_names_the_file_line_and_name_of_a_planted_private_use(snippet):
+def test_the_scan_names_the_file_line_and_name_of_a_planted_private_use(snippet, package_own):
     source = f"import os\n\n{snippet}\n"
     tree = ast.parse(source)
-    found = private_uses(tree, _package_own(_package()) | own_names(tree), "domainbert/planted.py")
+    found = private_uses(tree, package_own | own_names(tree), "domainbert/planted.py")
     assert f"domainbert/planted.py:3: {_PLANTED[snippet]}" in found
 
 
@@ -504,6 +514,6 @@ def test_the_scan_names_the_file_line_and_name_of_a_planted_private_use(snippet)
         "T = type('T', (), {'_zz_cls': 1})\nT._zz_cls",
     ],
 )
-def test_the_scan_passes_domainberts_own_private_names_and_documented_ones(snippet):
+def test_the_scan_passes_domainberts_own_private_names_and_documented_ones(snippet, package_own):
     tree = ast.parse(snippet)
-    assert private_uses(tree, _package_own(_package()) | own_names(tree), "domainbert/planted.py") == []
+    assert private_uses(tree, package_own | own_names(tree), "domainbert/planted.py") == []
