@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import gc
 import os
 import shutil
 import sys
@@ -45,6 +46,20 @@ pytest_plugins = ["tests.helpers.faults_summary", "tests.helpers.tiers", "pytest
 def _empty_help_cache(tmp_path_factory, monkeypatch) -> None:
     """Every test (and the CLI processes it starts) begins with an empty ``--help`` cache of its own."""
     monkeypatch.setenv("DOMAINBERT_CACHE", str(tmp_path_factory.mktemp("cache")))
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _frozen_heap() -> None:
+    """Each test module starts with the objects alive then (the libraries' modules, classes and functions, the
+    session's fixtures: over 400,000 objects) collected once and moved out of the collector's view (``gc.freeze``).
+
+    A ``gc.collect()`` in the code under test (the pipeline collects after every stage run in its process) then walks
+    only what the module's tests made: about 0.3-0.5 s less per call. Nothing alive is freed either way; what the
+    tests leave as garbage is collected at the next module's start. A test may ``gc.unfreeze()``: the rest of its
+    module then runs unfrozen.
+    """
+    gc.collect()
+    gc.freeze()
 
 
 @pytest.fixture(scope="session")
