@@ -194,16 +194,22 @@ def isolated(monkeypatch, tmp_path):
     """Run in ``tmp_path``, and put back afterwards the global state a benchmark's ``main`` changes.
 
     The objects alive before are frozen meanwhile (``gc.freeze``): the scripts call ``gc.collect()`` between their
-    sides, which in this process would otherwise walk every object of the test session each time.
+    sides, which in this process would otherwise walk every object of the test session each time. Where the module's
+    objects are frozen already (tests/conftest.py), the earlier tests' garbage is collected first and they stay
+    frozen afterwards.
     """
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", list(sys.path))  # the scripts add their folder to it
     state = GlobalState()
+    frozen = gc.get_freeze_count()
+    if frozen:
+        gc.collect()  # walks only what the module's freeze left in view
     gc.freeze()
     try:
         yield
     finally:
-        gc.unfreeze()
+        if not frozen:
+            gc.unfreeze()
         state.restore()
 
 
@@ -237,9 +243,9 @@ def check_figures(script: str, lines: list[str], returned: dict | None = None) -
     return figures
 
 
-#: The scripts whose quick run is checked in-process by :func:`test_quick_run_prints_figures` (MLM: below, with
-#: every side; :data:`CLI_SCRIPT`: as a subprocess).
-IN_PROCESS = sorted(set(CASES) - {"mlm_throughput.py", CLI_SCRIPT})
+#: The scripts whose quick run is checked in-process by :func:`test_quick_run_prints_figures` (below: MLM with every
+#: side, the pipeline's time with options for its pipelines; :data:`CLI_SCRIPT` as a subprocess).
+IN_PROCESS = sorted(set(CASES) - {"mlm_throughput.py", "pipeline_time.py", CLI_SCRIPT})
 
 
 @pytest.mark.parametrize("script", IN_PROCESS)
@@ -256,14 +262,55 @@ def test_a_script_runs_from_the_command_line(tiny_bert, tmp_path):
     check_figures(CLI_SCRIPT, proc.stdout.strip().splitlines())
 
 
-def test_pipeline_time_runs_one_config_with_the_options_given_after_the_dashes(tiny_bert, isolated, capsys):
+def stage_tables(lines: list[str]) -> dict[str, list[str]]:
+    """pipeline_time.py's stage tables in its printed ``lines``: config name -> the stages in its table's rows."""
+    tables: dict[str, list[str]] = {}
+    name = None
+    for line in lines:
+        heading = re.match(r"# (\S+): [0-9.]+ min wall clock", line)
+        if heading:
+            name = heading.group(1)
+            tables[name] = []
+        elif name and re.match(r"(probe|dapt|finetune|soup|distill|export)\S* ", line):
+            tables[name].append(line.split()[0])
+    return tables
+
+
+def test_pipeline_time_runs_both_configs_with_the_options_given_after_the_dashes(tiny_bert, isolated, capsys):
+    """The quick run times both configs, each a ``domainbert pipeline`` process, and prints every figure; what follows
+    ``--`` reaches each of them (no probe stage in either: ``--probe.enabled false``)."""
     module = load_script("pipeline_time.py")
-    argv = ["--quick", "--model", str(tiny_bert), "--only", "demo", "--", "--probe.enabled", "false"]
+    argv = ["--quick", "--model", str(tiny_bert), "--threads", "1", "--", "--probe.enabled", "false"]
     returned, lines = run_main(module, capsys, *argv)
+    check_figures("pipeline_time.py", lines, returned)
+    tables = stage_tables(lines)
+    assert tables["demo"] == ["finetune-baseline-seed0", "distill", "export"], tables
+    paths_only = set(tables["paths-only"])  # DAPT on: the tiny model has its masked-LM head
+    assert {"dapt", "finetune-baseline-seed0", "distill", "export"} <= paths_only, tables
+    assert not any(stage.startswith("probe") for stage in paths_only), tables
+    for config in ("demo", "paths_only"):
+        assert float(returned[f"{config}_minutes"]) >= float(returned[f"{config}_stage_minutes"]) > 0
+
+
+def test_pipeline_time_runs_only_the_config_named(tiny_bert, isolated, capsys, monkeypatch):
+    """``--only demo``: the demo config alone is run, and only its figures are printed (the runs are stood in for:
+    the quick run above runs the pipelines)."""
+    module = load_script("pipeline_time.py")
+    ran = []
+
+    def run_config(args, name, out):
+        ran.append((name, args.extra))
+        state = {"finetune-baseline-seed0": {"status": "done", "seconds": 30.0, "parts": {p: 1.0 for p in PARTS}}}
+        return {"minutes": 1.0, "state": state, "folder": out / name}
+
+    monkeypatch.setattr(module, "run_config", run_config)
+    argv = ["--quick", "--model", str(tiny_bert), "--only", "demo", "--", "--seeds", "[0, 1]"]
+    returned, lines = run_main(module, capsys, *argv)
+    assert [name for name, _ in ran] == ["demo"]
+    assert ran[0][1][-2:] == ["--seeds", "[0, 1]"]  # after the quick options: the pipeline's last word
     assert set(returned) == {"isa", "demo_minutes", "demo_stage_minutes"} | {f"demo_{p}_minutes" for p in PARTS}
-    stages = [line.split()[0] for line in lines if re.match(r"(finetune|distill|export|probe)\S* ", line)]
-    assert stages == ["finetune-baseline-seed0", "distill", "export"]  # no probe: the option reached the pipeline
-    assert float(returned["demo_minutes"]) >= float(returned["demo_stage_minutes"]) > 0
+    assert float(returned["demo_stage_minutes"]) == pytest.approx(0.5)
+    assert stage_tables(lines) == {"demo": ["finetune-baseline-seed0"]}
 
 
 def test_every_mlm_side_runs_and_reports_its_warm_up(tiny_bert, isolated, capsys):
