@@ -183,7 +183,7 @@ distill: {{enabled: false}}
     report = (tmp_path / "p" / "report.md").read_text()
     assert "| frozen embeddings + logistic regression |" in report and "| dapt |" in report
     dapt_row = next(line for line in report.splitlines() if line.startswith("| dapt |"))
-    assert re.search(r"[+-]\d\.\d{4} \[[+-]\d\.\d{4}, [+-]\d\.\d{4}\]", dapt_row), dapt_row
+    assert re.search(r"[+-]\d+\.\d{2} \[[+-]\d+\.\d{2}, [+-]\d+\.\d{2}\]", dapt_row), dapt_row
     assert re.search(r"\*\*dapt\*\*: adaptation (helped|made no significant difference|hurt)", report)
     preds = json.loads(Path(state["finetune-dapt-seed0"]["predictions"]).read_text())
     from domainbert.core.stats import macro_f1

@@ -46,7 +46,7 @@ def test_the_baselines_seeds_are_averaged_evaluated_reported_and_skipped_on_a_re
     text = report.read_text()
     row = next(line for line in text.splitlines() if line.startswith("| baseline soup |"))
     assert re.search(r"\| baseline soup \| \d\.\d{4} \| \d\.\d{4} \|", row), row  # one model: no ± std
-    assert re.search(r"[+-]\d\.\d{4} \[[+-]\d\.\d{4}, [+-]\d\.\d{4}\]", row), row  # paired against the baseline
+    assert re.search(r"[+-]\d+\.\d{2} \[[+-]\d+\.\d{2}, [+-]\d+\.\d{2}\]", row), row  # paired, in points
     assert "**baseline soup**: the weight average of the baseline's seeds" in text
     assert "**baseline soup**: adaptation" not in text
     assert "(one model: its seeds' run-to-run noise is not in the interval)" in text
