@@ -200,9 +200,9 @@ def predict(argv: list[str]) -> None:
 
     An export given as ``--model.init_from`` reads its inputs as it was scored: at the training length it records
     (and in float32 where it was scored so), unless the command line or a ``--config`` says otherwise
-    (:func:`domainbert.core.scoring.predict_args`).
+    (:func:`domainbert.cli.predict_args.predict_args`).
     """
-    from domainbert.core.scoring import predict_args
+    from domainbert.cli.predict_args import predict_args
 
     _lightning_command(["predict", *argv, *predict_args(argv)])
 

@@ -66,14 +66,15 @@ def saved_hparams(path: str | os.PathLike | IO[bytes], unpickle: bool = False) -
     Raises:
         DomainBertError: the file cannot be read as a checkpoint.
     """
-    from lightning.fabric.utilities.cloud_io import _load as pl_load
-
     local = isinstance(path, str | os.PathLike) and Path(path).is_file()
     try:
-        if local:
-            ckpt = torch.load(path, map_location="cpu", weights_only=not unpickle, mmap=True)
-        else:
-            ckpt = pl_load(path, map_location="cpu", weights_only=not unpickle)
+        if local or not isinstance(path, str | os.PathLike):  # a local file (mapped), or an open binary file
+            ckpt = torch.load(path, map_location="cpu", weights_only=not unpickle, **({"mmap": True} if local else {}))
+        else:  # a URL, read as Lightning reads one (fsspec)
+            import fsspec
+
+            with fsspec.open(str(path), "rb") as fh:
+                ckpt = torch.load(fh, map_location="cpu", weights_only=not unpickle)
     except (pickle.UnpicklingError, RuntimeError, OSError, EOFError, ValueError) as err:
         first = (str(err).strip().splitlines() or [type(err).__name__])[0]
         raise DomainBertError(f"{path}: not readable as a Lightning checkpoint of plain data ({first})") from err

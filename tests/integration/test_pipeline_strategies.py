@@ -74,6 +74,6 @@ def test_contrastive_pretraining_is_a_starting_model_fine_tuned_and_compared(tin
     assert tuned["model"]["init_args"]["init_from"] == state["contrastive"]["hf"]
     assert fit["model"]["init_args"]["pooling"] == tuned["model"]["init_args"]["pooling"]  # the head's pooling
     row = _row(report, "contrastive")
-    assert re.fullmatch(r"[+-]\d\.\d{4} \[[+-]\d\.\d{4}, [+-]\d\.\d{4}\]", row[4]), row
+    assert re.fullmatch(r"[+-]\d+\.\d{2} \[[+-]\d+\.\d{2}, [+-]\d+\.\d{2}\]", row[4]), row  # in points
     minutes = (state["contrastive"]["seconds"] + state["finetune-contrastive-seed0"]["seconds"]) / 60  # + its own run
     assert row[-1] == f"{minutes:.1f}"

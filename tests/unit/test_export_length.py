@@ -13,8 +13,9 @@ import pytest
 import torch
 from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
 
+from domainbert.cli.predict_args import predict_args
 from domainbert.core.callbacks import HFExport
-from domainbert.core.scoring import SCORING_KEY, predict_args, record_scoring, scored_length
+from domainbert.core.scoring import SCORING_KEY, record_scoring, scored_length
 from domainbert.data.classification import ClassificationDataModule
 from domainbert.deploy.bench import length_sorted_batches
 from domainbert.deploy.classifier import classify
