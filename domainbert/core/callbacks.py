@@ -96,7 +96,8 @@ class HFExport(L.Callback):
             from domainbert.core.scoring import record_scoring
 
             pl_module.export_hf(self.path)
-            record_scoring(self.path, **(scoring or {}))
+            if getattr(pl_module, "serves_predictions", False):  # not a pretraining export: a starting point
+                record_scoring(self.path, **(scoring or {}))
             print(f"Exported Hugging Face model to {self.path}")
 
 

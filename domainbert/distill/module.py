@@ -83,6 +83,8 @@ class DistillationModule(HFModule):
     ``val/f1`` instead), and the same under ``test/``.
     """
 
+    serves_predictions = True
+
     def __init__(
         self,
         teacher: str | list[str],

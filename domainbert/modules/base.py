@@ -52,6 +52,9 @@ class HFModule(L.LightningModule):
 
     model: torch.nn.Module
     optimizer = None
+    #: whether its export serves predictions: then it records the length and precision its test pass scored at
+    #: (:mod:`domainbert.core.scoring`); a pretraining export is a starting point, to be fine-tuned at any length
+    serves_predictions: bool = False
     #: weights of the starting checkpoint to carry into exports (see ``domainbert.core.hf.carried_weights``)
     export_source: str | None = None
     #: config attributes the export writes instead of the training values: a pretraining stage that trains with

@@ -164,6 +164,8 @@ class FineTuneModule(HFModule):
         optimizer: an optimizer class path and its arguments; AdamW by default.
     """
 
+    serves_predictions = True
+
     #: the task, which picks the head class and the LoRA task type
     task: Task = Task.CLASSIFICATION
     #: the task head's weights that the checkpoint lacked and neither training nor a Lightning checkpoint set yet
