@@ -46,7 +46,7 @@ def _help(argv: tuple[str, ...]) -> str:
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
         if proc.returncode != 0 or not proc.stdout.strip():
             raise RuntimeError(f"cli_reference: `domainbert {' '.join(argv)} --help` failed:\n{proc.stderr[-2000:]}")
-        _texts[argv] = fit(proc.stdout.rstrip(), WIDTH)
+        _texts[argv] = fit_to_width(proc.stdout.rstrip(), WIDTH)
     return _texts[argv]
 
 
@@ -54,7 +54,7 @@ def _help(argv: tuple[str, ...]) -> str:
 _COLUMN = re.compile(r"^(\s*\S(?:\S| (?! ))*\s{2,})\S")
 
 
-def fit(text: str, width: int = WIDTH) -> str:
+def fit_to_width(text: str, width: int = WIDTH) -> str:
     """``text`` with every line wider than ``width`` wrapped, its continuation under the line's description.
 
     A line such as ``  fit   train: continued pretraining...`` continues under ``train:``; a paragraph of prose

@@ -16,7 +16,7 @@ _spec.loader.exec_module(hook)
 
 def test_a_help_line_wider_than_the_column_continues_under_its_description():
     row = "  datamodules  list the datamodules registered by plugins (entry points) and the tasks they serve well"
-    text = hook.fit(f"commands:\n{row}\n  short  fits", 60)
+    text = hook.fit_to_width(f"commands:\n{row}\n  short  fits", 60)
     assert text.splitlines() == [
         "commands:",
         "  datamodules  list the datamodules registered by plugins",
@@ -24,8 +24,10 @@ def test_a_help_line_wider_than_the_column_continues_under_its_description():
         "  short  fits",
     ]
     usage = "usage: domainbert [options] fit [-c CONFIG] [--seed_everything SEED_EVERYTHING] [--trainer.x X]"
-    assert all(len(line) <= 60 for line in hook.fit(usage, 60).splitlines())
-    assert hook.fit("  --a_single_option_name_wider_than_the_column_itself", 20).strip().startswith("--a_single")
+    assert all(len(line) <= 60 for line in hook.fit_to_width(usage, 60).splitlines())
+    assert (
+        hook.fit_to_width("  --a_single_option_name_wider_than_the_column_itself", 20).strip().startswith("--a_single")
+    )
 
 
 def test_the_page_is_built_at_the_columns_the_content_shows():
@@ -46,7 +48,7 @@ def test_a_paragraph_wrapped_wider_is_wrapped_again_as_a_whole():
         "\n"
         "usage: domainbert fit [-h]"
     )
-    lines = hook.fit(text, 80).splitlines()
+    lines = hook.fit_to_width(text, 80).splitlines()
     assert lines[:3] == [
         "`domainbert <command> --help` lists a command's options. Options are written",
         "with underscores (--ckpt_path, --top_k, --n_trials); any config value can be set",
