@@ -35,6 +35,7 @@ if "datasets.config" in sys.modules:
     _config.DOWNLOADED_DATASETS_PATH = DATASETS_CACHE / _config.DOWNLOADED_DATASETS_DIR
     _config.EXTRACTED_DATASETS_PATH = _config.DOWNLOADED_DATASETS_PATH / _config.EXTRACTED_DATASETS_DIR
 
+from tests.helpers.planted import marker, planted  # noqa: E402, F401 - fixtures of the checkpoint-trust tests
 from tests.helpers.tiny import CORPUS, FAMILIES, make_tiny  # noqa: E402
 
 #: the fault-injection summary; the unit tier's rule (no Trainer.fit, no subprocess under tests/unit); pytester for

@@ -14,39 +14,14 @@ import lightning
 import pytest
 import torch
 import yaml
-from torch import nn
 
 from domainbert.cli import main
 from domainbert.cli.short_names import MODELS as SHORT_NAMES
-from examples.redteam.fixtures import plant_auto_map, plant_checkpoint
+from examples.redteam.fixtures import plant_checkpoint
 from tests.helpers import ROOT, bad_input, faults_summary, tiny_mlm_args
+from tests.helpers.planted import RECORDER
 
 TINY_DISTILL = str(ROOT / "configs/distill/tiny_debug.yaml")
-#: Where a class built from a checkpoint leaves its mark (set by the tests).
-BUILT: list[Path] = []
-
-
-class Recorder(nn.Module):
-    """An ``nn.Module`` that is no ``LossTerm``; building it creates each file of :data:`BUILT`."""
-
-    def __init__(self, **kwargs) -> None:
-        super().__init__()
-        for path in BUILT:
-            path.touch()
-
-
-@pytest.fixture
-def marker(tmp_path) -> Path:
-    path = tmp_path / "code_ran"
-    BUILT[:] = [path]
-    yield path
-    BUILT.clear()
-
-
-@pytest.fixture
-def planted(tiny_bert, tmp_path, marker) -> Path:
-    """The tiny BERT with an ``auto_map`` to ``evil_code.py``, which creates ``marker`` when imported."""
-    return plant_auto_map(Path(tiny_bert), tmp_path / "planted", marker)
 
 
 @pytest.fixture(scope="module")
@@ -114,7 +89,7 @@ def test_trust_remote_code_saved_in_a_pretraining_checkpoint_is_refused(model, p
         ("domainbert.modules.mlm.MaskedLMModule", True, "set extra_losses[0].init_args.trust_remote_code: true"),
         ("domainbert.modules.mlm.MaskedLMModule", False, "MaskedLMModule is not a class derived from"),
         ("domainbert.modules.contrastive.ContrastiveModule", False, "ContrastiveModule is not a class derived from"),
-        (f"{__name__}.Recorder", False, "Recorder is not a class derived from domainbert.losses.LossTerm"),
+        (RECORDER, False, "Recorder is not a class derived from domainbert.losses.LossTerm"),
     ],
 )
 def test_a_distillation_checkpoint_rebuilds_no_class_but_a_loss_term(

@@ -12,7 +12,6 @@ from pathlib import Path
 import lightning
 import pytest
 import torch
-from torch import nn
 
 from domainbert.core.checkpoint_io import check_saved_trust, saved_hparams
 from domainbert.distill.module import DistillationModule
@@ -20,33 +19,7 @@ from domainbert.errors import DomainBertError
 from domainbert.modules.contrastive import ContrastiveModule
 from domainbert.modules.mlm import MaskedLMModule
 from domainbert.modules.tsdae import TsdaeModule
-from examples.redteam.fixtures import plant_auto_map
-
-#: Where a class built from a checkpoint leaves its mark (set by the tests).
-BUILT: list[Path] = []
-
-
-class Recorder(nn.Module):
-    """An ``nn.Module`` that is no ``LossTerm``; building it creates each file of :data:`BUILT`."""
-
-    def __init__(self, **kwargs) -> None:
-        super().__init__()
-        for path in BUILT:
-            path.touch()
-
-
-@pytest.fixture
-def marker(tmp_path) -> Path:
-    path = tmp_path / "code_ran"
-    BUILT[:] = [path]
-    yield path
-    BUILT.clear()
-
-
-@pytest.fixture
-def planted(tiny_bert, tmp_path, marker) -> Path:
-    """The tiny BERT with an ``auto_map`` to ``evil_code.py``, which creates ``marker`` when imported."""
-    return plant_auto_map(Path(tiny_bert), tmp_path / "planted", marker)
+from tests.helpers.planted import RECORDER
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +81,7 @@ def test_an_open_file_is_checked_and_handed_on(planted, marker, tmp_path):
         ("domainbert.modules.contrastive.ContrastiveModule", True),
         ("domainbert.modules.mlm.MaskedLMModule", False),
         ("domainbert.modules.contrastive.ContrastiveModule", False),
-        (f"{__name__}.Recorder", False),
+        (RECORDER, False),
     ],
 )
 def test_a_distillation_checkpoint_builds_no_class_but_a_loss_term(
