@@ -82,3 +82,15 @@ def batches(tokenizer, split: str = "train", batch_size: int = 8, with_idx: bool
             batch["idx"] = torch.arange(start, start + len(chunk))
         out.append(batch)
     return out
+
+
+def labelled_teacher(out: Path, layers: int) -> Path:
+    """A tiny BERT classifier (:func:`make_teacher`) whose labels are the fixture task's: api, graphics, network."""
+    from transformers import AutoConfig
+
+    path = make_teacher("bert", out, layers=layers)
+    config = AutoConfig.from_pretrained(path)
+    labels = ["api", "graphics", "network"]
+    config.id2label, config.label2id = dict(enumerate(labels)), {n: i for i, n in enumerate(labels)}
+    config.save_pretrained(path)
+    return path

@@ -27,16 +27,9 @@ TINY_DISTILL = str(ROOT / "configs/distill/tiny_debug.yaml")
 @pytest.fixture(scope="module")
 def teacher(tmp_path_factory) -> Path:
     """A tiny 2-layer classifier labelled for the fixture task (api, graphics, network)."""
-    from transformers import AutoConfig
+    from tests.helpers.distill_tiny import labelled_teacher
 
-    from tests.helpers.distill_tiny import make_teacher
-
-    path = make_teacher("bert", tmp_path_factory.mktemp("teacher"), layers=2)
-    config = AutoConfig.from_pretrained(path)
-    labels = ["api", "graphics", "network"]
-    config.id2label, config.label2id = dict(enumerate(labels)), {n: i for i, n in enumerate(labels)}
-    config.save_pretrained(path)
-    return path
+    return labelled_teacher(tmp_path_factory.mktemp("teacher"), layers=2)
 
 
 def crafted(path: Path, hparams: dict) -> Path:

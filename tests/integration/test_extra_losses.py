@@ -25,16 +25,9 @@ SHORT = ["--trainer.max_steps=2", "--trainer.val_check_interval=2", "--trainer.l
 @pytest.fixture(scope="module")
 def teacher(tmp_path_factory) -> Path:
     """A tiny 4-layer classifier labelled for the fixture task (api, graphics, network)."""
-    from transformers import AutoConfig
+    from tests.helpers.distill_tiny import labelled_teacher
 
-    from tests.helpers.distill_tiny import make_teacher
-
-    path = make_teacher("bert", tmp_path_factory.mktemp("teacher"), layers=4)
-    config = AutoConfig.from_pretrained(path)
-    labels = ["api", "graphics", "network"]
-    config.id2label, config.label2id = dict(enumerate(labels)), {n: i for i, n in enumerate(labels)}
-    config.save_pretrained(path)
-    return path
+    return labelled_teacher(tmp_path_factory.mktemp("teacher"), layers=4)
 
 
 def _fit(tmp_path: Path, teacher: Path, extra_losses: list, *args: str):
