@@ -5,8 +5,11 @@ serial loop elsewhere (pytorch/pytorch#38558); on the AMD EPYC this project trai
 all-MiniLM-L6-v2 step took about a fifth of the step. Here a mask is read from random 64-bit words, four 16-bit
 fields each, so the generator runs a quarter as often: a drop probability ``p`` is kept to 1/65,536.
 Attention probabilities are dropped the same way, by an attention function registered with ``transformers``'
-``AttentionInterface`` (:data:`ATTENTION`) that computes attention eagerly while training with dropout on
-the CPU, and hands everything else (evaluation, other devices) to ``sdpa``.
+``AttentionInterface`` (:data:`ATTENTION`) that computes attention eagerly while training on the CPU, and hands
+everything else (evaluation, other devices) to ``sdpa``. Eagerly even without attention dropout: under bf16
+autocast the backward of PyTorch's fused CPU attention kernel costs about five times its forward (a quarter of a
+masked-LM step), where two matmuls and a softmax train about 1.3 times faster; in fp32 the two train at one speed,
+while ``sdpa``'s forward is the faster one to evaluate with (``docs/benchmarks/speed.md``).
 
 The masks come from the default CPU generator, so ``seed_everything`` fixes them and activation checkpointing
 replays them; they differ from ``bernoulli_``'s, so a run differs from one without this by its dropout noise.
@@ -55,7 +58,7 @@ class CpuDropout(nn.Dropout):
 
 
 def attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
-    """``eager`` attention with :func:`cpu_dropout` while training with dropout on the CPU; ``sdpa`` otherwise.
+    """``eager`` attention (:func:`cpu_dropout` for its dropout) while training on the CPU; ``sdpa`` otherwise.
 
     Causal attention (a decoder's, or a module that does not say), and attention with a position bias, a soft cap
     or a sliding window, always go to ``sdpa``, which knows how to apply them.
@@ -68,7 +71,7 @@ def attention(module, query, key, value, attention_mask, scaling=None, dropout=0
 
     causal = kwargs.get("is_causal") or getattr(module, "is_causal", True)  # sdpa's reading of a missing flag
     extras = any(kwargs.get(k) is not None for k in ("position_bias", "softcap", "sliding_window"))
-    cpu_training = module.training and dropout > 0.0 and query.device.type == "cpu"
+    cpu_training = module.training and query.device.type == "cpu"
     if causal or extras or not cpu_training or torch.compiler.is_compiling():  # see cpu_dropout on compiling
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
@@ -85,6 +88,8 @@ def attention(module, query, key, value, attention_mask, scaling=None, dropout=0
     # the numbers ``eager``'s float32 softmax gives after ``.to(bf16)``, without a float32 copy of the scores (1.4x
     # faster forward and backward at 32 x 12 heads x 84 x 84)
     weights = nn.functional.softmax(scores, dim=-1)
+    if dropout == 0.0:
+        return torch.matmul(weights, value).transpose(1, 2).contiguous(), weights
     kept = weights * keep_mask(weights.shape, dropout)
     out = torch.matmul(kept, value * (1.0 / (1.0 - dropout) if dropout < 1.0 else 0.0))
     return out.transpose(1, 2).contiguous(), kept

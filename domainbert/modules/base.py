@@ -91,14 +91,11 @@ class HFModule(L.LightningModule):
         from lightning.pytorch.core.saving import load_hparams_from_tags_csv, load_hparams_from_yaml
 
         from domainbert.core.checkpoint_io import check_saved_trust, saved_hparams
-        from domainbert.core.renames import renamed_hparams
 
         if not isinstance(checkpoint_path, str | os.PathLike):  # an open file: read once, handed on as bytes
             checkpoint_path = io.BytesIO(checkpoint_path.read())
         given = "trust_remote_code" in kwargs
-        saved = saved_hparams(checkpoint_path, unpickle=weights_only is False)
-        check_saved_trust(saved, str(checkpoint_path), given)
-        kwargs = {**renamed_hparams(saved, str(checkpoint_path)), **kwargs}  # class paths 0.1.0 wrote, as today's
+        check_saved_trust(saved_hparams(checkpoint_path, unpickle=weights_only is False), str(checkpoint_path), given)
         if isinstance(checkpoint_path, io.BytesIO):
             checkpoint_path.seek(0)
         readers = {"csv": load_hparams_from_tags_csv, "yml": load_hparams_from_yaml, "yaml": load_hparams_from_yaml}
@@ -142,21 +139,15 @@ class HFModule(L.LightningModule):
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step", "frequency": 1}}
 
     def on_fit_start(self) -> None:
-        """On the CPU, draw dropout masks the fast way, reuse freed memory and train bf16 on eager attention.
+        """On the CPU, draw dropout masks the fast way and reuse freed memory.
 
-        See :mod:`domainbert.core.cpu_dropout`, :mod:`domainbert.core.cpu_memory` and
-        :mod:`domainbert.core.cpu_attention`. ``DOMAINBERT_CPU_DROPOUT=0``
+        See :mod:`domainbert.core.cpu_dropout` and :mod:`domainbert.core.cpu_memory`. ``DOMAINBERT_CPU_DROPOUT=0``
         keeps PyTorch's own dropout (``bernoulli_``), for runs that must match one made without it;
         ``DOMAINBERT_CPU_MALLOC=0`` leaves ``malloc`` as it is.
         """
         super().on_fit_start()
         if self.device.type != "cpu":
             return
-        from domainbert.core.cpu_attention import attention_for, switchable
-
-        self._switch_attention = switchable(self.model, self.trainer)
-        if self._switch_attention:
-            attention_for(self.model, self.training)
         from domainbert.core.cpu_memory import keep_freed_memory
 
         keep_freed_memory()
@@ -164,23 +155,6 @@ class HFModule(L.LightningModule):
             from domainbert.core.cpu_dropout import use_cpu_dropout
 
             use_cpu_dropout(self)
-
-    def train(self, mode: bool = True):
-        """Switch modes as ``nn.Module`` does; in a bf16 fit on the CPU, also the attention kernel (see above)."""
-        super().train(mode)
-        if self.__dict__.get("_switch_attention"):
-            from domainbert.core.cpu_attention import attention_for
-
-            attention_for(self.model, mode)
-        return self
-
-    def on_fit_end(self) -> None:
-        """End a fit on the attention the model started it with (what its export and later evaluation use)."""
-        super().on_fit_end()
-        if self.__dict__.pop("_switch_attention", False):
-            from domainbert.core.cpu_attention import attention_for
-
-            attention_for(self.model, training=False)
 
     def _scaler(self):
         """The trainer's gradient scaler (``16-mixed``); None when gradients are not scaled (fp32, bf16)."""

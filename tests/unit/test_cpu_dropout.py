@@ -126,6 +126,16 @@ def test_attention_under_bf16_autocast_drops_bf16_probabilities():
     assert torch.allclose(weights.float(), want_weights, atol=1e-2) and torch.allclose(out.float(), want_out, atol=5e-2)
 
 
+def test_attention_while_training_without_dropout_is_eager_and_equals_sdpa():
+    # under bf16 autocast sdpa's CPU backward is the slow one: training attends eagerly even at dropout 0
+    q, k, v, mask = _qkv_mask()
+    out, weights = attention(_Attn().train(), q, k, v, mask, dropout=0.0)
+    want_out, want_weights = _by_hand(q, k, v, mask, 0.0)
+    assert weights is not None and torch.allclose(weights, want_weights, atol=1e-6)
+    assert torch.allclose(out, want_out, atol=1e-6)
+    assert torch.allclose(out, sdpa_attention_forward(_Attn(), q, k, v, mask)[0], atol=1e-6)
+
+
 def test_attention_that_drops_everything_gives_zeros():
     q, k, v, mask = _qkv_mask()
     out, weights = attention(_Attn().train(), q, k, v, mask, dropout=1.0)
