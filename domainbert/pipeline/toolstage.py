@@ -27,9 +27,9 @@ def run_tool(args: list[str], marks: str | Path) -> None:
 
     marks = Path(marks).absolute()  # the tool may change the working directory
     tool = args[0] if args else ""
-    module = getattr(COMMANDS.get(tool), "module", None)
-    if module:
-        importlib.import_module(module)
+    command = COMMANDS.get(tool)
+    if command is not None:
+        importlib.import_module(command.module)
         import torch  # noqa: F401  (imports are start-up; the tool imports it itself when it starts working)
     record = {"ready": time.time(), "work": TOOL_PARTS.get(tool, "other")}
     try:
