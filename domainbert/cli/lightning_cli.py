@@ -33,6 +33,7 @@ from domainbert.core.compat import (
 )
 from domainbert.core.files import plain_name
 from domainbert.core.hardware import auto_precision
+from domainbert.core.renames import RenamingParser
 from domainbert.core.runs import ALIASES, next_version, resolve_alias, version_of
 from domainbert.data.contract import TakesTokenizer, check_datamodule
 from domainbert.errors import DomainBertError, user_error
@@ -102,6 +103,7 @@ class DomainBertCLI(LightningCLI):
         _one_log_handler()  # also for sweep trials, which build the CLI without cli_main
         kwargs.setdefault("trainer_defaults", TRAINER_DEFAULTS)
         kwargs.setdefault("save_config_kwargs", {"overwrite": False})
+        kwargs.setdefault("parser_class", RenamingParser)  # reads the class paths 0.1.0 wrote as today's
         parser_kwargs = kwargs.get("parser_kwargs") or ({"parser_mode": "omegaconf"} if _has_omegaconf() else {})
         parser_kwargs = {"prog": "domainbert", **self._only_subcommand(args, parser_kwargs)}
         # --trainer.max_step is an error, not max_steps; a parse error is raised and printed as one line by cli.main

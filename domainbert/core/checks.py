@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from domainbert.core.families import FAMILIES, family
+from domainbert.core.renames import current_path
 from domainbert.errors import DomainBertError
 
 
@@ -97,7 +98,7 @@ def check_checkpoint_config(ckpt_path: str | os.PathLike, model_cfg: Any) -> Non
     given = _get(_get(model_cfg, "init_args"), "trust_remote_code") is True  # the user's own word
     check_saved_trust(hp, f"--ckpt_path {ckpt_path}", given=given)
     want_cls = _get(model_cfg, "class_path")
-    have_cls = hp.get("_class_path")
+    have_cls = current_path(hp.get("_class_path"))  # a path 0.1.0 wrote, as today's
     if want_cls and have_cls and want_cls != have_cls:
         raise DomainBertError(
             f"--ckpt_path {ckpt_path} was written by {have_cls}, but the config's model is {want_cls}; "

@@ -1,10 +1,11 @@
 """Distillation in one package: :class:`~domainbert.distill.module.DistillationModule` and its pieces.
 
-- ``module``: the LightningModule (``domainbert.modules.distill`` re-exports it for older configs).
+- ``module``: the LightningModule (configs of 0.1.0 name it ``domainbert.modules.distill``: see
+  :mod:`domainbert.core.renames`).
 - ``task_table``: what distillation does per task (one table: outputs distilled, gold targets, metrics).
 - ``teacher``: loading the frozen teacher with its trained head; keeping it out of checkpoints.
 - ``student``: building a smaller student from the teacher (layer selection, width) or a checkpoint.
-- ``losses``: the loss terms (``domainbert.losses`` re-exports them); ``objective``: their weighted sum, and
+- ``losses``: the loss terms (``domainbert.losses`` in 0.1.0's configs); ``objective``: their weighted sum, and
   ``extra_losses`` entries into terms.
 - ``teacher_cache``: the teacher's outputs computed once and reused across epochs and runs.
 """

@@ -91,11 +91,14 @@ class HFModule(L.LightningModule):
         from lightning.pytorch.core.saving import load_hparams_from_tags_csv, load_hparams_from_yaml
 
         from domainbert.core.checkpoint_io import check_saved_trust, saved_hparams
+        from domainbert.core.renames import renamed_hparams
 
         if not isinstance(checkpoint_path, str | os.PathLike):  # an open file: read once, handed on as bytes
             checkpoint_path = io.BytesIO(checkpoint_path.read())
         given = "trust_remote_code" in kwargs
-        check_saved_trust(saved_hparams(checkpoint_path, unpickle=weights_only is False), str(checkpoint_path), given)
+        saved = saved_hparams(checkpoint_path, unpickle=weights_only is False)
+        check_saved_trust(saved, str(checkpoint_path), given)
+        kwargs = {**renamed_hparams(saved, str(checkpoint_path)), **kwargs}  # class paths 0.1.0 wrote, as today's
         if isinstance(checkpoint_path, io.BytesIO):
             checkpoint_path.seek(0)
         readers = {"csv": load_hparams_from_tags_csv, "yml": load_hparams_from_yaml, "yaml": load_hparams_from_yaml}

@@ -11,8 +11,8 @@ import torch
 import yaml
 
 from domainbert.cli import cli_main, main
+from domainbert.distill.losses import HiddenStateLoss
 from domainbert.distill.module import DistillationModule
-from domainbert.losses import HiddenStateLoss
 from tests.helpers import FIX, ROOT
 from tests.helpers.examples import install_example
 
@@ -47,7 +47,10 @@ def _checkpoint(tmp_path: Path) -> Path:
 
 def test_a_term_by_class_path_trains_logs_and_reloads_from_its_checkpoint(teacher, tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
-    term = {"class_path": "domainbert.losses.HiddenStateLoss", "init_args": {"kind": "cosine", "layer_map": {2: 4}}}
+    term = {
+        "class_path": "domainbert.distill.losses.HiddenStateLoss",
+        "init_args": {"kind": "cosine", "layer_map": {2: 4}},
+    }
     term["init_args"] |= {"weight": 0.25, "name": "cos_hidden"}
     cli = _fit(tmp_path, teacher, [term])
     loss = cli.model.losses["cos_hidden"]
@@ -56,7 +59,7 @@ def test_a_term_by_class_path_trains_logs_and_reloads_from_its_checkpoint(teache
     assert torch.isfinite(cli.trainer.callback_metrics["train/loss_cos_hidden"])
     ckpt = _checkpoint(tmp_path)
     saved = torch.load(ckpt, map_location="cpu", weights_only=True)["hyper_parameters"]["extra_losses"]
-    assert saved[0]["class_path"] == "domainbert.losses.HiddenStateLoss"
+    assert saved[0]["class_path"] == "domainbert.distill.losses.HiddenStateLoss"
     assert saved[0]["init_args"].items() >= {"kind": "cosine", "weight": 0.25, "name": "cos_hidden"}.items()
     loaded = DistillationModule.load_from_checkpoint(ckpt, weights_only=True)  # Lightning's own loader, no CLI
     assert loaded.loss_weights["cos_hidden"] == 0.25 and loaded.losses["cos_hidden"].layer_map == {2: 4}

@@ -50,7 +50,7 @@ _SCRIPT = (
     + """
 assert "--trainer.max_steps" in out.getvalue()
 after_help = sorted(sys.modules)
-import domainbert.modules.classification, domainbert.prediction, domainbert.callbacks
+import domainbert.modules.classification, domainbert.core.prediction, domainbert.core.callbacks
 print(json.dumps({"help": after_help, "fit": sorted(sys.modules)}))
 """
 )

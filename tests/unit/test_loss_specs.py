@@ -13,9 +13,9 @@ import torch
 from jsonargparse import ArgumentParser
 from torch import nn
 
+from domainbert.distill.losses import AttentionLoss, DistillLoss, HardLabelLoss, HiddenStateLoss, KLDivergenceLoss
 from domainbert.distill.objective import build_extra_losses, build_loss, loss_configs, normalise_loss_spec
 from domainbert.errors import DomainBertError
-from domainbert.losses import AttentionLoss, DistillLoss, HardLabelLoss, HiddenStateLoss, KLDivergenceLoss
 
 BUILT_IN = "domainbert.distill.losses"
 
@@ -167,7 +167,10 @@ def _instantiate(parser: ArgumentParser, value):
 
 def test_jsonargparse_instantiates_terms_and_an_older_entry_is_refused_by_name():
     parser = _extra_losses_parser()
-    today = {"class_path": "domainbert.losses.HiddenStateLoss", "init_args": {"kind": "cosine", "layer_map": {2: 4}}}
+    today = {
+        "class_path": "domainbert.distill.losses.HiddenStateLoss",
+        "init_args": {"kind": "cosine", "layer_map": {2: 4}},
+    }
     today["init_args"]["weight"] = 0.5
     _, terms = _instantiate(parser, [today, {"class_path": "HardLabelLoss", "init_args": {"kind": "ce"}}])
     assert isinstance(terms[0], HiddenStateLoss) and terms[0].weight == 0.5 and terms[0].layer_map == {2: 4}

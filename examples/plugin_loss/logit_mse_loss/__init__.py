@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 
+from domainbert.distill.losses import LossTerm, token_mask
 from domainbert.errors import DomainBertError
-from domainbert.losses import LossTerm, token_mask
 
 
 class LogitMSELoss(LossTerm):
@@ -36,7 +36,7 @@ class LogitMSELoss(LossTerm):
 
         Args:
             scale: divide both models' logits by this before comparing them (their temperature).
-            **kwargs: ``weight`` and ``name``, as :class:`~domainbert.losses.LossTerm` takes them.
+            **kwargs: ``weight`` and ``name``, as :class:`~domainbert.distill.losses.LossTerm` takes them.
         """
         super().__init__(**kwargs)
         if scale <= 0:
