@@ -99,10 +99,6 @@ COMMANDS: dict[str, Command] = {
     ),
 }
 
-#: The module of each command outside LightningCLI, derived from :data:`COMMANDS`; kept only for
-#: ``domainbert.pipeline.toolstage``, which should read ``COMMANDS[name].module`` instead.
-TOOLS = {name: command.module for name, command in COMMANDS.items() if command.module != __name__}
-
 USAGE = "usage: domainbert <command> [options]"
 
 

@@ -17,10 +17,7 @@ from domainbert.pipeline.runner import Runner, read_state
 @pytest.fixture
 def mess(monkeypatch):
     """``domainbert mess ...``: the stand-in tool of tests/helpers/pipeline_mess.py."""
-    monkeypatch.setitem(cli.TOOLS, "mess", "tests.helpers.pipeline_mess")
-    command = getattr(cli, "Command", None)  # the table of commands: a row per command, or its help line
-    row = command("tests.helpers.pipeline_mess:main", "a test's stand-in tool") if command else "a test's stand-in tool"
-    monkeypatch.setitem(cli.COMMANDS, "mess", row)
+    monkeypatch.setitem(cli.COMMANDS, "mess", cli.Command("tests.helpers.pipeline_mess:main", "a test's stand-in tool"))
 
 
 def _global_state() -> dict:
