@@ -6,22 +6,24 @@ outputs are Hugging Face ``ModelOutput`` s (or anything with ``logits``, ``hidde
 ``labels``. A term says which model outputs it needs through ``needs_hidden_states`` and
 ``needs_attentions``, so the distillation module asks the models for them only when some term uses them.
 
-:mod:`domainbert.distill.objective` combines the terms as
-
-    α·KL(student/T ‖ teacher/T)·T² + β·hard-label loss + γ·hidden-state loss + δ·attention loss
-
-plus the terms a config lists under ``model.extra_losses``, each by ``class_path`` and ``init_args`` (its
-``weight`` among them), which jsonargparse instantiates::
+The distillation loss is the weighted sum of the terms a config lists under ``model.losses``, each by
+``class_path`` and ``init_args`` (its ``weight`` among them), which jsonargparse instantiates; without a list,
+``0.5·KL(student/T ‖ teacher/T)·T² + 0.5·hard-label loss`` at ``T = 2`` (:mod:`domainbert.distill.objective`)::
 
     model:
       init_args:
-        extra_losses:
-          - class_path: domainbert.losses.HiddenStateLoss
-            init_args: {kind: cosine, layer_map: {2: 4}, weight: 0.5}
+        losses:
+          - class_path: KLDivergenceLoss
+            init_args: {weight: 0.5, temperature: 2.0}
+          - class_path: HardLabelLoss
+            init_args: {weight: 0.5}
+          - class_path: HiddenStateLoss
+            init_args: {weight: 0.1, kind: cosine}
 
-A new term is one :class:`LossTerm` subclass (and its test); ``domainbert fit --model distill
---model.extra_losses.help <ClassName>`` lists its arguments. Older entries (``weight`` beside ``init_args``, bare
-class names) are read by :mod:`domainbert.distill.objective`.
+What a term learns of the two models (their depths and widths, the layers a copied student came from, whether
+the teacher is multi-label) it is given by :meth:`LossTerm.bind` once the student is built, so a config names
+only the term's own options. A new term is one :class:`LossTerm` subclass (and its test); ``domainbert fit
+--model distill --model.losses.help <ClassName>`` lists its arguments.
 
 Layer maps use one convention everywhere: ``{student_layer: teacher_layer}`` with 1-based encoder layer
 numbers and 0 for the embedding output, i.e. indexes into ``hidden_states`` (TinyBERT's ``m -> g(m)``).
@@ -30,7 +32,8 @@ numbers and 0 for the embedding output, i.e. indexes into ``hidden_states`` (Tin
 from __future__ import annotations
 
 import inspect
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
@@ -80,6 +83,36 @@ def resolve_layer_map(
     if student_layers is not None and teacher_layers is not None:
         return check_layer_map(layer_map, student_layers, teacher_layers)
     return {int(k): int(v) for k, v in layer_map.items()}
+
+
+def _early_layer_map(
+    layer_map: dict[int, int] | None, student_layers: int | None, teacher_layers: int | None
+) -> dict[int, int] | None:
+    """The layer map known before the term is bound; None when it waits for :meth:`LossTerm.bind`.
+
+    ``layer_map`` (checked where both depths are given), else the uniform map of both depths.
+    """
+    if layer_map is None and (student_layers is None or teacher_layers is None):
+        return None
+    return resolve_layer_map(layer_map, student_layers, teacher_layers, "layer_map")
+
+
+def _bound_map(layer_map: dict[int, int] | None, who: str) -> dict[int, int]:
+    """``layer_map``, or an error saying the term was never bound to the models."""
+    if layer_map is None:
+        raise DomainBertError(
+            f"{who} has no layer map yet: give it a layer_map, or student_layers and teacher_layers, or let the "
+            "distillation module bind it to the models"
+        )
+    return layer_map
+
+
+def _attention_pairs(layer_map: dict[int, int]) -> dict[int, int]:
+    """The attention loss's pairs: the map without the embeddings (0), every layer 1 or above."""
+    pairs = {k: v for k, v in layer_map.items() if k > 0}
+    if not pairs or any(v < 1 for v in pairs.values()):
+        raise DomainBertError(f"attention layer_map {layer_map}: map student layers >= 1 to teacher layers >= 1")
+    return pairs
 
 
 def token_mask(logits: torch.Tensor, batch: dict) -> torch.Tensor | None:
@@ -144,13 +177,37 @@ def check_name(name: Any, who: str) -> str | None:
     return name
 
 
+@dataclass(frozen=True)
+class ModelPair:
+    """What a loss term learns of the student and the teacher once the student is built (:meth:`LossTerm.bind`)."""
+
+    student_layers: int
+    """The student's encoder depth."""
+    teacher_layers: int
+    """The teacher's encoder depth."""
+    student_width: int
+    """The student's hidden size."""
+    teacher_width: int
+    """The teacher's hidden size."""
+    multi_label: bool = False
+    """The teacher is a multi-label classifier (per-label sigmoids)."""
+    default_map: dict[int, int] | None = None
+    """The layer map of a student copied from teacher layers; None: TinyBERT's uniform map."""
+
+    def layer_map(self, given: dict[int, int] | None) -> dict[int, int]:
+        """``given`` checked against both depths, or the default map (a copied student's, else the uniform one)."""
+        if given is not None:
+            return check_layer_map(given, self.student_layers, self.teacher_layers)
+        return dict(self.default_map or uniform_layer_map(self.student_layers, self.teacher_layers))
+
+
 class LossTerm(nn.Module):
     """Base of the distillation loss terms: ``forward(student_out, teacher_out, batch) -> scalar Tensor``.
 
     A subclass implements :meth:`forward`, sets the ``needs_*`` flags it needs, and passes ``**kwargs`` on to
-    ``super().__init__`` so that configs can give every term a ``weight`` and a ``name``. Listed in
-    ``model.extra_losses`` by ``class_path`` (and ``init_args``), it is instantiated by jsonargparse, which checks
-    its arguments against its ``__init__``.
+    ``super().__init__`` so that configs can give every term a ``weight`` and a ``name``; one that reads the
+    models' shapes overrides :meth:`bind`. Listed in ``model.losses`` by ``class_path`` (and ``init_args``), it is
+    instantiated by jsonargparse, which checks its arguments against its ``__init__``.
 
     Example, a term that pulls the student's logits towards the teacher's (mean absolute difference):
 
@@ -178,13 +235,16 @@ class LossTerm(nn.Module):
     needs_attentions = False
     #: the term reads the teacher's output at all (the hard-label loss does not)
     needs_teacher = True
+    #: the name in the logs when the term is given none (``train/loss_<name>``); None: the class name in lower case
+    default_name: ClassVar[str | None] = None
 
     def __init__(self, weight: float = 1.0, name: str | None = None) -> None:
         """Set the term's weight and name.
 
         Args:
             weight: the term's factor in the distillation loss (>= 0).
-            name: the term's name in the logs (``train/loss_<name>``); default: the class name in lower case.
+            name: the term's name in the logs (``train/loss_<name>``); default: the class's ``default_name``, else
+                its name in lower case.
         """
         super().__init__()
         self.weight = check_weight(weight, type(self).__name__)
@@ -193,8 +253,14 @@ class LossTerm(nn.Module):
 
     @property
     def term_name(self) -> str:
-        """The name in the logs: ``name``, else the class name in lower case."""
-        return self.name or type(self).__name__.lower()
+        """The name in the logs: ``name``, else the class's ``default_name``, else the class name in lower case."""
+        return self.name or self.default_name or type(self).__name__.lower()
+
+    def bind(self, models: ModelPair) -> None:
+        """Learn what the term needs of the two models (layer maps, widths); called once the student is built.
+
+        The base class needs nothing; a subclass that reads the models' shapes overrides this.
+        """
 
     def config(self) -> dict[str, Any]:
         """``{class_path, init_args}`` of this term, as configs and checkpoints' hyper-parameters hold it."""
@@ -229,13 +295,16 @@ class KLDivergenceLoss(LossTerm):
     tensor(0.3278)
     """
 
-    def __init__(self, temperature: float = 2.0, multi_label: bool = False, **kwargs: Any) -> None:
+    default_name = "kl"
+
+    def __init__(self, temperature: float = 2.0, multi_label: bool | None = None, **kwargs: Any) -> None:
         """Configure the soft-target loss.
 
         Args:
             temperature: softmax temperature ``T`` (> 0); the loss is scaled by ``T²`` so that its gradients keep
                 their size as ``T`` changes.
-            multi_label: compare sigmoid (Bernoulli) outputs per label instead of one softmax.
+            multi_label: compare sigmoid (Bernoulli) outputs per label instead of one softmax; None: as the
+                teacher is (multi-label or not), once bound.
             **kwargs: ``weight`` and ``name``, as :class:`LossTerm` takes them.
         """
         super().__init__(**kwargs)
@@ -243,6 +312,11 @@ class KLDivergenceLoss(LossTerm):
             raise DomainBertError(f"temperature={temperature}: expected a positive number")
         self.temperature = float(temperature)
         self.multi_label = multi_label
+
+    def bind(self, models: ModelPair) -> None:
+        """Compare per-label sigmoids for a multi-label teacher, unless ``multi_label`` was given."""
+        if self.multi_label is None:
+            self.multi_label = models.multi_label
 
     def forward(self, student_out: Any, teacher_out: Any, batch: dict) -> torch.Tensor:
         s, t = student_out.logits.float(), teacher_out.logits.float()
@@ -274,6 +348,7 @@ class HardLabelLoss(LossTerm):
     """
 
     needs_teacher = False
+    default_name = "hard"
 
     def __init__(self, kind: Literal["auto", "ce", "bce"] = "auto", **kwargs: Any) -> None:
         """Choose the loss.
@@ -290,7 +365,7 @@ class HardLabelLoss(LossTerm):
         logits = student_out.logits.float()
         labels = batch.get("labels")
         if labels is None:
-            raise DomainBertError("the hard-label loss needs labels in the batch; set its weight (beta) to 0")
+            raise DomainBertError("the hard-label loss needs labels in the batch; drop HardLabelLoss from model.losses")
         kind = self.kind
         if kind == "auto":
             kind = "bce" if labels.is_floating_point() and labels.shape == logits.shape else "ce"
@@ -310,10 +385,12 @@ class HiddenStateLoss(LossTerm):
     teacher's width by a learned linear map when the widths differ (one map shared by all layers, as in
     TinyBERT), with teacher ``hidden_states[g(m)]`` at the non-padding tokens: ``mse`` is the mean squared
     difference per element, ``cosine`` is ``1 - cos`` per token. The result is the mean over pairs, so the
-    weight does not depend on the depth.
+    weight does not depend on the depth. Given neither a ``layer_map`` nor both depths, the map and the projection
+    are set when the term is bound to the models (:meth:`bind`).
     """
 
     needs_hidden_states = True
+    default_name = "hidden"
 
     def __init__(
         self,
@@ -329,8 +406,8 @@ class HiddenStateLoss(LossTerm):
 
         Args:
             kind: ``mse`` or ``cosine``.
-            layer_map: ``{student_layer: teacher_layer}``, 0 being the embedding output; default: the uniform
-                map of :func:`uniform_layer_map` (needs ``student_layers`` and ``teacher_layers``).
+            layer_map: ``{student_layer: teacher_layer}``, 0 being the embedding output; default: the layers a
+                copied student came from, else the uniform map of :func:`uniform_layer_map`.
             student_layers: the student's depth (to build or check the layer map).
             teacher_layers: the teacher's depth.
             student_width: the student's hidden size.
@@ -341,13 +418,25 @@ class HiddenStateLoss(LossTerm):
         if kind not in ("mse", "cosine"):
             raise DomainBertError(f"hidden-state loss kind={kind!r}: expected 'mse' or 'cosine'")
         self.kind = kind
-        self.layer_map = resolve_layer_map(layer_map, student_layers, teacher_layers, "HiddenStateLoss")
+        self.given_map = layer_map
+        self.layer_map = _early_layer_map(layer_map, student_layers, teacher_layers)
+        self.projection = None
+        self._project(student_width, teacher_width)
+
+    def _project(self, student_width: int | None, teacher_width: int | None) -> None:
+        """Add the learned projection from the student's width to the teacher's, when they differ."""
         differ = student_width is not None and teacher_width is not None and student_width != teacher_width
-        self.projection = nn.Linear(student_width, teacher_width, bias=False) if differ else None
+        if differ and self.projection is None:
+            self.projection = nn.Linear(student_width, teacher_width, bias=False)
+
+    def bind(self, models: ModelPair) -> None:
+        """Check the layer map against both depths (or take the default map); project across widths."""
+        self.layer_map = models.layer_map(self.given_map)
+        self._project(models.student_width, models.teacher_width)
 
     def teacher_layers_used(self) -> list[int]:
         """The teacher ``hidden_states`` indexes this loss reads."""
-        return sorted(set(self.layer_map.values()))
+        return sorted(set(_bound_map(self.layer_map, "HiddenStateLoss").values()))
 
     def forward(self, student_out: Any, teacher_out: Any, batch: dict) -> torch.Tensor:
         hs, ht = student_out.hidden_states, teacher_out.hidden_states
@@ -355,7 +444,7 @@ class HiddenStateLoss(LossTerm):
             raise DomainBertError("the hidden-state loss needs hidden_states from both models")
         mask = batch.get("attention_mask")
         losses = []
-        for s_idx, t_idx in self.layer_map.items():
+        for s_idx, t_idx in _bound_map(self.layer_map, "HiddenStateLoss").items():
             if s_idx >= len(hs) or t_idx >= len(ht) or ht[t_idx] is None:
                 raise DomainBertError(
                     f"layer_map {s_idx}: {t_idx}: the student has {len(hs) - 1} layers and the teacher "
@@ -383,6 +472,7 @@ class AttentionLoss(LossTerm):
     """
 
     needs_attentions = True
+    default_name = "attention"
 
     def __init__(
         self,
@@ -395,16 +485,20 @@ class AttentionLoss(LossTerm):
 
         Args:
             layer_map: ``{student_layer: teacher_layer}`` (1-based; an entry for 0, the embeddings, is skipped);
-                default: the uniform map (needs ``student_layers`` and ``teacher_layers``).
+                default: the layers a copied student came from, else the uniform map.
             student_layers: the student's depth.
             teacher_layers: the teacher's depth.
             **kwargs: ``weight`` and ``name``, as :class:`LossTerm` takes them.
         """
         super().__init__(**kwargs)
-        layer_map = resolve_layer_map(layer_map, student_layers, teacher_layers, "AttentionLoss")
-        self.layer_map = {k: v for k, v in layer_map.items() if k > 0}
-        if not self.layer_map or any(v < 1 for v in self.layer_map.values()):
-            raise DomainBertError(f"attention layer_map {layer_map}: map student layers >= 1 to teacher layers >= 1")
+        self.given_map = layer_map
+        self.layer_map = _early_layer_map(layer_map, student_layers, teacher_layers)
+        if self.layer_map is not None:
+            self.layer_map = _attention_pairs(self.layer_map)
+
+    def bind(self, models: ModelPair) -> None:
+        """Check the layer map against both depths, or take the default map."""
+        self.layer_map = _attention_pairs(models.layer_map(self.given_map))
 
     def forward(self, student_out: Any, teacher_out: Any, batch: dict) -> torch.Tensor:
         sa, ta = student_out.attentions, teacher_out.attentions
@@ -412,7 +506,7 @@ class AttentionLoss(LossTerm):
             raise DomainBertError("the attention loss needs attention maps from both models (eager attention)")
         mask = batch.get("attention_mask")
         losses = []
-        for s_idx, t_idx in self.layer_map.items():
+        for s_idx, t_idx in _bound_map(self.layer_map, "AttentionLoss").items():
             a, b = sa[s_idx - 1].float(), ta[t_idx - 1].float()
             if a.shape[1] != b.shape[1]:
                 a, b = a.mean(1, keepdim=True), b.mean(1, keepdim=True)

@@ -1,7 +1,7 @@
 """Knowledge distillation: a frozen teacher trains a smaller, faster student.
 
-The loss is ``α·KL(student/T ‖ teacher/T)·T² + β·hard-label loss + γ·hidden-state loss + δ·attention loss``
-(:mod:`domainbert.distill.objective`), plus any ``extra_losses``. The teacher is any fine-tuned classifier,
+The loss is the weighted sum of the terms listed in ``losses`` (:mod:`domainbert.distill.objective`; by default
+``0.5·KL(student/T ‖ teacher/T)·T² + 0.5·hard-label loss`` at ``T = 2``). The teacher is any fine-tuned classifier,
 tagger or QA model, or a masked-LM (:mod:`domainbert.distill.teacher`); it stays in eval mode, runs under
 ``no_grad`` (in bf16 autocast when the trainer's precision is bf16) and is left out of the Lightning checkpoints
 (it is reloaded from ``teacher``). Its outputs can be cached on disk for later epochs and sweep trials
@@ -29,8 +29,10 @@ from __future__ import annotations
 
 import copy
 import functools
+import io
 import logging
-from typing import Literal
+import os
+from typing import IO, Any, Literal
 
 import lightning.pytorch as L
 import torch
@@ -44,8 +46,9 @@ from domainbert.core.seeding import step_generator
 from domainbert.data.contract import check_agreement, model_labels
 from domainbert.data.masking import IGNORE_INDEX, Masker
 from domainbert.distill.chunks import AUTO_CHUNK_ROWS, check_chunk_rows, length_chunks, run_in_chunks
-from domainbert.distill.losses import HardLabelLoss, LossTerm
-from domainbert.distill.objective import build_extra_losses, build_objective, loss_configs
+from domainbert.distill.losses import HardLabelLoss, HiddenStateLoss, LossTerm
+from domainbert.distill.objective import build_losses, build_objective, loss_configs
+from domainbert.distill.released import RELEASED, from_released
 from domainbert.distill.student import build_student, tokenizer_difference
 from domainbert.distill.task_table import Outputs, distill_task
 from domainbert.distill.teacher import (
@@ -95,14 +98,7 @@ class DistillationModule(HFModule):
         task: str = "classification",
         num_labels: int | None = None,
         label_names: list[str] | None = None,
-        temperature: float = 2.0,
-        alpha: float = 0.5,
-        beta: float = 0.5,
-        gamma: float = 0.0,
-        delta: float = 0.0,
-        hidden_loss: Literal["mse", "cosine"] = "mse",
-        layer_map: dict[int, int] | None = None,
-        extra_losses: list[LossTerm | dict] | None = None,
+        losses: list[LossTerm | dict] | None = None,
         teacher_cache: str | None = None,
         mlm_probability: float = 0.15,
         chunk_rows: int | Literal["auto"] | None = "auto",
@@ -121,8 +117,9 @@ class DistillationModule(HFModule):
                 attention maps come from the first).
             student: a smaller checkpoint (folder) to start the student from. For classification it may have a
                 tokenizer of its own (a teacher of another family): each teacher that tokenizes differently then
-                reads the student's tokens decoded to text, and only logits are distilled (gamma and delta 0, or a
-                first teacher that shares the student's tokenizer). Other tasks need the teacher's tokenizer.
+                reads the student's tokens decoded to text, and only logits are distilled (no hidden-state or
+                attention term, or a first teacher that shares the student's tokenizer). Other tasks need the
+                teacher's tokenizer.
             student_layers: build the student from the teacher (or from ``student``, when given): its embeddings,
                 its head and this many of its layers (chosen by ``layer_selection``), or the list of 0-based
                 layers to copy. Give one of ``student`` and ``student_config`` at most, beside it.
@@ -135,21 +132,19 @@ class DistillationModule(HFModule):
             num_labels: number of labels; linked from the data; must equal the teacher's.
             label_names: label names in id order; linked from the data; must equal the teacher's (unless the
                 teacher only has generic ``LABEL_i`` names).
-            temperature: softmax temperature ``T`` of the soft-target loss.
-            alpha: weight of the soft-target loss ``KL(student/T ‖ teacher/T)·T²``.
-            beta: weight of the hard-label loss (cross-entropy on the gold labels).
-            gamma: weight of the hidden-state loss (0 turns it off).
-            delta: weight of the attention-map loss (0 turns it off; on, both models use eager attention).
-            hidden_loss: ``mse`` or ``cosine`` for the hidden-state loss.
-            layer_map: ``{student_layer: teacher_layer}`` for the hidden-state and attention losses (1-based
-                layers, 0 = embeddings); default: the layers a copied student came from, else TinyBERT's
-                uniform map.
-            extra_losses: more loss terms, each a :class:`~domainbert.distill.losses.LossTerm` given by
-                ``class_path`` and ``init_args`` (``weight``, default 1, and ``name`` among them), e.g.
-                ``{class_path: domainbert.losses.HiddenStateLoss, init_args: {layer_map: {2: 4}, weight: 0.5}}``;
-                ``--model.extra_losses.help <class>`` lists a term's arguments. Each is logged as
-                ``train/loss_<name>``. A checkpoint saves them as ``{class_path, init_args}`` dicts, which are
-                rebuilt only when ``class_path`` names a ``LossTerm`` subclass.
+            losses: the loss terms, each a :class:`~domainbert.distill.losses.LossTerm` given by ``class_path`` and
+                ``init_args`` (``weight``, default 1, and ``name`` among them), e.g. ``{class_path: KLDivergenceLoss,
+                init_args: {weight: 0.5, temperature: 2.0}}``, ``{class_path: HardLabelLoss, init_args: {weight:
+                0.5}}``, ``{class_path: HiddenStateLoss, init_args: {weight: 0.1, kind: cosine}}`` (its
+                ``layer_map``, ``{student_layer: teacher_layer}`` with 0 the embeddings, defaults to the layers a
+                copied student came from, else TinyBERT's uniform map) or ``AttentionLoss`` (both models then use
+                eager attention); ``--model.losses.help <class>`` lists a term's arguments. Each is logged as
+                ``train/loss_<name>`` (``kl``, ``hard``, ``hidden``, ``attention``, else the class name in lower
+                case); a term of weight 0 is left out. None: soft targets at ``T = 2`` and hard labels, 0.5 each.
+                A checkpoint saves them as ``{class_path, init_args}`` dicts, rebuilt only when ``class_path`` names
+                a ``LossTerm`` subclass; a 0.1.0 checkpoint's or config's ``alpha``, ``beta``, ``gamma``,
+                ``delta``, ``temperature``, ``hidden_loss``, ``layer_map`` and ``extra_losses`` are read as the
+                terms they meant (:func:`~domainbert.distill.objective.from_released`).
             teacher_cache: a folder where the teacher's training-set outputs are kept and reused by later epochs
                 and runs (logits, plus the hidden states the hidden-state loss reads). It fills as training runs
                 the teacher (written at each epoch's end): no separate pass over the data. Not for masked-LM
@@ -172,7 +167,7 @@ class DistillationModule(HFModule):
         self.optimizer = optimizer
         self._set_task(task, teacher_cache)
         check_chunk_rows(chunk_rows)
-        extra_terms = [term for _, term, _ in build_extra_losses(extra_losses)]  # checked before any model loads
+        terms = build_losses(losses)  # checked before any model loads
         members = self._load_teachers(teacher, num_labels, label_names)
         self.model, default_map, self.tokenizer = build_student(
             members[0],
@@ -190,18 +185,7 @@ class DistillationModule(HFModule):
         self.teacher = teacher_model
         self.register_state_dict_post_hook(drop_teacher_weights)
         objective = build_objective(
-            self.model.config,
-            members[0].config,
-            alpha=alpha,
-            beta=beta,
-            gamma=gamma,
-            delta=delta,
-            temperature=temperature,
-            multi_label=self.multi_label,
-            hidden_loss=hidden_loss,
-            layer_map=layer_map,
-            default_map=default_map,
-            extra_losses=extra_terms,
+            terms, self.model.config, members[0].config, multi_label=self.multi_label, default_map=default_map
         )
         self._use_objective(objective, teacher_cache)
         self._save_loss_configs()
@@ -212,17 +196,47 @@ class DistillationModule(HFModule):
         self._scored = {"val": False, "test": False}
         self._hard = HardLabelLoss()
 
+    @classmethod
+    def load_from_checkpoint(
+        cls,
+        checkpoint_path: str | os.PathLike | IO[bytes],
+        map_location: Any = None,
+        hparams_file: str | os.PathLike | None = None,
+        strict: bool | None = None,
+        weights_only: bool | None = None,
+        **kwargs: Any,
+    ):
+        """:meth:`HFModule.load_from_checkpoint`; a 0.1.0 checkpoint's loss options are read as ``losses``.
+
+        Its ``alpha``, ``beta``, ``gamma``, ``delta``, ``temperature``, ``hidden_loss``, ``layer_map`` and
+        ``extra_losses`` (:func:`~domainbert.distill.objective.from_released`) are given as ``losses``, unless the
+        call gives ``losses`` or an ``hparams_file`` (whose hyper-parameters Lightning reads instead).
+        """
+        from domainbert.core.checkpoint_io import saved_hparams
+
+        if not isinstance(checkpoint_path, str | os.PathLike):  # an open file: read once, handed on as bytes
+            checkpoint_path = io.BytesIO(checkpoint_path.read())
+        if "losses" not in kwargs and hparams_file is None:
+            saved = saved_hparams(checkpoint_path, unpickle=weights_only is False)
+            if saved.keys() & RELEASED.keys():
+                kwargs["losses"] = from_released(saved, str(checkpoint_path))["losses"]
+            if isinstance(checkpoint_path, io.BytesIO):
+                checkpoint_path.seek(0)
+        return super().load_from_checkpoint(
+            checkpoint_path, map_location, hparams_file, strict, weights_only=weights_only, **kwargs
+        )
+
     # -- set-up and checks ------------------------------------------------------------------------
     def _save_loss_configs(self) -> None:
-        """Keep ``extra_losses`` in the hyper-parameters as ``{class_path, init_args}`` dicts, never as modules.
+        """Keep ``losses`` in the hyper-parameters as ``{class_path, init_args}`` dicts, never as modules.
 
         Given as terms (from Python) they would be pickled into checkpoints, which ``--ckpt_path`` loads only as
-        plain data.
+        plain data. Not given, the default terms are written out: a checkpoint names every term it trained with.
         """
-        configs = loss_configs(self.hparams.get("extra_losses"))
-        self.hparams["extra_losses"] = configs
+        configs = loss_configs(self.hparams.get("losses"))
+        self.hparams["losses"] = configs
         if hasattr(self, "_hparams_initial"):
-            self._hparams_initial["extra_losses"] = copy.deepcopy(configs)
+            self._hparams_initial["losses"] = copy.deepcopy(configs)
 
     def _set_task(self, task: str, teacher_cache: str | None) -> None:
         """Keep the task and its distillation record; a teacher cache only for a task that allows one."""
@@ -282,22 +296,21 @@ class DistillationModule(HFModule):
         if isinstance(first, Retokenized) and (self.need_hidden or self.need_attentions):
             raise DomainBertError(
                 f"the teacher {self.teacher_names[0]} tokenizes differently from the student, so their hidden states "
-                "and attention maps have no common token positions: set gamma: 0 and delta: 0 (only logits are "
-                "distilled), or list first a teacher that shares the student's tokenizer"
+                "and attention maps have no common token positions: drop HiddenStateLoss and AttentionLoss from "
+                "model.losses (only logits are distilled), or list first a teacher that shares the student's tokenizer"
             )
 
     def _use_objective(self, objective, teacher_cache: str | None) -> None:
         """Keep the loss terms; ask the models only for the outputs the terms read."""
         self.losses = nn.ModuleDict(objective.terms)
         self.loss_weights = objective.weights
-        self.layer_map = objective.layer_map
         self.need_hidden = objective.needs("needs_hidden_states")
         self.need_attentions = objective.needs("needs_attentions")
         self.need_teacher = objective.needs("needs_teacher", True)
         if teacher_cache and self.need_attentions:
             raise DomainBertError(
-                "teacher_cache cannot hold attention maps, which a loss term needs: set delta: 0 (and drop "
-                "attention terms from extra_losses) or drop teacher_cache"
+                "teacher_cache cannot hold attention maps, which a loss term needs: drop AttentionLoss (and other "
+                "attention terms) from model.losses, or drop teacher_cache"
             )
         if self.need_attentions:
             for m in (self.model, self.teacher):
@@ -383,7 +396,8 @@ class DistillationModule(HFModule):
         if not root or not self.need_teacher or loader is None:
             return
         dm = getattr(self.trainer, "datamodule", None)
-        layers = self.losses["hidden"].teacher_layers_used() if "hidden" in self.losses else []
+        hidden = [t for t in self.losses.values() if isinstance(t, HiddenStateLoss)]
+        layers = sorted({n for term in hidden for n in term.teacher_layers_used()})
         what = {"task": self.task.value, "layers": layers, "student_tokenizer": self._student_tokenizer_key()}
         if len(self.teacher_paths) > 1:
             what["teachers"] = [fingerprint(p, [], None, {}) for p in self.teacher_paths[1:]]

@@ -1,16 +1,20 @@
-"""The distillation objective: the weighted loss terms, their layer map, and what they need from the models.
+"""The distillation objective: the weighted loss terms of ``model.losses``, and what they need from the models.
 
-``α·KL(student/T ‖ teacher/T)·T² + β·hard-label loss + γ·hidden-state loss + δ·attention loss`` plus any
-``extra_losses``, each with its own ``weight``; a built-in term whose weight is 0 is left out. The terms are in
-:mod:`domainbert.distill.losses`.
+``model.losses`` lists :class:`~domainbert.distill.losses.LossTerm` s, each with its own ``weight`` (a term whose
+weight is 0 is left out); without a list, :func:`default_losses`: ``0.5·KL(student/T ‖ teacher/T)·T² + 0.5·hard-label
+loss`` at ``T = 2``. The terms are in :mod:`domainbert.distill.losses`; each is bound to the two models once the
+student is built (:meth:`~domainbert.distill.losses.LossTerm.bind`).
 
-``extra_losses`` entries are :class:`~domainbert.distill.losses.LossTerm` s. A config names each as
-``{class_path, init_args}`` (``weight`` and ``name`` among the init args), which jsonargparse instantiates before
-:class:`~domainbert.distill.module.DistillationModule` sees it. The one other form is what a checkpoint's
-hyper-parameters hold: the same ``{class_path, init_args}``, as a dict. :func:`build_loss` rebuilds such a dict only
-when ``class_path`` names a ``LossTerm`` subclass: the class is resolved and checked before anything is built, so a
-checkpoint cannot make domainbert build any other class (a model module whose arguments name a folder of foreign
-code, say), and an entry whose arguments turn ``trust_remote_code`` on is refused.
+A config names each entry as ``{class_path, init_args}`` (``weight`` and ``name`` among the init args), which
+jsonargparse instantiates before :class:`~domainbert.distill.module.DistillationModule` sees it. The one other form
+is what a checkpoint's hyper-parameters hold: the same ``{class_path, init_args}``, as a dict. :func:`build_loss`
+rebuilds such a dict only when ``class_path`` names a ``LossTerm`` subclass: the class is resolved and checked before
+anything is built, so a checkpoint cannot make domainbert build any other class (a model module whose arguments name
+a folder of foreign code, say), and an entry whose arguments turn ``trust_remote_code`` on is refused.
+
+Version 0.1.0 gave the terms as options of the module (``alpha``, ``beta``, ``gamma``, ``delta``, ``temperature``,
+``hidden_loss``, ``layer_map``, ``extra_losses``); :mod:`domainbert.distill.released` reads those, in a config or
+in a checkpoint's hyper-parameters, as the ``losses`` they mean.
 """
 
 from __future__ import annotations
@@ -24,95 +28,74 @@ from typing import Any
 from torch import nn
 
 from domainbert.distill import losses as built_in
-from domainbert.distill.losses import (
-    AttentionLoss,
-    HardLabelLoss,
-    HiddenStateLoss,
-    KLDivergenceLoss,
-    LossTerm,
-    check_layer_map,
-    uniform_layer_map,
-)
+from domainbert.distill.losses import LossTerm, ModelPair
 from domainbert.distill.student import hidden_width, num_layers
 from domainbert.errors import DomainBertError
+
+#: Where the entries are, named in errors.
+WHERE = "model.losses"
 
 
 @dataclass
 class Objective:
-    """The loss terms by name, their weights, and the ``{student_layer: teacher_layer}`` map they use."""
+    """The loss terms by name and their weights."""
 
     terms: dict[str, nn.Module]
     weights: dict[str, float]
-    layer_map: dict[int, int]
 
     def needs(self, flag: str, default: bool = False) -> bool:
         """True when some term sets ``flag`` (``needs_hidden_states``, ``needs_attentions``, ``needs_teacher``)."""
         return any(getattr(t, flag, default) for t in self.terms.values())
 
 
-def check_weights(**weights: float) -> None:
-    """Raise for a negative loss weight."""
-    for name, w in weights.items():
-        if w < 0:
-            raise DomainBertError(f"{name}={w}: loss weights must not be negative")
+def default_losses() -> list[dict[str, Any]]:
+    """The terms used without ``model.losses``: soft targets at ``T = 2`` and hard labels, weighted 0.5 each."""
+    return [
+        {"class_path": f"{built_in.__name__}.KLDivergenceLoss", "init_args": {"weight": 0.5, "temperature": 2.0}},
+        {"class_path": f"{built_in.__name__}.HardLabelLoss", "init_args": {"weight": 0.5}},
+    ]
 
 
 def build_objective(
+    terms: list[tuple[str, LossTerm, float]],
     student_config,
     teacher_config,
     *,
-    alpha: float,
-    beta: float,
-    gamma: float,
-    delta: float,
-    temperature: float,
     multi_label: bool = False,
-    hidden_loss: str = "mse",
-    layer_map: dict[int, int] | None = None,
     default_map: dict[int, int] | None = None,
-    extra_losses: list[LossTerm | dict] | None = None,
 ) -> Objective:
-    """The terms of the weights above 0 (see the arguments of ``DistillationModule``).
+    """The terms of a weight above 0, bound to the two models; a name already taken gets ``_`` appended.
 
     Args:
+        terms: ``(name, term, weight)`` of each entry (:func:`build_losses`).
         student_config: the student's config (its depth and width).
         teacher_config: the teacher's config.
-        alpha: weight of the soft-target loss.
-        beta: weight of the hard-label loss.
-        gamma: weight of the hidden-state loss.
-        delta: weight of the attention-map loss.
-        temperature: softmax temperature of the soft-target loss.
-        multi_label: compare per-label sigmoids in the soft-target loss.
-        hidden_loss: ``mse`` or ``cosine``.
-        layer_map: the user's layer map; checked against both depths.
-        default_map: the map used without one (a copied student's layers); else TinyBERT's uniform map.
-        extra_losses: more terms: :class:`~domainbert.distill.losses.LossTerm` s, or the ``{class_path,
-            init_args}`` dicts a checkpoint saved (:func:`build_loss`); a name already taken gets ``_`` appended.
+        multi_label: the teacher is multi-label (the soft-target loss compares per-label sigmoids).
+        default_map: the layer map of a student copied from teacher layers; else TinyBERT's uniform map.
+
+    Raises:
+        DomainBertError: no term has a weight above 0, or a term's layer map does not fit the models.
     """
-    check_weights(alpha=alpha, beta=beta, gamma=gamma, delta=delta)
-    s_layers, t_layers = num_layers(student_config), num_layers(teacher_config)
-    if layer_map is not None:
-        lmap = check_layer_map(layer_map, s_layers, t_layers)
-    else:
-        lmap = default_map or uniform_layer_map(s_layers, t_layers)
-    terms: dict[str, nn.Module] = {}
-    if alpha > 0:
-        terms["kl"] = KLDivergenceLoss(temperature, multi_label=multi_label, weight=alpha)
-    if beta > 0:
-        terms["hard"] = HardLabelLoss(weight=beta)
-    if gamma > 0:
-        widths = hidden_width(student_config), hidden_width(teacher_config)
-        terms["hidden"] = HiddenStateLoss(hidden_loss, lmap, s_layers, t_layers, *widths, weight=gamma)
-    if delta > 0:
-        terms["attention"] = AttentionLoss(lmap, s_layers, t_layers, weight=delta)
-    weights = {name: term.weight for name, term in terms.items()}
-    for name, loss, w in build_extra_losses(extra_losses):
-        while name in terms:
+    models = ModelPair(
+        num_layers(student_config),
+        num_layers(teacher_config),
+        hidden_width(student_config),
+        hidden_width(teacher_config),
+        multi_label,
+        default_map,
+    )
+    kept: dict[str, nn.Module] = {}
+    weights: dict[str, float] = {}
+    for name, term, weight in terms:
+        if weight <= 0:
+            continue
+        term.bind(models)
+        while name in kept:
             name += "_"
-        terms[name], weights[name] = loss, w
-    if not any(w > 0 for w in weights.values()):
-        raise DomainBertError("every loss weight is 0: set alpha, beta, gamma, delta or an extra_losses weight above 0")
-    return Objective(terms, weights, lmap)
+        kept[name], weights[name] = term, weight
+    if not kept:
+        raise DomainBertError(f"{WHERE}: no term has a weight above 0; give one a weight, e.g. KLDivergenceLoss")
+    return Objective(kept, weights)
 
 
 #: The keys of an entry given as a dict.
@@ -121,15 +104,15 @@ SPEC_KEYS = ("class_path", "init_args")
 EXPECTED = "expected {class_path: <a LossTerm subclass>, init_args: {..., weight: <number>}}"
 
 
-def normalise_loss_spec(entry: Any, where: str = "model.extra_losses") -> dict[str, Any]:
-    """One ``extra_losses`` entry given as a dict, checked, as ``{class_path, init_args}`` with a full class path.
+def normalise_loss_spec(entry: Any, where: str = WHERE) -> dict[str, Any]:
+    """One ``losses`` entry given as a dict, checked, as ``{class_path, init_args}`` with a full class path.
 
     A class name without a module (``HiddenStateLoss``, as jsonargparse also reads it) becomes the full path of the
     loaded :class:`LossTerm` subclass of that name; nothing is imported for it.
 
     Args:
         entry: the entry, as a checkpoint's hyper-parameters hold it.
-        where: the entry's place, named in errors (``model.extra_losses[1]``).
+        where: the entry's place, named in errors (``model.losses[1]``).
 
     Raises:
         DomainBertError: naming ``where`` and what was expected, for an entry that is no mapping, has no
@@ -190,7 +173,7 @@ def built_in_terms() -> list[str]:
     )
 
 
-def loss_class(path: str, where: str = "model.extra_losses") -> type[LossTerm]:
+def loss_class(path: str, where: str = WHERE) -> type[LossTerm]:
     """The :class:`LossTerm` subclass that the full class path ``path`` names; nothing else is ever returned.
 
     The module is imported (an installed package's, as jsonargparse would import it); the class is checked before
@@ -208,7 +191,7 @@ def loss_class(path: str, where: str = "model.extra_losses") -> type[LossTerm]:
         ) from err
     if not (isinstance(cls, type) and issubclass(cls, LossTerm)):
         raise DomainBertError(
-            f"{where}: {path} is not a class derived from domainbert.losses.LossTerm; extra_losses (and a "
+            f"{where}: {path} is not a class derived from domainbert.distill.losses.LossTerm; model.losses (and a "
             "checkpoint's saved ones) are built only from LossTerm subclasses"
         )
     return cls
@@ -227,8 +210,8 @@ def _accepted(cls: type) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def build_loss(entry: Any, where: str = "model.extra_losses") -> tuple[str, LossTerm, float]:
-    """Build one ``extra_losses`` entry given as ``{class_path, init_args}`` (a checkpoint's saved form).
+def build_loss(entry: Any, where: str = WHERE) -> tuple[str, LossTerm, float]:
+    """Build one ``losses`` entry given as ``{class_path, init_args}`` (a checkpoint's saved form).
 
     The class is resolved and checked to be a :class:`LossTerm` subclass (:func:`loss_class`) before it is built.
 
@@ -237,7 +220,8 @@ def build_loss(entry: Any, where: str = "model.extra_losses") -> tuple[str, Loss
         where: the entry's place, named in errors.
 
     Returns:
-        ``(name, term, weight)``; the name defaults to the class name in lower case.
+        ``(name, term, weight)``; the name defaults to the class's ``default_name`` (``kl``, ``hard``...), else its
+        name in lower case.
 
     Raises:
         DomainBertError: naming ``where``, for an entry :func:`normalise_loss_spec` refuses, a class that cannot be
@@ -264,39 +248,41 @@ def build_loss(entry: Any, where: str = "model.extra_losses") -> tuple[str, Loss
     return term.term_name, term, term.weight
 
 
-def build_extra_losses(entries: list | None) -> list[tuple[str, LossTerm, float]]:
-    """``(name, term, weight)`` of each ``extra_losses`` entry: a :class:`LossTerm`, or a dict :func:`build_loss` reads.
+def build_losses(entries: list | None) -> list[tuple[str, LossTerm, float]]:
+    """``(name, term, weight)`` of each ``losses`` entry: a :class:`LossTerm`, or a dict :func:`build_loss` reads.
+
+    None gives the terms of :func:`default_losses`.
 
     Raises:
         DomainBertError: naming the entry, for an ``nn.Module`` that is no :class:`LossTerm` (subclass
             :class:`LossTerm`), or an entry :func:`build_loss` refuses.
     """
     if entries is not None and not isinstance(entries, list | tuple):
-        raise DomainBertError(f"model.extra_losses: got {entries!r}; expected a list of loss terms")
+        raise DomainBertError(f"{WHERE}: got {entries!r}; expected a list of loss terms")
     out = []
-    for i, entry in enumerate(entries or []):
-        where = f"model.extra_losses[{i}]"
+    for i, entry in enumerate(default_losses() if entries is None else entries):
+        where = f"{WHERE}[{i}]"
         if isinstance(entry, LossTerm):
             out.append((entry.term_name, entry, entry.weight))
         elif isinstance(entry, nn.Module):
             raise DomainBertError(
-                f"{where}: {type(entry).__name__} is an nn.Module but no domainbert.losses.LossTerm; subclass LossTerm "
-                "(weight and name are its init args)"
+                f"{where}: {type(entry).__name__} is an nn.Module but no domainbert.distill.losses.LossTerm; subclass "
+                "LossTerm (weight and name are its init args)"
             )
         else:
             out.append(build_loss(entry, where))
     return out
 
 
-def loss_configs(entries: list | None) -> list[dict[str, Any]] | None:
-    """The ``extra_losses`` entries as ``{class_path, init_args}`` dicts, for the checkpoint's hyper-parameters.
+def loss_configs(entries: list | None) -> list[dict[str, Any]]:
+    """The ``losses`` entries as ``{class_path, init_args}`` dicts, for the checkpoint's hyper-parameters.
 
     A :class:`LossTerm` gives the arguments it was built with (:meth:`LossTerm.config`); a dict is checked by
-    :func:`normalise_loss_spec`. None stays None.
+    :func:`normalise_loss_spec`. None gives :func:`default_losses`.
     """
     if entries is None:
-        return None
+        return default_losses()
     return [
-        e.config() if isinstance(e, LossTerm) else normalise_loss_spec(e, f"model.extra_losses[{i}]")
+        e.config() if isinstance(e, LossTerm) else normalise_loss_spec(e, f"{WHERE}[{i}]")
         for i, e in enumerate(entries)
     ]

@@ -29,6 +29,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common  # noqa: E402
 
+#: the Debian demo's loss terms: KL and cross-entropy (0.5 each, T = 2) and hidden states (0.1)
+TERMS = [
+    {"class_path": "domainbert.distill.losses.KLDivergenceLoss", "init_args": {"weight": 0.5, "temperature": 2.0}},
+    {"class_path": "domainbert.distill.losses.HardLabelLoss", "init_args": {"weight": 0.5}},
+    {"class_path": "domainbert.distill.losses.HiddenStateLoss", "init_args": {"weight": 0.1}},
+]
 DEBIAN_TRAIN = common.ROOT / "examples" / "data" / "debian-packages" / "train.jsonl"
 
 
@@ -71,7 +77,7 @@ def build_side(teacher: str, rows: int | None, students: int):
     from domainbert.distill.module import DistillationModule  # noqa: PLC0415
 
     torch.manual_seed(0)
-    module = DistillationModule(teacher=teacher, student_layers=students, gamma=0.1, chunk_rows=rows)
+    module = DistillationModule(teacher=teacher, student_layers=students, losses=TERMS, chunk_rows=rows)
     use_cpu_dropout(module)
     module.train()
     opt = torch.optim.AdamW(module.model.parameters(), lr=1e-5, fused=True)

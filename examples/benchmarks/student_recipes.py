@@ -82,7 +82,16 @@ def arm_args(arm: str, args: argparse.Namespace, corpus: Path) -> list[str]:
     if not args.large:
         raise SystemExit(f"arm {arm} needs --large DIR (a fine-tuned larger teacher)")
     layers = ["--model.student_layers", "null"] if arm == "large6" else []
-    return ["--model.teacher", args.large, "--model.student", args.teacher, *layers, "--model.gamma", "0", *transfer]
+    return [
+        "--model.teacher",
+        args.large,
+        "--model.student",
+        args.teacher,
+        *layers,
+        "--model.losses",
+        "null",
+        *transfer,
+    ]
 
 
 def run_worker(folder: Path, mode: str, config: Path, options: list[str], log: Path) -> dict:

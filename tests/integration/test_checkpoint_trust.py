@@ -82,7 +82,7 @@ def test_trust_remote_code_saved_in_a_pretraining_checkpoint_is_refused(model, p
         ("domainbert.modules.mlm.MaskedLMModule", True, "set extra_losses[0].init_args.trust_remote_code: true"),
         ("domainbert.modules.mlm.MaskedLMModule", False, "MaskedLMModule is not a class derived from"),
         ("domainbert.modules.contrastive.ContrastiveModule", False, "ContrastiveModule is not a class derived from"),
-        (RECORDER, False, "Recorder is not a class derived from domainbert.losses.LossTerm"),
+        (RECORDER, False, "Recorder is not a class derived from domainbert.distill.losses.LossTerm"),
     ],
 )
 def test_a_distillation_checkpoint_rebuilds_no_class_but_a_loss_term(

@@ -11,12 +11,26 @@ import torch
 from torch.utils.data import DataLoader
 from transformers import AutoModelForSequenceClassification
 
+from domainbert.distill.losses import AttentionLoss, HardLabelLoss, HiddenStateLoss, KLDivergenceLoss
 from domainbert.distill.module import DistillationModule
 from domainbert.distill.teacher_cache import TeacherCache
 from domainbert.errors import DomainBertError
 from tests.helpers import FIX
 from tests.helpers.distill_tiny import LABELS, batches, make_teacher
 from tests.helpers.tiny import make_tiny
+
+#: the default terms and a hidden-state term, as a command line gives them
+HIDDEN_TOO = (
+    "[{class_path: KLDivergenceLoss, init_args: {weight: 0.5}}, {class_path: HardLabelLoss, init_args: {weight: 0.5}}, "
+    "{class_path: HiddenStateLoss, init_args: {weight: 0.1}}]"
+)
+
+
+def _terms(kl: float = 0.5, hard: float = 0.5, hidden: float = 0.0, attention: float = 0.0) -> list:
+    """Fresh loss terms of these weights (0: left out), as ``model.losses`` lists them."""
+    made = {"kl": KLDivergenceLoss, "hard": HardLabelLoss, "hidden": HiddenStateLoss, "attention": AttentionLoss}
+    weights = {"kl": kl, "hard": hard, "hidden": hidden, "attention": attention}
+    return [made[name](weight=w) for name, w in weights.items() if w]
 
 
 @pytest.fixture(scope="module")
@@ -47,10 +61,7 @@ def test_fit_lowers_the_loss_and_keeps_the_teacher(teacher):
     module = DistillationModule(
         teacher=str(teacher),
         student_layers=2,
-        alpha=1.0,
-        beta=0.0,
-        gamma=0.5,
-        delta=0.5,
+        losses=_terms(kl=1.0, hard=0.0, hidden=0.5, attention=0.5),
         learning_rate=2e-3,
         warmup_ratio=0.0,
     )
@@ -91,7 +102,9 @@ def test_checkpoint_leaves_the_teacher_out(teacher, tmp_path):
 
 def test_teacher_cache_is_built_once_and_read(teacher, tmp_path):
     cache_dir = tmp_path / "cache"
-    module = DistillationModule(teacher=str(teacher), student_layers=2, gamma=0.5, teacher_cache=str(cache_dir))
+    module = DistillationModule(
+        teacher=str(teacher), student_layers=2, losses=_terms(hidden=0.5), teacher_cache=str(cache_dir)
+    )
     trainer = _trainer(10)
     trainer.fit(module, train_dataloaders=_loader(module, with_idx=True))
     built = [p for p in cache_dir.iterdir() if not p.name.startswith(".")]
@@ -113,7 +126,9 @@ def test_teacher_cache_is_built_once_and_read(teacher, tmp_path):
     batch["input_ids"][0, 1] = (batch["input_ids"][0, 1] + 1) % 100 + 5
     assert cache.lookup(batch) is None
     # a second run reuses the cache without running the teacher over the data again
-    module2 = DistillationModule(teacher=str(teacher), student_layers=2, gamma=0.5, teacher_cache=str(cache_dir))
+    module2 = DistillationModule(
+        teacher=str(teacher), student_layers=2, losses=_terms(hidden=0.5), teacher_cache=str(cache_dir)
+    )
     calls = _count_teacher_runs(module2)
     _trainer(3).fit(module2, train_dataloaders=_loader(module2, with_idx=True))
     assert not calls and module2.cache.hits == 3 and module2.cache.misses == 0
@@ -141,14 +156,18 @@ def test_a_short_run_runs_the_teacher_only_on_the_batches_it_trains_on_and_a_lon
 ):
     """``max_steps 3`` ran the teacher over the whole training set first to fill the cache."""
     cache_dir = tmp_path / "cache"
-    module = DistillationModule(teacher=str(teacher), student_layers=1, gamma=0.5, teacher_cache=str(cache_dir))
+    module = DistillationModule(
+        teacher=str(teacher), student_layers=1, losses=_terms(hidden=0.5), teacher_cache=str(cache_dir)
+    )
     calls = _count_teacher_runs(module)
     _trainer(2).fit(module, train_dataloaders=_loader(module, with_idx=True))  # 5 batches of 12 in an epoch
     assert calls == [12, 12]
     (built,) = _cache_folders(cache_dir)  # no temporary folder left beside it
     assert json.loads((built / "meta.json").read_text())["rows"] == 24
     # a full epoch reads the two cached batches and runs the teacher on the three others, which join the cache
-    longer = DistillationModule(teacher=str(teacher), student_layers=1, gamma=0.5, teacher_cache=str(cache_dir))
+    longer = DistillationModule(
+        teacher=str(teacher), student_layers=1, losses=_terms(hidden=0.5), teacher_cache=str(cache_dir)
+    )
     calls = _count_teacher_runs(longer)
     _trainer(5).fit(longer, train_dataloaders=_loader(longer, with_idx=True))
     assert calls == [12, 12, 12]
@@ -204,7 +223,7 @@ def test_smaller_width_student_gets_a_trained_projection(teacher):
     module = DistillationModule(
         teacher=str(teacher),
         student_config={"num_hidden_layers": 1, "hidden_size": 16, "num_attention_heads": 2, "intermediate_size": 32},
-        gamma=1.0,
+        losses=_terms(hidden=1.0),
     )
     proj = module.losses["hidden"].projection
     assert proj is not None and proj.weight.shape == (32, 16)
@@ -221,7 +240,7 @@ def test_smaller_width_student_gets_a_trained_projection(teacher):
 
 def test_mlm_distillation_runs(tmp_path):
     mlm = make_tiny("bert", tmp_path / "mlm")
-    module = DistillationModule(teacher=str(mlm), student_layers=1, task="mlm", gamma=0.1)
+    module = DistillationModule(teacher=str(mlm), student_layers=1, task="mlm", losses=_terms(hidden=0.1))
     log = LossLog()
     trainer = _trainer(4, callbacks=[log])
     data = [{k: v for k, v in b.items() if k != "labels"} for b in batches(module.tokenizer, "train", 12)]
@@ -244,12 +263,14 @@ def test_user_errors(teacher, tmp_path):
     with pytest.raises(DomainBertError, match="no trained sequence-classification head"):
         DistillationModule(teacher=str(mlm), student_layers=1)
     roberta = make_tiny("roberta", tmp_path / "rob")
-    with pytest.raises(DomainBertError, match="no common token positions.*set gamma: 0 and delta: 0"):
-        DistillationModule(teacher=str(teacher), student=str(roberta), gamma=0.1)
+    with pytest.raises(DomainBertError, match="no common token positions.*drop HiddenStateLoss and AttentionLoss"):
+        DistillationModule(teacher=str(teacher), student=str(roberta), losses=_terms(hidden=0.1))
     with pytest.raises(DomainBertError, match="vocabulary|tokenizer"):  # per-token tasks need one tokenizer
         DistillationModule(teacher=str(teacher), student=str(roberta), task="tagging")
     with pytest.raises(DomainBertError, match="attention maps"):
-        DistillationModule(teacher=str(teacher), student_layers=1, delta=1.0, teacher_cache=str(tmp_path))
+        DistillationModule(
+            teacher=str(teacher), student_layers=1, losses=_terms(attention=1.0), teacher_cache=str(tmp_path)
+        )
 
 
 DISTILL_TINY = str(Path(__file__).resolve().parents[2] / "configs/distill/tiny_debug.yaml")
@@ -286,7 +307,7 @@ def test_tagging_distillation_checks_the_tag_set_and_scores_tokens(tiny_bert, tm
         teacher=teacher,
         task="tagging",
         student_layers=1,
-        gamma=0.1,
+        losses=_terms(hidden=0.1),
         num_labels=dm.num_labels,
         label_names=dm.label_names,
     )
@@ -307,7 +328,14 @@ def test_qa_distillation_runs_from_the_cli_with_a_teacher_cache(tiny_bert, tmp_p
 
     QuestionAnsweringModule(str(tiny_bert)).export_hf(tmp_path / "teacher")
     args = ["fit", "--model", "distill", "--model.teacher", str(tmp_path / "teacher"), "--model.task", "qa"]
-    args += ["--model.student_layers", "1", "--model.gamma", "0.1", "--model.teacher_cache", str(tmp_path / "cache")]
+    args += [
+        "--model.student_layers",
+        "1",
+        "--model.losses",
+        HIDDEN_TOO,
+        "--model.teacher_cache",
+        str(tmp_path / "cache"),
+    ]
     args += ["--data", "qa", "--data.train", str(FIX / "qa_train.jsonl"), "--data.val", str(FIX / "qa_val.jsonl")]
     args += ["--data.max_length", "48", "--data.stride", "16", "--trainer.max_steps", "4"]
     args += ["--trainer.val_check_interval", "4", "--trainer.accelerator", "cpu", "--trainer.enable_progress_bar"]
@@ -389,7 +417,9 @@ def test_an_ensemble_of_teachers_teaches_their_mean_probabilities(tmp_path):
     first = make_teacher("bert", tmp_path / "a", layers=4, seed=0)
     second = make_teacher("bert", tmp_path / "b", layers=4, seed=1)
     torch.manual_seed(0)
-    module = DistillationModule(teacher=[str(first), str(second)], student_layers=2, gamma=0.1, learning_rate=2e-3)
+    module = DistillationModule(
+        teacher=[str(first), str(second)], student_layers=2, losses=_terms(hidden=0.1), learning_rate=2e-3
+    )
     assert isinstance(module.teacher, TeacherEnsemble) and len(module.teacher.members) == 2
     batch = next(iter(_loader(module)))
     with torch.no_grad():
@@ -412,7 +442,11 @@ def test_a_teacher_of_another_family_teaches_a_student_with_its_own_tokenizer(tm
     student = make_teacher("bert", tmp_path / "student", layers=4, seed=4)
     torch.manual_seed(0)
     module = DistillationModule(
-        teacher=str(teacher), student=str(student), student_layers=2, alpha=1.0, beta=0.0, learning_rate=2e-3
+        teacher=str(teacher),
+        student=str(student),
+        student_layers=2,
+        losses=_terms(kl=1.0, hard=0.0),
+        learning_rate=2e-3,
     )
     assert module.tokenizer.get_vocab() == AutoTokenizer.from_pretrained(student).get_vocab()
     log = LossLog()
@@ -433,7 +467,9 @@ class ModeAtStart(L.Callback):
 def test_a_student_loaded_from_a_folder_trains_with_dropout_on_and_the_teacher_stays_frozen(teacher, tmp_path):
     """from_pretrained returns eval mode; the student must still train in train mode (dropout on)."""
     student = make_teacher("bert", tmp_path / "student", layers=2, seed=4)
-    module = DistillationModule(teacher=str(teacher), student=str(student), alpha=1.0, beta=0.0, learning_rate=2e-3)
+    module = DistillationModule(
+        teacher=str(teacher), student=str(student), losses=_terms(kl=1.0, hard=0.0), learning_rate=2e-3
+    )
     seen = ModeAtStart()
     _trainer(1, callbacks=[seen]).fit(module, train_dataloaders=_loader(module))
     assert seen.student_eval == 0

@@ -38,7 +38,7 @@ def test_the_larger_teacher_reads_the_distill_settings_stands_in_the_variants_an
         assert config["data"]["init_args"]["transfer"]["documents"] == 7
         assert (config["trainer"]["max_epochs"], config["trainer"]["max_steps"]) == (1, 2)
         assert config["model"]["init_args"]["teacher_cache"] is None  # from distill.args
-    assert copy["model"]["init_args"]["student_layers"] is None and copy["model"]["init_args"]["gamma"] == 0
+    assert copy["model"]["init_args"]["student_layers"] is None and copy["model"]["init_args"]["losses"] is None
     assert small["model"]["init_args"]["student_layers"] == 1
     # the larger teacher and its base-size student are exported and stand in the one variants table
     state = read_state(out / "state.json")

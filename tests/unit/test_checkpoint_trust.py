@@ -1,5 +1,5 @@
-"""No code from a checkpoint: its saved hyper-parameters never turn ``trust_remote_code`` on, and its ``extra_losses``
-are rebuilt only from ``LossTerm`` subclasses.
+"""No code from a checkpoint: its saved hyper-parameters never turn ``trust_remote_code`` on, and its ``losses`` (or
+0.1.0's ``extra_losses``) are rebuilt only from ``LossTerm`` subclasses.
 
 Each crafted checkpoint names a model folder whose ``config.json`` has an ``auto_map`` to its own ``.py``, which
 creates a marker file when imported (``examples/redteam/fixtures.py``); the marker must never appear.
@@ -84,24 +84,32 @@ def test_an_open_file_is_checked_and_handed_on(planted, marker, tmp_path):
         (RECORDER, False),
     ],
 )
+@pytest.mark.parametrize(("key", "index"), [("losses", 0), ("extra_losses", 2)])  # 0.1.0's: after alpha, beta
+@pytest.mark.filterwarnings("ignore::FutureWarning")
 def test_a_distillation_checkpoint_builds_no_class_but_a_loss_term(
-    class_path, trust, teacher, planted, marker, tmp_path
+    class_path, trust, key, index, teacher, planted, marker, tmp_path
 ):
     entry = {"class_path": class_path, "init_args": {"init_from": str(planted), "trust_remote_code": trust}}
-    hparams = {"teacher": str(teacher), "student_layers": 1, "extra_losses": [entry]}
+    hparams = {"teacher": str(teacher), "student_layers": 1, key: [entry]}
     ckpt = crafted(tmp_path / "crafted.ckpt", hparams)
     line = refused(lambda: DistillationModule.load_from_checkpoint(ckpt), marker)
     if trust:
-        assert "extra_losses[0].init_args.trust_remote_code" in line
+        assert f"{key}[0].init_args.trust_remote_code" in line
     else:
-        assert f"model.extra_losses[0]: {class_path} is not a class derived from domainbert.losses.LossTerm" in line
+        assert (
+            f"model.losses[{index}]: {class_path} is not a class derived from domainbert.distill.losses.LossTerm"
+            in line
+        )
 
 
-def test_a_saved_loss_term_still_rebuilds(teacher, tmp_path):
-    term = {"class_path": "domainbert.losses.HardLabelLoss", "init_args": {"weight": 0.25, "name": "gold"}}
-    ckpt = crafted(tmp_path / "ok.ckpt", {"teacher": str(teacher), "student_layers": 1, "extra_losses": [term]})
+@pytest.mark.parametrize("key", ["losses", "extra_losses"])
+@pytest.mark.filterwarnings("ignore::FutureWarning")
+def test_a_saved_loss_term_still_rebuilds(key, teacher, tmp_path):
+    term = {"class_path": "domainbert.distill.losses.HardLabelLoss", "init_args": {"weight": 0.25, "name": "gold"}}
+    ckpt = crafted(tmp_path / "ok.ckpt", {"teacher": str(teacher), "student_layers": 1, key: [term]})
     module = DistillationModule.load_from_checkpoint(ckpt, strict=False)
     assert module.loss_weights["gold"] == 0.25
+    assert set(module.loss_weights) == ({"gold"} if key == "losses" else {"kl", "hard", "gold"})
 
 
 def test_the_users_own_trust_is_theirs_and_a_nested_one_never_passes():

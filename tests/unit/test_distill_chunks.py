@@ -7,11 +7,19 @@ import torch
 from transformers import AutoModelForQuestionAnswering
 
 from domainbert.distill.chunks import check_chunk_rows, length_chunks, run_in_chunks
+from domainbert.distill.losses import AttentionLoss, HardLabelLoss, HiddenStateLoss, KLDivergenceLoss
 from domainbert.distill.module import DistillationModule
 from domainbert.distill.task_table import span_outputs
 from domainbert.errors import DomainBertError
 from tests.helpers.distill_tiny import batches, make_teacher
 from tests.helpers.tiny import make_config, make_tiny, make_tokenizer
+
+
+def _terms(kl: float = 0.5, hard: float = 0.5, hidden: float = 0.0, attention: float = 0.0) -> list:
+    """Fresh loss terms of these weights (0: left out), as ``model.losses`` lists them."""
+    made = {"kl": KLDivergenceLoss, "hard": HardLabelLoss, "hidden": HiddenStateLoss, "attention": AttentionLoss}
+    weights = {"kl": kl, "hard": hard, "hidden": hidden, "attention": attention}
+    return [made[name](weight=w) for name, w in weights.items() if w]
 
 
 def _mask(lengths: list[int], width: int) -> torch.Tensor:
@@ -53,9 +61,9 @@ def _loss_and_grads(module: DistillationModule, batch: dict) -> tuple[torch.Tens
 @pytest.mark.parametrize(
     ("task", "kind", "options"),
     [
-        ("classification", "seq", {"gamma": 0.5, "delta": 0.5}),  # hidden states and attention maps too
-        ("tagging", "tok", {"gamma": 0.5}),
-        ("mlm", None, {"gamma": 0.5}),
+        ("classification", "seq", {"hidden": 0.5, "attention": 0.5}),  # hidden states and attention maps too
+        ("tagging", "tok", {"hidden": 0.5}),
+        ("mlm", None, {"hidden": 0.5}),
     ],
 )
 def test_a_chunked_step_gives_the_whole_batchs_loss_and_gradients(tmp_path, task, kind, options):
@@ -63,8 +71,12 @@ def test_a_chunked_step_gives_the_whole_batchs_loss_and_gradients(tmp_path, task
         teacher = make_tiny("bert", tmp_path / "teacher")
     else:
         teacher = make_teacher("bert", tmp_path / "teacher", layers=4, task=kind)
-    whole = DistillationModule(teacher=str(teacher), task=task, student_layers=2, chunk_rows=None, **options)
-    chunked = DistillationModule(teacher=str(teacher), task=task, student_layers=2, chunk_rows=3, **options)
+    whole = DistillationModule(
+        teacher=str(teacher), task=task, student_layers=2, chunk_rows=None, losses=_terms(**options)
+    )
+    chunked = DistillationModule(
+        teacher=str(teacher), task=task, student_layers=2, chunk_rows=3, losses=_terms(**options)
+    )
     chunked.model.load_state_dict(whole.model.state_dict())
     batch = batches(whole.tokenizer, "train", batch_size=12)[0]
     if task == "tagging":  # one tag per token, none on padding

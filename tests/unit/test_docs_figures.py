@@ -39,6 +39,12 @@ def _init(path: Path, key: str):
     return _yaml(path)["model"]["init_args"][key]
 
 
+def _hidden_weight(path: Path) -> float:
+    """The weight of the config's hidden-state term (γ): 0.0 when ``model.losses`` lists none."""
+    terms = [t for t in _init(path, "losses") if t["class_path"].rsplit(".", 1)[-1] == "HiddenStateLoss"]
+    return float(terms[0]["init_args"]["weight"]) if terms else 0.0
+
+
 def _epochs(path: Path) -> int:
     return _yaml(path)["trainer"]["max_epochs"]
 
@@ -100,15 +106,15 @@ QUOTES = [
     Quote(
         BENCHMARK,
         r"minilm_debian-sections_L3\.yaml` sets it to (\d+(?:\.\d+)?)",
-        lambda: (str(_init(EXAMPLE, "gamma")),),
+        lambda: (str(_hidden_weight(EXAMPLE)),),
     ),
     Quote(
         BENCHMARK,
         r"stages/distill\.yaml`, keeps gamma (\d+(?:\.\d+)?)",
-        lambda: (str(_init(STAGES / "distill.yaml", "gamma")),),
+        lambda: (str(_hidden_weight(STAGES / "distill.yaml")),),
     ),
-    Quote(GUIDE, r"γ = (\d+(?:\.\d+)?), \d+ epochs over the task", lambda: (str(_init(EXAMPLE, "gamma")),)),
-    Quote(GUIDE, r"differs in γ = (\d+(?:\.\d+)?)", lambda: (str(_init(STAGES / "distill.yaml", "gamma")),)),
+    Quote(GUIDE, r"γ = (\d+(?:\.\d+)?), \d+ epochs over the task", lambda: (str(_hidden_weight(EXAMPLE)),)),
+    Quote(GUIDE, r"differs in γ = (\d+(?:\.\d+)?)", lambda: (str(_hidden_weight(STAGES / "distill.yaml")),)),
     # the example config's epochs and transfer documents
     Quote(
         GUIDE,

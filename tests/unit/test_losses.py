@@ -14,6 +14,7 @@ from domainbert.distill.losses import (
     HiddenStateLoss,
     KLDivergenceLoss,
     LossTerm,
+    ModelPair,
     uniform_layer_map,
 )
 from domainbert.distill.objective import build_loss
@@ -136,7 +137,7 @@ def test_attention_loss_masked_mse():
 
 def test_build_loss_from_spec():
     name, loss, w = build_loss({"class_path": "HiddenStateLoss", "init_args": {"layer_map": {1: 1}, "weight": 0.3}})
-    assert name == "hiddenstateloss" and isinstance(loss, HiddenStateLoss) and w == 0.3 == loss.weight
+    assert name == "hidden" and isinstance(loss, HiddenStateLoss) and w == 0.3 == loss.weight
     name, loss, _ = build_loss(
         {"class_path": "domainbert.distill.losses.KLDivergenceLoss", "init_args": {"name": "kl2"}}
     )
@@ -158,10 +159,28 @@ def test_both_layer_wise_losses_resolve_their_map_the_same_way():
         assert cls(student_layers=2, teacher_layers=4).layer_map == {1: 2, 2: 4} | (
             {0: 0} if cls is HiddenStateLoss else {}
         )
-        with pytest.raises(DomainBertError, match=f"{cls.__name__} needs a layer_map"):
-            cls()
+        with pytest.raises(DomainBertError, match=f"{cls.__name__} has no layer map yet: give it a layer_map"):
+            cls()(NS(hidden_states=(), attentions=(1,)), NS(hidden_states=(), attentions=(1,)), {})
         with pytest.raises(DomainBertError, match="out of range"):
             cls(layer_map={1: 9}, student_layers=2, teacher_layers=4)
+
+
+def test_a_term_given_no_shapes_takes_them_when_bound_to_the_models():
+    pair = ModelPair(student_layers=2, teacher_layers=4, student_width=16, teacher_width=32, multi_label=True)
+    hidden, attention, kl = HiddenStateLoss(kind="cosine"), AttentionLoss(), KLDivergenceLoss()
+    for term in (hidden, attention, kl):
+        term.bind(pair)
+    assert hidden.layer_map == {0: 0, 1: 2, 2: 4} and hidden.projection.weight.shape == (32, 16)
+    assert attention.layer_map == {1: 2, 2: 4} and kl.multi_label is True  # as the teacher is
+    copied = ModelPair(2, 4, 16, 16, default_map={0: 0, 1: 1, 2: 3})
+    hidden = HiddenStateLoss()
+    hidden.bind(copied)
+    assert hidden.layer_map == {0: 0, 1: 1, 2: 3} and hidden.projection is None  # a copied student's own layers
+    with pytest.raises(DomainBertError, match="layer_map entry 3: 1 is out of range"):
+        HiddenStateLoss(layer_map={3: 1}).bind(copied)  # a map given without depths is checked once bound
+    single = KLDivergenceLoss(multi_label=False)
+    single.bind(pair)
+    assert single.multi_label is False  # given, it stays
 
 
 def _configs():
@@ -173,28 +192,42 @@ def _configs():
 
 
 def test_the_objective_keeps_the_terms_with_a_weight():
-    from domainbert.distill.objective import build_objective
+    from domainbert.distill.objective import build_losses, build_objective
 
     small, big = _configs()
-    weights = {"alpha": 0.5, "beta": 0.0, "gamma": 1.0, "delta": 0.2, "temperature": 2.0}
-    extra = [{"class_path": "HardLabelLoss", "init_args": {"name": "kl"}}, HardLabelLoss(weight=0.25, name="gold")]
-    obj = build_objective(small, big, **weights, extra_losses=extra)
-    assert list(obj.terms) == ["kl", "hidden", "attention", "kl_", "gold"]  # an extra term never replaces one
+    entries = [
+        KLDivergenceLoss(weight=0.5),
+        HardLabelLoss(weight=0.0),
+        HiddenStateLoss(weight=1.0),
+        AttentionLoss(weight=0.2),
+        {"class_path": "HardLabelLoss", "init_args": {"name": "kl"}},
+        HardLabelLoss(weight=0.25, name="gold"),
+    ]
+    obj = build_objective(build_losses(entries), small, big)
+    assert list(obj.terms) == ["kl", "hidden", "attention", "kl_", "gold"]  # a later term never replaces one
     assert obj.weights == {"kl": 0.5, "hidden": 1.0, "attention": 0.2, "kl_": 1.0, "gold": 0.25}
     assert {n: t.weight for n, t in obj.terms.items()} == obj.weights  # each term carries its own weight
-    assert obj.terms["gold"] is extra[1]
-    assert obj.layer_map == {0: 0, 1: 2, 2: 4}  # TinyBERT's uniform map
+    assert obj.terms["gold"] is entries[5]
+    assert obj.terms["hidden"].layer_map == {0: 0, 1: 2, 2: 4}  # TinyBERT's uniform map
     assert obj.terms["hidden"].projection.weight.shape == (32, 16)  # widths differ: a learned projection
     assert obj.needs("needs_hidden_states") and obj.needs("needs_attentions") and obj.needs("needs_teacher", True)
-    copied = build_objective(small, big, **weights, default_map={0: 0, 1: 1, 2: 3})
-    assert copied.layer_map == {0: 0, 1: 1, 2: 3}  # a copied student's own layers
-    hard_only = build_objective(small, big, alpha=0.0, beta=1.0, gamma=0.0, delta=0.0, temperature=2.0)
+    copied = build_objective(build_losses([HiddenStateLoss(weight=1.0)]), small, big, default_map={0: 0, 1: 1, 2: 3})
+    assert copied.terms["hidden"].layer_map == {0: 0, 1: 1, 2: 3}  # a copied student's own layers
+    hard_only = build_objective(build_losses([HardLabelLoss()]), small, big)
     assert not hard_only.needs("needs_teacher", True)  # the teacher need not run at all
-    with pytest.raises(DomainBertError, match="every loss weight is 0"):
-        build_objective(small, big, alpha=0.0, beta=0.0, gamma=0.0, delta=0.0, temperature=2.0)
-    only_extra = build_objective(
-        small, big, alpha=0.0, beta=0.0, gamma=0.0, delta=0.0, temperature=2.0, extra_losses=[LossTerm(weight=0.5)]
-    )
-    assert only_extra.weights == {"lossterm": 0.5}  # an extra term's weight counts
-    with pytest.raises(DomainBertError, match="gamma=-1.0: loss weights must not be negative"):
-        build_objective(small, big, alpha=1.0, beta=0.0, gamma=-1.0, delta=0.0, temperature=2.0)
+    with pytest.raises(DomainBertError, match=r"model.losses: no term has a weight above 0"):
+        build_objective(build_losses([KLDivergenceLoss(weight=0.0)]), small, big)
+    with pytest.raises(DomainBertError, match=r"model.losses: no term has a weight above 0"):
+        build_objective(build_losses([]), small, big)
+    assert build_objective(build_losses([LossTerm(weight=0.5)]), small, big).weights == {"lossterm": 0.5}
+    with pytest.raises(DomainBertError, match=r"HiddenStateLoss: weight=-1.0: expected a number >= 0"):
+        HiddenStateLoss(weight=-1.0)
+
+
+def test_without_a_list_the_terms_are_todays_default():
+    from domainbert.distill.objective import build_losses, build_objective
+
+    small, big = _configs()
+    obj = build_objective(build_losses(None), small, big, multi_label=True)
+    assert obj.weights == {"kl": 0.5, "hard": 0.5} and obj.terms["kl"].temperature == 2.0
+    assert obj.terms["kl"].multi_label is True

@@ -27,11 +27,12 @@ DOCS = Path(__file__).resolve().parents[2] / "docs" / "benchmarks" / "distillati
 
 def _ctx(**settings):
     ctx = bare_context(larger_teacher=LargerTeacherSpec(model="big"), **settings)
-    tuned = Run("finetune-larger_teacher-seed0", 0, hf="big/hf", predictions="big/test.json")
-    tuned.metrics["val/f1_macro"] = 0.85
-    ctx.cache[NAME] = tuned
+    tuned = Run(
+        "finetune-larger_teacher-seed0", 0, hf="big/hf", predictions="big/test.json", metrics={"val/f1_macro": 0.85}
+    )
     copy = Run("distill-larger_teacher", 0, hf="copy/hf", predictions="copy/test.json", metrics={"val/f1_macro": 0.8})
-    ctx.add(NAME, [Candidate(DISTILLED, NAME, runs=[copy], adapted=False, description="the base-size copy")])
+    made = Candidate(DISTILLED, NAME, runs=[copy], adapted=False, description="the base-size copy", teacher=tuned)
+    ctx.add(NAME, [made])  # the strategy's candidate carries its teacher: no untyped cache between the methods
     return ctx
 
 
@@ -44,7 +45,7 @@ def test_the_larger_teachers_distillation_reads_distill_config_args_and_transfer
     transfer = config.values["data"]["init_args"]["transfer"]
     assert (transfer["path"], transfer["documents"]) == ("c.txt", 2000)  # the user's documents, not the default 8000
     assert config.values["trainer"]["max_epochs"] == 2  # distill.transfer.epochs, then distill.args win
-    taught = {"teacher": "big/hf", "student": "base/hf", "student_layers": None, "gamma": 0}
+    taught = {"teacher": "big/hf", "student": "base/hf", "student_layers": None, "losses": None}
     assert config.overrides == [["--trainer.max_epochs=1"], {"model": {"init_args": taught}}, ["--trainer.max_steps=9"]]
 
 
@@ -59,7 +60,7 @@ def test_the_larger_teacher_teaches_through_the_interface_when_it_validates_bett
     worse = Run(hf="chosen/hf", metrics={"val/f1_macro": 0.80})
     taught = recipe.teaching(ctx, worse)
     assert taught.teachers == ["big/hf"] and taught.values == {
-        "model": {"init_args": {"student": "chosen/hf", "gamma": 0}}
+        "model": {"init_args": {"student": "chosen/hf", "losses": None}}
     }
     assert recipe.teaching(ctx, Run(hf="chosen/hf", metrics={"val/f1_macro": 0.9})) is None  # the chosen run teaches
 

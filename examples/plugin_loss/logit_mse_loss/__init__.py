@@ -2,9 +2,9 @@
 
 Kim et al. (2021, "Comparing Kullback-Leibler Divergence and Mean Squared Error Loss in Knowledge Distillation")
 found that matching the logits directly trains students as well as the soft-target KL or better. Installed, the
-term is one entry of ``model.extra_losses`` (``logit_mse.yaml`` beside this package)::
+term is one entry of ``model.losses`` (``logit_mse.yaml`` beside this package)::
 
-    extra_losses:
+    losses:
       - class_path: logit_mse_loss.LogitMSELoss
         init_args: {weight: 0.5, name: logit_mse}
 """
