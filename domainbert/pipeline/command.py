@@ -28,7 +28,7 @@ from domainbert.pipeline.specs import (
     TransferSpec,
     VocabSpec,
 )
-from domainbert.pipeline.strategies.base import NEEDS, Context
+from domainbert.pipeline.strategies.base import NEEDS, Context, Plan
 
 __all__ = ["build_parser", "check", "main", "pipeline"]
 
@@ -142,7 +142,7 @@ def pipeline(
     finetune, distill = _typed_finetune(finetune or _FINETUNE), _typed_distill(distill or _DISTILL)
     inputs = dict(base_model=base_model, corpus=corpus, corpus_text_column=corpus_text_column, seeds=seeds)
     task = TaskFiles(task_train, task_val, task_test, text_column, text_pair_column, label_column)
-    ctx = _start(_context({**inputs, "metric": metric}, task, finetune, strategies), distill, out, isolate)
+    ctx = _start(_plan({**inputs, "metric": metric}, task, finetune, strategies), distill, out, isolate)
     try:
         return _recipe(ctx, probe, distill, export, deploy or _DEPLOY)
     finally:
@@ -170,7 +170,9 @@ def _typed_distill(spec: DistillSpec | StageSpec) -> DistillSpec:
     return DistillSpec(spec.config, spec.args, spec.enabled, transfer=TransferSpec(enabled=False))
 
 
-def _recipe(ctx, probe: ProbeSpec, distill: DistillSpec, export: StageSpec, deploy: DeploySpec = _DEPLOY) -> Path:
+def _recipe(
+    ctx: Context, probe: ProbeSpec, distill: DistillSpec, export: ExportSpec, deploy: DeploySpec = _DEPLOY
+) -> Path:
     """Run the stages on the started context ``ctx``, in order; the report's path.
 
     The probe, the strategies' stages around fine-tuning, the choice on validation, distillation and export.
@@ -185,21 +187,20 @@ def _recipe(ctx, probe: ProbeSpec, distill: DistillSpec, export: StageSpec, depl
     probed = recipe.run_probe(ctx.runner, ctx.base_model, task, probe)
     registry.run(ctx, "start")
     recipe.finetune_candidates(ctx)
-    recipe.add_probe(ctx)
+    recipe.add_probe(ctx, probed)
     registry.run(ctx, "after")
     stopped = tuple(c.name for c in ctx.candidates if c.stopped)  # behind after their first seed: never shipped
     gated = tuple(c.name for c in ctx.candidates if c.gated and not c.gate.skipped)
-    chosen, why = recipe.choose(ctx.results(), ctx.metric, exclude=stopped, gated=gated)
-    best = recipe.best_run(ctx.results()[chosen], ctx.metric)
-    teacher = best.hf
-    teachers = recipe.distill_teachers(ctx.results(), chosen, best, distill)
+    choice = recipe.choose(ctx.results(), ctx.metric, exclude=stopped, gated=gated)
+    best = choice.run
+    teachers = recipe.distill_teachers(ctx.results(), choice.name, best, distill)
     extra = recipe.transfer_values(distill, ctx) if distill.enabled else {}
     if (taught := recipe.teaching(ctx, best)) is not None:  # a strategy's teacher in the chosen run's place
         teachers, extra = taught.teachers, merge(extra, taught.values)
     probe_run = (ctx.results().get(recipe.PROBE) or [None])[0]
-    student, deployed = recipe.distill_and_export(
+    distilled = recipe.distill_and_export(
         ctx.runner,
-        teacher,
+        best.hf,
         task,
         distill,
         export,
@@ -208,38 +209,37 @@ def _recipe(ctx, probe: ProbeSpec, distill: DistillSpec, export: StageSpec, depl
         extra=extra,
         deploy=deploy,
         probe=probe_run,
-        offered=recipe.deployables(ctx, chosen),
+        offered=recipe.deployables(ctx, choice.name),
     )
-    choice = (chosen, why, teacher)
-    report = write_report(ctx.runner, ctx.candidates, probed, choice, student, deployed, ctx.metric, ctx.seeds)
+    report = write_report(ctx.runner, ctx.candidates, probed, choice, distilled, ctx.metric, ctx.seeds)
     print(f"\nPipeline done. Report: {report}")
     for line in final_lines(report.with_name("report.json")):  # the one folder to ship, as the report says
         print(line)
     return report
 
 
-def _start(ctx, distill: DistillSpec, out: str, isolate: str):
+def _start(plan: Plan, distill: DistillSpec, out: str, isolate: str) -> Context:
     """Check the run (nothing is written when it cannot work), then claim ``out``: the context, with its runner."""
     from domainbert.pipeline.forks import enabled as fork_enabled
     from domainbert.pipeline.forks import start as start_forks
     from domainbert.pipeline.runner import Runner
     from domainbert.pipeline.strategies.base import BASELINE, Candidate
 
-    check(ctx, distill)
-    ctx.distill = distill  # a strategy's own distillation reads the distill settings too
-    base, task = ctx.base_model, ctx.task
-    inputs = [ctx.corpus, task.train, task.val, task.test, base if Path(base).exists() else None]
-    ctx.runner = Runner(out, isolate=isolate, inputs=inputs)  # out: null or empty is refused in one line
+    check(plan, distill)
+    plan.distill = distill  # a strategy's own distillation reads the distill settings too
+    base, task = plan.base_model, plan.task
+    inputs = [plan.corpus, task.train, task.val, task.test, base if Path(base).exists() else None]
+    ctx = Context.start(plan, Runner(out, isolate=isolate, inputs=inputs))  # out: null or empty is refused
     if isolate != "none" and fork_enabled():
         start_forks()  # its server imports the training stages' libraries while the first stages run
     ctx.add(BASELINE, [Candidate(BASELINE, BASELINE, model=base, adapted=False)])
     return ctx
 
 
-def check(ctx: Context, distill: Any) -> None:
+def check(ctx: Plan, distill: Any) -> None:
     """Refuse, before any stage runs, a pipeline that cannot work; it changes nothing.
 
-    The context comes as :func:`_context` builds it (the metric's short name, the seeds a list). Checked, in
+    The plan comes as :func:`_plan` builds it (the metric's short name, the seeds a list). Checked, in
     order: the metric, the seeds, ``finetune.enabled`` (gone), what every enabled strategy needs and its own
     ``check`` (:class:`~domainbert.pipeline.strategies.base.Strategy`), every stage config a stage would read, and
     every data path a stage would read (the task's files; the corpus when a strategy reads it). Each refusal is one
@@ -266,7 +266,7 @@ def check(ctx: Context, distill: Any) -> None:
     configs = {n: ctx.settings[n] for n in enabled}
     configs.update(finetune=ctx.finetune, **({"distill": distill} if distill.enabled else {}))
     for name, spec in configs.items():
-        if getattr(spec, "config", None) and not Path(spec.config).is_file():
+        if isinstance(spec, StageSpec | FinetuneSpec) and spec.config and not Path(spec.config).is_file():
             raise DomainBertError(
                 f"pipeline: {name}.config {spec.config}: no such file; name the stage's fit config (a path from the "
                 f"working directory), or leave {name}.config out for the built-in one"
@@ -284,7 +284,7 @@ def check(ctx: Context, distill: Any) -> None:
     _check_paths({"corpus": ctx.corpus if reads_corpus else None})
 
 
-def _check_needs(ctx: Context, enabled: list[str]) -> None:
+def _check_needs(ctx: Plan, enabled: list[str]) -> None:
     """Refuse enabled strategies whose needs the run does not meet: one line per need, naming them all."""
     met = {"corpus": bool(ctx.corpus), "single_text": not ctx.task.text_pair_column}
     for need, line in NEEDS.items():
@@ -310,8 +310,8 @@ def _check_paths(paths: dict[str, str | None]) -> None:
             raise DomainBertError(f"pipeline: {name}: {err}") from None
 
 
-def _context(inputs: dict[str, Any], task: TaskFiles, finetune: FinetuneSpec, given: dict[str, Any]) -> Context:
-    """The run's context before its runner exists: the inputs, and every installed strategy with its settings.
+def _plan(inputs: dict[str, Any], task: TaskFiles, finetune: FinetuneSpec, given: dict[str, Any]) -> Plan:
+    """The run's plan, checked before its runner exists: the inputs, and every installed strategy with its settings.
 
     The metric is its short name (``val/f1_macro``: ``f1_macro``), the seeds a list (None: seed 0 alone); what
     :func:`check` then refuses is left as given.
@@ -325,8 +325,7 @@ def _context(inputs: dict[str, Any], task: TaskFiles, finetune: FinetuneSpec, gi
     from domainbert.pipeline.strategies import load, settings_of
 
     installed = load()
-    return Context(
-        runner=None,  # set once the checks pass: the runner claims the out folder
+    return Plan(
         base_model=inputs["base_model"],
         task=task,
         corpus=inputs["corpus"],

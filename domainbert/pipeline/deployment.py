@@ -14,15 +14,16 @@ import json
 from pathlib import Path
 from typing import Any
 
+from domainbert.pipeline.records import Choice, Run
 from domainbert.pipeline.specs import DeploySpec, TaskFiles
-from domainbert.pipeline.strategies.base import Deployable, Run
+from domainbert.pipeline.strategies.base import Deployable
 
 #: The trade-off plot of the export folder (:data:`domainbert.deploy.plot.PLOT_FILE`).
 PLOT_FILE = "tradeoff.png"
 
 
 def export_options(
-    student: dict,
+    student: Run,
     teacher: str,
     task: TaskFiles,
     deploy: DeploySpec | None,
@@ -32,7 +33,7 @@ def export_options(
     """The options of ``domainbert export`` for the distilled ``student`` (everything but ``out``), by name.
 
     Args:
-        student: the distillation stage's record (``hf``, ``predictions``).
+        student: the distillation stage's run (``hf``, ``predictions``).
         teacher: the chosen fine-tuned model's folder.
         task: the task's files (``data`` is the test split; ``val`` the validation split when
             ``deploy.validation``).
@@ -42,14 +43,14 @@ def export_options(
             unless it is the teacher itself or ``deploy.probe`` is off.
     """
     deploy = deploy or DeploySpec()
-    options: dict[str, Any] = {"model": student["hf"], "teacher": teacher, "data": str(task.test), "role": "student"}
+    options: dict[str, Any] = {"model": student.hf, "teacher": teacher, "data": str(task.test), "role": "student"}
     options.update(_validation(task, deploy))
     probe_hf = probe.hf if probe is not None else None
     if deploy.probe and probe_hf and Path(probe_hf).resolve() != Path(teacher).resolve():
         options["probe"] = probe_hf
         if probe.predictions:
             options["probe_predictions"] = str(probe.predictions)
-    known = {"predictions": student.get("predictions"), "teacher_predictions": teacher_predictions}
+    known = {"predictions": student.predictions, "teacher_predictions": teacher_predictions}
     options.update({name: str(path) for name, path in known.items() if path})
     options.update(max_drop=_number(deploy.max_drop), max_ms=_number(deploy.max_ms))
     return {**options, "text_column": task.text_column, "label_column": task.label_column}
@@ -99,17 +100,16 @@ def recommendation(folder: str | None) -> dict | None:
     return rec if isinstance(rec, dict) else None
 
 
-def answer(folder: str | None, choice: tuple[str, str, str], score: float | None, metric: str, skipped: str | None):
+def answer(folder: str | None, choice: Choice, why: str, skipped: str | None) -> dict[str, Any]:
     """The one folder to ship, and why: ``{"folder", "label", "latency_ms_b32", "score", "split", "why", ...}``.
 
     The export's recommendation when it made one (the fastest variant not significantly more than
-    ``deploy.max_drop`` below the best on validation); else the fine-tuned model the choice made
-    (``choice``: ``(name, why, folder)``, its validation ``score``), with why no variant was recommended
-    (``skipped``: why the export did not run).
+    ``deploy.max_drop`` below the best on validation); else the fine-tuned model the choice made (``choice``: its
+    best run's folder and validation score; ``why``: the choice's reasons in words), with why no variant was
+    recommended (``skipped``: why the export did not run).
     """
     from domainbert.deploy.recommend import below_probe_line
 
-    name, why, chosen = choice
     rec = recommendation(folder)
     if rec is not None and rec.get("variant") is not None:
         ship = {key: rec.get(key) for key in ("label", "latency_ms_b32", "score", "split", "why")}
@@ -119,17 +119,16 @@ def answer(folder: str | None, choice: tuple[str, str, str], score: float | None
         unmeasured = f"no deployment variant meets the rule: {rec['why']}"
     else:
         unmeasured = f"no deployment variant was measured ({skipped or 'the export did not run'})"
-    why = f"the fine-tuned model chosen on validation ({why}); {unmeasured}"
     return {
-        "folder": chosen,
-        "label": name,
+        "folder": choice.run.hf,
+        "label": choice.name,
         "latency_ms_b32": None,
-        "score": score,
+        "score": choice.run.metric(choice.key),
         "split": "validation",
-        "why": why,
+        "why": f"the fine-tuned model chosen on validation ({why}); {unmeasured}",
         "variant": None,
         "source": "choice",
-        "metric": metric,
+        "metric": choice.metric,
         "warning": None,
     }
 

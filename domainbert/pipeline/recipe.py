@@ -8,11 +8,13 @@ fine-tuning of the base model and of every starting model they offer, over the s
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 from domainbert.core.stats import mean_std
 from domainbert.errors import DomainBertError
+from domainbert.pipeline.records import Choice, Distilled, ProbeClassifier, Probed, ToolResult
 from domainbert.pipeline.runner import Runner
 from domainbert.pipeline.specs import DeploySpec, DistillSpec, ExportSpec, ProbeSpec, TaskFiles
 from domainbert.pipeline.stage import StageConfig, data, merge, model, seed, trainer
@@ -29,10 +31,22 @@ from domainbert.pipeline.strategies.base import (
     stage_config,
 )
 
-__all__ = ["BASELINE", "PROBE", "choose", "deployables", "export_skipped", "run_probe", "teaching"]
+__all__ = [
+    "BASELINE",
+    "PROBE",
+    "Choice",
+    "Distilled",
+    "ProbeClassifier",
+    "Probed",
+    "choose",
+    "deployables",
+    "export_skipped",
+    "run_probe",
+    "teaching",
+]
 
 
-def run_probe(runner: Runner, base_model: str, task: TaskFiles, spec: ProbeSpec) -> dict | None:
+def run_probe(runner: Runner, base_model: str, task: TaskFiles, spec: ProbeSpec) -> Probed | None:
     """Logistic regression on the base model's frozen mean-pooled embeddings (a row of the report, and a candidate).
 
     A probe stage done by an older domainbert, which kept no weights (``probe.safetensors``), runs again: the
@@ -44,35 +58,35 @@ def run_probe(runner: Runner, base_model: str, task: TaskFiles, spec: ProbeSpec)
     options = {"model": base_model, "train": task.train, "val": task.val, "test": task.test}
     options.update(text_column=task.text_column, label_column=task.label_column)
     options.update(text_pair_column=task.text_pair_column, max_length=spec.max_length, out=str(folder))
-    record = runner.tool("probe", "probe", options, result=str(folder))
-    if not record.get("weights") and isinstance(runner.state.get("probe"), dict):  # done by an older domainbert
+    probed = Probed.of(runner.tool("probe", "probe", options, result=str(folder)))
+    if not probed.weights and isinstance(runner.state.get("probe"), dict):  # done by an older domainbert
         runner.state["probe"]["status"] = "outdated"
-        record = runner.tool("probe", "probe", options, result=str(folder))
-    return record
+        probed = Probed.of(runner.tool("probe", "probe", options, result=str(folder)))
+    return probed
 
 
-def probe_export(base_model: str, record: dict) -> dict:
-    """``{"hf": folder}``: the probe as a classifier in ``<probe folder>/hf`` (written once per probe run).
+def probe_export(base_model: str, probed: Probed) -> ProbeClassifier:
+    """The probe as a classifier in ``<probe folder>/hf`` (written once per probe run).
 
     The base encoder with the probe's linear layer as a mean-pooling head; it loads like any fine-tuned
-    classifier (``domainbert predict``, ``export``, distillation). ``{"hf_error": message}`` when it cannot be
-    built: the pipeline then cannot ship the probe, and says so if the probe wins. What the export says goes to
-    the probe stage's log (``<probe folder>/log.txt``).
+    classifier (``domainbert predict``, ``export``, distillation). When it cannot be built, its ``error`` says why:
+    the pipeline then cannot ship the probe, and says so if the probe wins. What the export says goes to the probe
+    stage's log (``<probe folder>/log.txt``).
     """
     from domainbert.modules.probe_init import export_probe_classifier
     from domainbert.pipeline.inprocess import output_to
 
-    folder = Path(record["result"])
-    out, weights = folder / "hf", Path(record.get("weights") or folder / "probe.safetensors")
+    folder = Path(probed.folder)
+    out, weights = folder / "hf", Path(probed.weights or folder / "probe.safetensors")
     if (out / "config.json").is_file() and weights.is_file():
         if (out / "config.json").stat().st_mtime >= weights.stat().st_mtime:
-            return {"hf": str(out)}
+            return ProbeClassifier(hf=str(out))
     try:
         with output_to(folder / "log.txt"):  # the probe stage's log, not between the pipeline's stage lines
-            return {"hf": export_probe_classifier(base_model, str(folder), str(out))}
+            return ProbeClassifier(hf=export_probe_classifier(base_model, str(folder), str(out)))
     except DomainBertError as err:
         print(f"[probe] the probe could not be exported as a classifier: {err}", flush=True)
-        return {"hf_error": str(err)}
+        return ProbeClassifier(error=str(err))
 
 
 def pooling(ctx: Context) -> str:
@@ -82,12 +96,12 @@ def pooling(ctx: Context) -> str:
     sentence-transformers files that say so, so the baseline and the adapted runs use the same head (a stage's
     own ``finetune.args`` are applied last and can still override it).
     """
-    if "pooling" not in ctx.cache:
+    if ctx.pooling is None:
         from domainbert.core.embed import native_pooling
         from domainbert.core.models_local import resolve_local_alias
 
-        ctx.cache["pooling"] = "mean" if native_pooling(resolve_local_alias(ctx.base_model)) == "mean" else "cls"
-    return ctx.cache["pooling"]
+        ctx.pooling = "mean" if native_pooling(resolve_local_alias(ctx.base_model)) == "mean" else "cls"
+    return ctx.pooling
 
 
 def finetune_config(ctx: Context, init_from: str, seed_value: int | None, pooled: bool = True) -> StageConfig:
@@ -110,7 +124,7 @@ def finetune_run(ctx: Context, candidate: Candidate, seed_value: int) -> Run:
     """Fine-tune ``candidate``'s starting model with ``seed_value``; its run."""
     stage = finetune_stage(candidate.name, seed_value)
     run = ctx.runner.fit(stage, finetune_config(ctx, candidate.model, seed_value), test=bool(ctx.task.test))
-    return Run.of(run, stage, seed_value)
+    return dataclasses.replace(run, seed=seed_value)
 
 
 def finetune_candidates(ctx: Context) -> None:
@@ -161,68 +175,52 @@ def stopped_line(name: str, stopped: Stop, metric: str) -> str:
     )
 
 
-def add_probe(ctx: Context) -> None:
-    """Enter this run's frozen-embedding probe among the candidates, as candidate ``frozen probe`` (one run).
+def add_probe(ctx: Context, probed: Probed | None) -> None:
+    """Enter this run's frozen-embedding probe (``probed``) among the candidates, as candidate ``frozen probe``.
 
-    Its run (kind ``probe``) looks like a fine-tuning run: ``metrics`` (``val/<metric>``, ``test/<metric>``),
+    Its one run (kind ``probe``) looks like a fine-tuning run: ``metrics`` (``val/<metric>``, ``test/<metric>``),
     ``predictions`` and ``hf`` (the probe as a classifier, or ``hf_error``). Nothing is added when the probe did not
-    run.
+    run (``probed`` None).
     """
-    runner = ctx.runner
-    entry = runner.state.get("probe")
-    if "probe" not in runner.called or not isinstance(entry, dict) or entry.get("status") != "done":
+    if probed is None:
         return
-    metrics = {f"{split}/{m}": v for split in ("val", "test") for m, v in (entry.get(split) or {}).items()}
-    record = {"metrics": metrics, "predictions": entry.get("predictions"), **probe_export(ctx.base_model, entry)}
-    run = Run.of(record, "probe", kind="probe")
+    metrics = {
+        f"{split}/{m}": v for split, scores in (("val", probed.val), ("test", probed.test)) for m, v in scores.items()
+    }
+    made = probe_export(ctx.base_model, probed)
+    run = Run("probe", kind="probe", metrics=metrics, hf=made.hf, predictions=probed.predictions, hf_error=made.error)
     ctx.add("probe", [Candidate(PROBE, "probe", runs=[run], adapted=False)])
 
 
 def choose(
     results: dict[str, list[Run]], metric: str, exclude: tuple[str, ...] = (), gated: tuple[str, ...] = ()
-) -> tuple[str, str]:
+) -> Choice:
     """The model to ship: the starting model whose fine-tuned runs score best on **validation**, and why.
 
     Scores are the mean over seeds. An adapted model (or a seed soup) is chosen only when it beats the baseline on
     validation; on a tie the baseline stays, so the pipeline never ships a model that validated worse than plain
     fine-tuning. The frozen-embedding probe (``results["frozen probe"]``, see :func:`add_probe`) ships instead
     when it validates strictly better than that choice: fine-tuning that lost to a linear probe on frozen
-    embeddings failed, and ``why`` says so; a fine-tuned model below the probe ships only when the probe cannot
-    (it could not be exported), and ``why`` says that too. The test split is not read. A soup, one model, is
-    compared with the seeds' mean, not with the best seed: the best of several seeds' validation scores is biased
-    upwards by the choice itself. Candidates named in ``exclude`` (stopped before their last seed) are never chosen;
-    ``gated`` names those the probe gate kept from fine-tuning (they have no runs), for ``why``.
+    embeddings failed; a fine-tuned model below the probe ships only when the probe cannot (it could not be
+    exported: ``probe_error``). The test split is not read. A soup, one model, is compared with the seeds' mean,
+    not with the best seed: the best of several seeds' validation scores is biased upwards by the choice itself.
+    Candidates named in ``exclude`` (stopped before their last seed) are never chosen; ``gated`` names those the
+    probe gate kept from fine-tuning (they have no runs), for the report.
+
+    Raises:
+        DomainBertError: the baseline's runs recorded no validation ``metric``.
     """
-    key = f"val/{metric}"
     scores = {n: s for n, s in validation_scores(results, metric).items() if n not in exclude}
     probe = scores.pop(PROBE, None)
-    base = scores.get(BASELINE)
-    if base is None:
-        raise DomainBertError(f"pipeline: the baseline runs recorded no {key}; give the task a validation split")
+    if scores.get(BASELINE) is None:
+        raise DomainBertError(f"pipeline: the baseline runs recorded no val/{metric}; give the task a validation split")
     best = max((n for n in scores if scores[n] is not None), key=lambda n: (scores[n], n == BASELINE))
-    if len(scores) == 1 and gated:
-        why = f"the only fine-tuned model (the probe gate kept {', '.join(gated)} from fine-tuning); validation {key} "
-        why += f"{base:.4f}"
-    elif len(scores) == 1:
-        why = f"the only starting model (no adaptation stage ran); validation {key} {base:.4f}"
-    elif best == BASELINE:
-        others = ", ".join(f"{n} {s:.4f}" for n, s in scores.items() if n != BASELINE and s is not None)
-        why = f"no adapted model beat it on validation {key} (baseline {base:.4f}" + (f"; {others})" if others else ")")
-    else:
-        why = f"best validation {key}: {scores[best]:.4f} against the baseline's {base:.4f}"
-    if probe is None or probe <= scores[best]:
-        return best, why + (f"; the frozen probe scored {probe:.4f}" if probe is not None else "")
-    if results[PROBE][0].hf:
-        return PROBE, (
-            f"fine-tuning failed to beat the frozen-embedding probe: the probe scored {probe:.4f} validation "
-            f"{metric}, every fine-tuned model less (best: {best} {scores[best]:.4f}), so the probe ships as a "
-            "classifier (the base encoder, frozen, with the probe as its mean-pooling head); check the fine-tuning "
-            "settings (learning rate, epochs, data)"
-        )
-    return best, (
-        f"{why}. WARNING: it validates BELOW the frozen-embedding probe ({scores[best]:.4f} against {probe:.4f}), "
-        f"which could not be exported as a classifier ({results[PROBE][0].hf_error or 'no export'})"
-    )
+    above = probe is not None and probe > scores[best]
+    probe_run = results[PROBE][0] if above else None
+    name = PROBE if probe_run is not None and probe_run.hf else best
+    error = (probe_run.hf_error or "no export") if probe_run is not None and not probe_run.hf else None
+    run = best_run(results[name], metric)
+    return Choice(name, run, metric, scores, best, probe=probe, probe_error=error, gated=tuple(gated))
 
 
 def validation_scores(results: dict[str, list[Run]], metric: str) -> dict[str, float | None]:
@@ -314,7 +312,7 @@ def nearest_transfer(ctx: Context, documents: int | None) -> str:
     folder, task = ctx.runner.out / "select-transfer", ctx.task
     options = {"model": ctx.base_model, "corpus": ctx.corpus, "task": task.train, "k": k}
     options.update(text_column=task.text_column, corpus_text_column=ctx.corpus_text_column, out=str(folder))
-    return ctx.runner.tool("select-transfer", "select", options, result=str(folder))["corpus"]
+    return ctx.runner.tool("select-transfer", "select", options, result=str(folder)).value("corpus")
 
 
 def distill_and_export(
@@ -329,24 +327,23 @@ def distill_and_export(
     deploy: DeploySpec | None = None,
     probe: Run | None = None,
     offered: list[Deployable] | None = None,
-):
-    """Distil ``teacher`` into a student and export its deployment variants; ``(student record, export folder)``.
+) -> Distilled | None:
+    """Distil ``teacher`` into a student and export its deployment variants (None: distillation is off).
 
     ``teachers`` (default: ``[teacher]``) teach the student, their probabilities averaged; ``teacher``, the chosen
     model, is the export's teacher row. ``extra``: config values before ``distill.args`` (the transfer set's).
-    When the export does not run, the pipeline's output says why, and so does the student record's
-    ``export_skipped`` (for the report). The export's teacher and student rows take their test metrics from the
-    test passes their stages made (``teacher_predictions``, the student record's ``predictions``): each model reads
-    the test split once. ``deploy``: the deployment choice's settings; ``probe``: the frozen probe's record (its
-    classifier is measured beside the variants), both passed on by
-    :func:`~domainbert.pipeline.deployment.export_options`. ``offered``: the models strategies offer for
-    deployment (:func:`deployables`): each is exported first (stage ``export-<role>``) and its rows join the
-    export's table, plot and recommendation.
+    When the export does not run, the pipeline's output says why, and so does the result's ``skipped`` (for the
+    report). The export's teacher and student rows take their test metrics from the test passes their stages made
+    (``teacher_predictions``, the student's ``predictions``): each model reads the test split once. ``deploy``:
+    the deployment choice's settings; ``probe``: the frozen probe's run (its classifier is measured beside the
+    variants), both passed on by :func:`~domainbert.pipeline.deployment.export_options`. ``offered``: the models
+    strategies offer for deployment (:func:`deployables`): each is exported first (stage ``export-<role>``) and its
+    rows join the export's table, plot and recommendation.
     """
     from domainbert.pipeline.deployment import export_options, offered_options
 
     if not distill.enabled:
-        return None, None
+        return None
     teachers = teachers or [teacher]
     named = teachers[0] if len(teachers) == 1 else teachers
     values = merge(model(teacher=named), task.values(), extra or {})
@@ -355,8 +352,8 @@ def distill_and_export(
     skipped = export_skipped(export, student, task)
     if skipped:
         print(f"[export] skipped: {skipped}", flush=True)
-        return {**student, "export_skipped": skipped}, None
-    joined = {}
+        return Distilled(student, skipped=skipped)
+    joined: dict[str, ToolResult] = {}
     for made in offered or []:
         stage, options = offered_options(made, task, deploy)
         folder = str(runner.out / stage)
@@ -364,21 +361,21 @@ def distill_and_export(
     folder = runner.out / "export"
     options = export_options(student, teacher, task, deploy, teacher_predictions, probe)
     if joined:
-        options["join"] = [record["result"] for record in joined.values()]
+        options["join"] = [made.result for made in joined.values()]
     after = tuple(joined)
     runner.tool("export", "export", {"out": str(folder), **options}, result=str(folder), args=export.args, after=after)
-    return student, str(folder)
+    return Distilled(student, export=str(folder))
 
 
-def export_skipped(export: ExportSpec, student: dict, task: TaskFiles) -> str | None:
+def export_skipped(export: ExportSpec, student: Run, task: TaskFiles) -> str | None:
     """Why the export stage does not run for ``student``; None when it runs."""
     if not export.enabled:
         return "export is disabled (export: {enabled: false})"
-    if not student.get("hf"):
+    if not student.hf:
         return "the distillation run exported no model (no hf/ folder) to export"
     if not task.test:
         return (
             "no test split (task_test), which the export measures its variants' metric on; give task_test, or "
-            f"run `domainbert export --model {student['hf']} --data <labelled file> --out <folder>` yourself"
+            f"run `domainbert export --model {student.hf} --data <labelled file> --out <folder>` yourself"
         )
     return None

@@ -11,7 +11,7 @@ from pathlib import Path
 from domainbert.core.files import atomic_write_text
 from domainbert.core.stats import mean_std, paired_bootstrap
 from domainbert.pipeline.deployment import report_lines as deployment_lines
-from domainbert.pipeline.recipe import below_probe, stopped_line
+from domainbert.pipeline.recipe import Choice, Distilled, Probed, below_probe, stopped_line
 from domainbert.pipeline.strategies.base import BASELINE, PROBE, Candidate, Gate, Run
 from domainbert.pipeline.timing import part_lines, stage_order
 
@@ -216,14 +216,19 @@ def chart_figure(rows: list[ChartRow], metric: str, spread: bool = True, chosen:
     return fig
 
 
-def _predictions(runs: list[Run | dict]) -> tuple[list[int], list[list[int]], int] | None:
-    """``(gold, predictions per run, number of labels)`` from the runs' test predictions (None: a run has none).
+def _predictions(runs: list[Run]) -> tuple[list[int], list[list[int]], int] | None:
+    """``(gold, predictions per run, number of labels)`` from the runs' test predictions (None: a run has none)."""
+    return read_predictions([r.predictions for r in runs])
 
-    A run may be a stage's dict record (``examples/benchmarks/seed_rows.py`` reads ``state.json`` with it).
+
+def read_predictions(paths: list[str | None]) -> tuple[list[int], list[list[int]], int] | None:
+    """``(gold, predictions per file, number of labels)`` from test predictions files (None: a file is missing).
+
+    Each file is a stage's ``test_predictions.json`` (``gold``, ``pred``, ``labels``);
+    ``examples/benchmarks/seed_rows.py`` reads a pipeline folder's with it.
     """
     preds, gold, k = [], None, 0
-    for r in runs:
-        path = r.predictions if isinstance(r, Run) else r.get("predictions")
+    for path in paths:
         if not path or not Path(path).is_file():
             return None
         data = json.loads(Path(path).read_text())
@@ -270,9 +275,9 @@ def probe_minutes(runner) -> float:
     return runner.seconds("probe") / 60
 
 
-def _probe_row(runner, probed: dict, metric: str) -> str:
+def _probe_row(runner, probed: Probed, metric: str) -> str:
     """The table row of the frozen-embedding probe."""
-    val, test = probed.get("val", {}), probed.get("test", {})
+    val, test = probed.val, probed.test
     cells = [_cell((split.get(key, float("nan")), 0.0), True) for split, key in ((val, metric), (test, metric))]
     cells.append(_cell((test.get("acc", float("nan")), 0.0), True))
     return (
@@ -297,9 +302,9 @@ def _intro(candidates: list[Candidate], seeds: list[int]) -> str:
     return f"Mean ± std over seeds {seeds} of the best checkpoint (chosen on validation) of each run.{soup}"
 
 
-def _probe_verdict(chart: list, probed: dict, metric: str) -> str:
+def _probe_verdict(chart: list, probed: Probed, metric: str) -> str:
     """What fine-tuning bought over the probe, on test; plainly a failure when it lost."""
-    base, frozen = next(c for c in chart if c[0] == BASELINE)[3], probed["test"][metric]
+    base, frozen = next(c for c in chart if c[0] == BASELINE)[3], probed.test[metric]
     if base < frozen:
         return (
             f"- **Fine-tuning lost to the frozen-embedding probe**: the baseline scored {base:.4f} test {metric} "
@@ -313,7 +318,7 @@ def _probe_verdict(chart: list, probed: dict, metric: str) -> str:
 
 
 def adaptation_section(
-    runner, candidates: list[Candidate], probed: dict | None, metric: str, seeds: list[int], chosen: str | None = None
+    runner, candidates: list[Candidate], probed: Probed | None, metric: str, seeds: list[int], chosen: str | None = None
 ):
     """The table of candidates, the paired intervals, the verdicts and the gain per minute (a list of lines).
 
@@ -352,13 +357,13 @@ def adaptation_section(
             "- This run trained no adapted model (DAPT, TAPT and curation were off), or recorded no test predictions:"
             " it cannot show an adaptation gain. The full recipe (more stages and seeds) is the one to judge by."
         ]
-    if probed is not None and probed.get("test", {}).get(metric) is not None and chart:
+    if probed is not None and probed.test.get(metric) is not None and chart:
         verdicts.append(_probe_verdict(chart, probed, metric))
     lines += ["", *verdicts, ""]
     if any(c[1] == c[1] or c[3] == c[3] for c in chart):  # not all NaN
-        if probed is not None and (probed.get("test", {}).get(metric) is not None or probed.get("val")):
+        if probed is not None and (probed.test.get(metric) is not None or probed.val):
             nan = float("nan")
-            val, test = probed.get("val", {}).get(metric, nan), probed.get("test", {}).get(metric, nan)
+            val, test = probed.val.get(metric, nan), probed.test.get(metric, nan)
             chart.insert(0, (PROBE, val, 0.0, test, 0.0))
         spread = any(len(c.runs) > 1 for c in candidates)
         png = runner.out / "plots" / "comparison.png"
@@ -427,18 +432,51 @@ def _mean(runs: list[Run], key: str) -> tuple[float, float]:
     return mean_std([score for r in runs if (score := r.metric(key)) is not None])
 
 
-def chosen_lines(choice: tuple[str, str, str], one_model: bool = False) -> list[str]:
-    """The section on the chosen fine-tuned model: which, and why.
+def choice_why(choice: Choice) -> str:
+    """Why ``choice``, in words: its validation score against the baseline's and the probe's, and any warning."""
+    best, top, probe = choice.best, choice.scores[choice.best], choice.probe
+    if choice.name == PROBE:
+        return (
+            f"fine-tuning failed to beat the frozen-embedding probe: the probe scored {probe:.4f} validation "
+            f"{choice.metric}, every fine-tuned model less (best: {best} {top:.4f}), so the probe ships as a "
+            "classifier (the base encoder, frozen, with the probe as its mean-pooling head); check the fine-tuning "
+            "settings (learning rate, epochs, data)"
+        )
+    why = _fine_tuned_why(choice)
+    if choice.probe_error is not None:
+        return (
+            f"{why}. WARNING: it validates BELOW the frozen-embedding probe ({top:.4f} against {probe:.4f}), "
+            f"which could not be exported as a classifier ({choice.probe_error})"
+        )
+    return why + (f"; the frozen probe scored {probe:.4f}" if probe is not None else "")
 
-    ``choice``: ``(name, why, folder)``; ``one_model``: a soup. It teaches the student and is the variants table's
-    ``teacher``; what ships is the report's first section.
+
+def _fine_tuned_why(choice: Choice) -> str:
+    """Why the best fine-tuned candidate of ``choice`` is best: against the baseline, or alone."""
+    key, scores, base = choice.key, choice.scores, choice.scores[BASELINE]
+    if len(scores) == 1 and choice.gated:
+        kept = ", ".join(choice.gated)
+        return f"the only fine-tuned model (the probe gate kept {kept} from fine-tuning); validation {key} {base:.4f}"
+    if len(scores) == 1:
+        return f"the only starting model (no adaptation stage ran); validation {key} {base:.4f}"
+    if choice.best == BASELINE:
+        others = ", ".join(f"{n} {s:.4f}" for n, s in scores.items() if n != BASELINE and s is not None)
+        return f"no adapted model beat it on validation {key} (baseline {base:.4f}{'; ' if others else ''}{others})"
+    return f"best validation {key}: {scores[choice.best]:.4f} against the baseline's {base:.4f}"
+
+
+def chosen_lines(choice: Choice, one_model: bool = False) -> list[str]:
+    """The section on the chosen fine-tuned model: which, and why (:func:`choice_why`).
+
+    ``one_model``: a soup. It teaches the student and is the variants table's ``teacher``; what ships is the
+    report's first section.
     """
-    chosen, why, teacher = choice
-    if chosen == PROBE:
+    if choice.name == PROBE:
         which = "the base encoder, frozen, with the probe's logistic regression as its mean-pooling head"
     else:
         which = "the weight average" if one_model else "its best seed on validation"
-    lines = ["## The chosen fine-tuned model", "", f"**{chosen}**, {which}, `{teacher}`: {why}.", ""]
+    head = f"**{choice.name}**, {which}, `{choice.run.hf}`: {choice_why(choice)}."
+    lines = ["## The chosen fine-tuned model", "", head, ""]
     lines += [
         "The choice reads validation metrics only; the test split is reported, never used to choose. The chosen model "
         "teaches the distilled student and is the `teacher` row of the deployment variants; which folder ships is "
@@ -462,7 +500,7 @@ def ship_lines(ship: dict, left: list[str]) -> list[str]:
     return [*lines, *(f"- {line}" for line in left), *([""] if left else [])]
 
 
-def left_on_table(candidates: list[Candidate], probed: dict | None, metric: str) -> list[str]:
+def left_on_table(candidates: list[Candidate], probed: Probed | None, metric: str) -> list[str]:
     """One line per installed strategy that did not run and has something to say for a task like this one.
 
     A strategy ran when a candidate came from it; the probe's validation score says how hard the task is
@@ -471,7 +509,7 @@ def left_on_table(candidates: list[Candidate], probed: dict | None, metric: str)
     from domainbert.pipeline.strategies import load
 
     ran = {c.source for c in candidates}
-    probe = ((probed or {}).get("val") or {}).get(metric)
+    probe = probed.val.get(metric) if probed is not None else None
     found = (s.untried(probe, metric) for name, s in load().items() if name not in ran)
     return [line for line in found if line]
 
@@ -564,17 +602,17 @@ def _versus_line(score: float | None, shipped: tuple[str, float, int], frozen: f
     return [f"- test points {'; '.join(parts)}"] if parts else []
 
 
-def _distill_line(student: dict) -> list[str]:
+def _distill_line(student: Run) -> list[str]:
     """The distillation stage's minutes, and how many corpus documents its transfer set (``data.transfer``) added."""
-    if student.get("seconds") is None:
+    if student.seconds is None:
         return []
-    transfer = _transfer(student.get("config"))
+    transfer = _transfer(student.config)
     added = ""
     if isinstance(transfer, dict):
         documents = transfer.get("documents")
         count = "all the" if documents is None else f"{documents}"
         added = f", with a transfer set of {count} corpus documents (`data.transfer`)"
-    return [f"- distillation: {float(student['seconds']) / 60:.1f} minutes{added}"]
+    return [f"- distillation: {float(student.seconds) / 60:.1f} minutes{added}"]
 
 
 def _transfer(config: str | None) -> dict | None:
@@ -590,26 +628,29 @@ def _transfer(config: str | None) -> dict | None:
 
 
 def student_lines(
-    student: dict, metric: str, runner=None, teacher: Candidate | None = None, probed: dict | None = None
+    distilled: Distilled, metric: str, runner=None, teacher: Candidate | None = None, probed: Probed | None = None
 ) -> list[str]:
     """The distilled student's section: its test metric, in points against the chosen model and the probe, and more.
 
     Also its distillation's minutes, its export, why deployment variants are missing, and the full recipe's minutes
-    per point over the probe. ``teacher``: the chosen candidate (its runs' mean test metric); ``probed``: the probe's
-    record; ``runner``: the stages' minutes. Without them those lines are left out.
+    per point over the probe. ``distilled``: the student and its export; ``teacher``: the chosen candidate (its runs'
+    mean test metric); ``probed``: the probe's outcome; ``runner``: the stages' minutes. Without them those lines
+    are left out.
     """
-    lines = ["## Distilled student", ""]
-    score = student["metrics"].get(f"test/{metric}")
+    lines, student = ["## Distilled student", ""], distilled.student
+    score = student.metric(f"test/{metric}")
     lines.append(f"- test {metric}: {score:.4f}" if score is not None else f"- test {metric}: – (no test split)")
-    shipped, frozen = _shipped_test(teacher, metric), ((probed or {}).get("test") or {}).get(metric)
+    shipped, frozen = _shipped_test(teacher, metric), probed.test.get(metric) if probed is not None else None
     lines += [*_versus_line(score, shipped, frozen), *_distill_line(student)]
-    lines.append(f"- export: `{student['hf']}`")
-    if student.get("export_skipped"):
-        lines.append(f"- deployment variants (int8, ONNX...): **not exported**: {student['export_skipped']}")
+    lines.append(f"- export: `{student.hf}`")
+    if distilled.skipped:
+        lines.append(f"- deployment variants (int8, ONNX...): **not exported**: {distilled.skipped}")
     return [*lines, *_recipe_lines(runner, score, shipped[1], frozen), ""]
 
 
-def write_report(runner, candidates, probed, choice, student, deployed, metric: str, seeds: list[int]) -> Path:
+def write_report(
+    runner, candidates, probed: Probed | None, choice: Choice, distilled: Distilled | None, metric: str, seeds
+) -> Path:
     """Write ``<out>/report.md`` and ``<out>/report.json``: what to ship, the comparison, the choice, and more.
 
     The Markdown then has deployment, the curves and the stages' costs.
@@ -621,47 +662,46 @@ def write_report(runner, candidates, probed, choice, student, deployed, metric: 
         runner: the run's runner (its stages' minutes and records).
         candidates: every candidate, in order (the baseline first; see :class:`~domainbert.pipeline.strategies.base.
             Candidate`).
-        probed: the probe stage's record, or None.
-        choice: ``(name, why, folder)`` of the chosen fine-tuned model (the student's teacher).
-        student: the distillation stage's record, or None.
-        deployed: the export's folder, or None.
+        probed: the probe stage's outcome, or None.
+        choice: the choice of the fine-tuned model (its best run teaches the student).
+        distilled: the distilled student and its export, or None (distillation off).
         metric: the metric compared.
         seeds: the fine-tuning seeds.
     """
     out = runner.out
     (out / "plots").mkdir(exist_ok=True)
     results = {c.name: c.runs for c in candidates if c.runs}
-    ship = _ship(results, choice, student, deployed, metric)
+    why, deployed = choice_why(choice), distilled.export if distilled else None
+    ship = _ship(choice, why, distilled)
     left = left_on_table(candidates, probed, metric)
     lines = ["# domainbert pipeline report", "", f"Folder: `{out}`", "", *ship_lines(ship, left)]
-    lines += warning_lines(results, choice[0], metric)
+    lines += warning_lines(results, choice.name, metric)
     lines += ["## Does domain adaptation help?", ""]
-    lines += adaptation_section(runner, candidates, probed, metric, seeds, chosen=choice[0])
-    chosen = next((c for c in candidates if c.name == choice[0]), None)
+    lines += adaptation_section(runner, candidates, probed, metric, seeds, chosen=choice.name)
+    chosen = next((c for c in candidates if c.name == choice.name), None)
     lines += chosen_lines(choice, one_model=bool(chosen and chosen.one_model))
-    if student is not None:
-        lines += student_lines(student, metric, runner, chosen, probed)
+    if distilled is not None:
+        lines += student_lines(distilled, metric, runner, chosen, probed)
     lines += variants_lines(deployed, out)
     lines += part_lines(runner.state, runner.called)  # each stage's minutes, split into its parts
     lines += curve_lines(runner)
     path = out / "report.md"
     atomic_write_text(path, "\n".join(lines) + "\n")
-    record = {"ship": ship, "chosen": dict(zip(("name", "why", "folder"), choice)), "export": deployed}
-    record["student"] = {"hf": student.get("hf"), "metrics": student.get("metrics")} if student else None
+    record = {"ship": ship, "chosen": {"name": choice.name, "why": why, "folder": choice.run.hf}, "export": deployed}
+    student = distilled.student if distilled else None
+    record["student"] = {"hf": student.hf, "metrics": dict(student.metrics)} if student else None
     record.update(left_on_table=left, report=path.name)
     atomic_write_text(out / "report.json", json.dumps(record, indent=2) + "\n")
     return path
 
 
-def _ship(results: dict, choice: tuple[str, str, str], student: dict | None, deployed: str | None, metric: str):
+def _ship(choice: Choice, why: str, distilled: Distilled | None) -> dict:
     """The one answer (:func:`~domainbert.pipeline.deployment.answer`) of this run."""
     from domainbert.pipeline.deployment import answer
-    from domainbert.pipeline.recipe import best_run
 
-    runs = results.get(choice[0]) or []
-    score = best_run(runs, metric).metric(f"val/{metric}") if runs else None
-    skipped = "distillation is off, so no student and no export" if student is None else student.get("export_skipped")
-    return answer(deployed, choice, score, metric, skipped)
+    if distilled is None:
+        return answer(None, choice, why, "distillation is off, so no student and no export")
+    return answer(distilled.export, choice, why, distilled.skipped)
 
 
 #: What the variants table's scores are, against the candidates' table's.

@@ -22,12 +22,13 @@ import json
 import os
 import signal
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 from domainbert.core.files import MARKER, atomic_write_text, claim_folder
 from domainbert.errors import DomainBertError
+from domainbert.pipeline.records import Run, ToolResult
 from domainbert.pipeline.stage import StageConfig
 
 Isolate = Literal["training", "all", "none"]
@@ -339,8 +340,8 @@ class Runner:
         args: list[str] | None = None,
         test: bool = False,
         after: tuple[str, ...] = (),
-    ) -> dict:
-        """Run ``domainbert fit`` (then ``test`` on the best weights) on the stage's config; return its record.
+    ) -> Run:
+        """Run ``domainbert fit`` (then ``test`` on the best weights) on the stage's config; the run it made.
 
         Args:
             stage: the stage's name: its folder ``<out>/<stage>`` and its record in ``state.json``.
@@ -350,21 +351,23 @@ class Runner:
             test: test the best weights too.
             after: upstream stages whose finishing again makes this one rerun.
 
-        The record holds ``run`` (the run folder), ``hf`` (the export), ``metrics`` (the best checkpoint's
-        validation metrics and, with ``test``, its test metrics), ``predictions`` (a JSON file of the test
-        rows' gold and predicted label ids, for paired comparisons) and ``config`` (the resolved config it ran).
+        The :class:`~domainbert.pipeline.records.Run` holds ``run`` (the run folder), ``hf`` (the export),
+        ``metrics`` (the best checkpoint's validation metrics and, with ``test``, its test metrics), ``predictions``
+        (a JSON file of the test rows' gold and predicted label ids, for paired comparisons), ``config`` (the
+        resolved config it ran) and ``seconds``; its ``seed`` is None (a candidate's run names it).
         """
-        return self._worker(stage, _stage_config(config, args), "--test" if test else None, after)
+        record = self._worker(stage, _stage_config(config, args), "--test" if test else None, after)
+        return stage_run(stage, record, self.state_file)
 
     def evaluate(
         self, stage: str, config: StageConfig | str, args: list[str] | None = None, after: tuple[str, ...] = ()
-    ) -> dict:
+    ) -> Run:
         """Validate and test a model without training it (the config names it: ``model.init_args.init_from``).
 
-        The record is a fine-tuning run's, with ``test``: ``run``, ``metrics`` (``val/...`` and ``test/...``),
+        The run is a fine-tuning run's, with ``test``: ``run``, ``metrics`` (``val/...`` and ``test/...``),
         ``predictions``, ``config`` and ``hf``, which is the evaluated folder itself.
         """
-        return self._worker(stage, _stage_config(config, args), "--evaluate", after)
+        return stage_run(stage, self._worker(stage, _stage_config(config, args), "--evaluate", after), self.state_file)
 
     def resolve(self, stage: str, config: StageConfig) -> str:
         """The stage's resolved config (YAML), with its run folder ``<out>/<stage>/run``: what its worker reads."""
@@ -403,8 +406,8 @@ class Runner:
         result: str = "",
         after: tuple[str, ...] = (),
         args: list[str] | tuple[str, ...] = (),
-    ) -> dict:
-        """Run a ``domainbert`` tool subcommand for ``stage``; its record's ``result`` is ``result``.
+    ) -> ToolResult:
+        """Run a ``domainbert`` tool subcommand for ``stage``; its :class:`ToolResult` (``result``: ``result``).
 
         Args:
             stage: the stage's name.
@@ -415,12 +418,12 @@ class Runner:
             args: the user's own options of the tool (``export.args``), last, so they win.
 
         A tool that writes ``<result>/result.json`` (or ``result`` itself when it is a ``.json`` file) has that
-        JSON merged into the record.
+        JSON merged into the stage's record, and it is the result's ``output``.
         """
         args = tool_argv(command, options, args)
         fingerprint = self.fingerprint(None, after) if after else None
         if (done := self._done(stage, args, fingerprint)) is not None:
-            return done
+            return ToolResult.of(stage, done)
         from domainbert.pipeline.timing import MARKS
         from domainbert.pipeline.toolstage import run_tool
 
@@ -432,11 +435,34 @@ class Runner:
         for candidate in (Path(result), Path(result) / "result.json"):
             if candidate.suffix == ".json" and candidate.is_file():
                 record.update(json.loads(candidate.read_text()))
-        return self._finish(stage, record, seconds, args, fingerprint or "")
+        return ToolResult.of(stage, self._finish(stage, record, seconds, args, fingerprint or ""))
 
     def seconds(self, stage: str) -> float:
         """The measured wall-clock seconds of a finished stage (0 when unknown)."""
         return float(self.state.get(stage, {}).get("seconds") or 0.0)
+
+
+#: The keys of a training stage's record that its :class:`~domainbert.pipeline.records.Run` holds.
+_RUN_KEYS = ("hf", "predictions", "run", "config", "seconds")
+
+
+def stage_run(stage: str, record: Mapping[str, Any], where: Path | str = STATE) -> Run:
+    """The run a training stage's record (``state.json``'s, a fresh one or one done earlier) holds: its one reader.
+
+    Raises:
+        DomainBertError: naming the file (``where``) and the stage, when its ``metrics`` are no object of numbers.
+    """
+    metrics = record.get("metrics") or {}
+    if not isinstance(metrics, Mapping) or not all(_number(v) for v in metrics.values()):
+        raise DomainBertError(
+            f"{where}: stage {stage!r}: metrics={metrics!r}; expected an object of numbers by name (delete the "
+            "stage's record to run it again)"
+        )
+    return Run(stage=stage, metrics=dict(metrics), **{key: record.get(key) for key in _RUN_KEYS})
+
+
+def _number(value: Any) -> bool:
+    return value is None or (isinstance(value, int | float) and not isinstance(value, bool))
 
 
 def _stage_config(config: StageConfig | str, args: list[str] | None) -> StageConfig:

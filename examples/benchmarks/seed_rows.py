@@ -28,7 +28,7 @@ import common  # noqa: E402
 
 from domainbert.core.stats import Interval, mean_std, paired_bootstrap  # noqa: E402
 from domainbert.errors import DomainBertError  # noqa: E402
-from domainbert.pipeline.report import _predictions  # noqa: E402
+from domainbert.pipeline.report import read_predictions  # noqa: E402
 from domainbert.pipeline.runner import read_state  # noqa: E402
 
 STAGE = "finetune-baseline-seed"
@@ -144,7 +144,7 @@ def predictions(runs: list[dict]) -> tuple[list[int], list[list[int]], int]:
     for run in runs:
         path = run["predictions"]
         try:
-            read = _predictions([run])
+            read = read_predictions([path])
         except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as err:
             raise DomainBertError(
                 f"{path}: not test predictions ({err!r}); expected JSON with gold, pred, labels"

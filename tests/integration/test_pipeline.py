@@ -44,16 +44,16 @@ def test_a_fit_records_the_best_checkpoints_validation_metrics_without_validatin
     record = runner.fit("ft", stage.but(model(init_from=str(tiny_bert))), test=True)
     marks = json.loads((tmp_path / "p" / "ft" / "marks.json").read_text())
     assert len(marks["eval"]) == 1 + 3 + 1
-    again = runner.evaluate("ev", stage.but(model(init_from=record["hf"])))
-    val = {k: v for k, v in record["metrics"].items() if k.startswith("val/")}
+    again = runner.evaluate("ev", stage.but(model(init_from=record.hf)))
+    val = {k: v for k, v in record.metrics.items() if k.startswith("val/")}
     assert set(val) == {"val/loss", "val/acc", "val/f1_macro"}
-    assert val == pytest.approx({k: again["metrics"][k] for k in val}, abs=1e-6)
-    assert record["metrics"]["test/f1_macro"] == pytest.approx(again["metrics"]["test/f1_macro"], abs=1e-6)
+    assert val == pytest.approx({k: again.metrics[k] for k in val}, abs=1e-6)
+    assert record.metric("test/f1_macro") == pytest.approx(again.metric("test/f1_macro"), abs=1e-6)
 
 
 def test_runner_skips_done_stages_reruns_changed_ones_and_names_the_log_of_a_failure(tmp_path, capsys):
     runner = Runner(tmp_path)
-    assert runner.tool("list", ["datamodules"], result="listed")["result"] == "listed"
+    assert runner.tool("list", ["datamodules"], result="listed").result == "listed"
     assert "classification" in (tmp_path / "list" / "log.txt").read_text()
     state = read_state(tmp_path / "state.json")
     assert state["list"]["status"] == "done" and state["list"]["inputs"] == ["datamodules"]
@@ -85,11 +85,11 @@ def test_stages_in_processes_of_their_own_record_their_results_and_a_failure_nam
     config = str(ROOT / "configs/finetune/tiny_classification.yaml")
     args = ["--trainer.max_epochs=1"]
     record = runner.fit("ft", StageConfig(config, merge(model(init_from=str(tiny_bert)), task.values())), args, True)
-    assert {"val/f1_macro", "test/f1_macro"} <= set(record["metrics"]) and Path(record["hf"]).is_dir()
-    preds = json.loads(Path(record["predictions"]).read_text())
+    assert {"val/f1_macro", "test/f1_macro"} <= set(record.metrics) and Path(record.hf).is_dir()
+    preds = json.loads(Path(record.predictions).read_text())
     assert len(preds["gold"]) == len(preds["pred"]) == 15 and preds["labels"] == ["api", "graphics", "network"]
     assert macro_f1(np.array(preds["gold"]), np.array(preds["pred"]), 3) == pytest.approx(
-        record["metrics"]["test/f1_macro"], abs=1e-4
+        record.metric("test/f1_macro"), abs=1e-4
     )
     printed = capsys.readouterr().out
     assert "[ft] running: python -m domainbert.pipeline --worker" in printed and "pipeline's process" not in printed

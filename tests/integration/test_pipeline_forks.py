@@ -97,7 +97,7 @@ def test_a_two_process_ddp_stage_relaunches_the_worker_not_the_pipeline(tiny_ber
     values = merge(model(init_from=str(tiny_bert)), task.values())
     runner = Runner(tmp_path / "p", isolate="training")
     record = runner.fit("ddp", StageConfig(str(ROOT / "configs/finetune/tiny_classification.yaml"), values), args)
-    assert record["status"] == "done" and Path(record["hf"], "config.json").is_file()
+    assert runner.state["ddp"]["status"] == "done" and Path(record.hf, "config.json").is_file()
     assert json.loads((tmp_path / "p" / "ddp" / "result.json").read_text())["metrics"]
 
 

@@ -17,11 +17,12 @@ FIX = ROOT / "tests" / "fixtures"
 
 
 def _fit(runner: Runner, stage: str, tiny_bert) -> dict:
-    """A one-epoch fine-tuning of the tiny model on the fixture task, tested."""
+    """A one-epoch fine-tuning of the tiny model on the fixture task, tested; its record in ``state.json``."""
     task = TaskFiles(str(FIX / "cls_train.jsonl"), str(FIX / "cls_val.jsonl"), str(FIX / "cls_test.jsonl"))
     config = str(ROOT / "configs/finetune/tiny_classification.yaml")
     values = merge(model(init_from=str(tiny_bert)), task.values())
-    return runner.fit(stage, StageConfig(config, values), ["--trainer.max_epochs=1"], test=True)
+    runner.fit(stage, StageConfig(config, values), ["--trainer.max_epochs=1"], test=True)
+    return runner.state[stage]
 
 
 def _check(record: dict, out: Path, stage: str) -> dict:

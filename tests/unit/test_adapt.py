@@ -10,6 +10,7 @@ from domainbert.core.probe import fit_logreg, select_probe
 from domainbert.core.stats import macro_f1, mean_std, paired_bootstrap
 from domainbert.errors import DomainBertError
 from domainbert.pipeline.recipe import choose
+from domainbert.pipeline.report import choice_why
 from domainbert.pipeline.specs import TaskFiles
 from domainbert.pipeline.strategies.base import Run
 
@@ -105,13 +106,15 @@ def _runs(val, test=None):
 
 def test_choice_reads_validation_only_and_keeps_the_baseline_on_a_tie():
     results = {"baseline": _runs([0.80, 0.82], test=0.70), "dapt": _runs([0.79, 0.80], test=0.99)}
-    name, why = choose(results, "f1_macro")
-    assert name == "baseline" and "no adapted model beat it" in why  # the better test score is not looked at
+    choice = choose(results, "f1_macro")
+    assert choice.name == "baseline" and "no adapted model beat it" in choice_why(choice)  # test is not looked at
+    assert choice.run is results["baseline"][1]  # its run that validated best teaches
     results["dapt"] = _runs([0.81, 0.81])
-    assert choose(results, "f1_macro")[0] == "baseline"  # a tie keeps the baseline
+    assert choose(results, "f1_macro").name == "baseline"  # a tie keeps the baseline
     results["tapt"] = _runs([0.83, 0.84])
-    name, why = choose(results, "f1_macro")
-    assert name == "tapt" and "0.8350" in why and "0.8100" in why
+    choice = choose(results, "f1_macro")
+    assert choice.name == "tapt" and choice.scores["tapt"] == pytest.approx(0.835)
+    assert "0.8350" in choice_why(choice) and "0.8100" in choice_why(choice)
     with pytest.raises(DomainBertError, match="validation split"):
         choose({"baseline": [Run()]}, "f1_macro")
 

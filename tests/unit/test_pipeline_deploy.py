@@ -8,12 +8,13 @@ import pytest
 
 from domainbert.errors import DomainBertError
 from domainbert.pipeline.deployment import answer, export_options, final_lines, report_lines, ship_line
+from domainbert.pipeline.recipe import Choice
 from domainbert.pipeline.runner import tool_argv
 from domainbert.pipeline.specs import DeploySpec, ExportSpec, TaskFiles
 from domainbert.pipeline.strategies.base import Run
 
 TASK = TaskFiles("train.jsonl", "val.jsonl", "test.jsonl")
-STUDENT = {"hf": "p/distill/hf", "predictions": "p/distill/test_predictions.json"}
+STUDENT = Run("distill", hf="p/distill/hf", predictions="p/distill/test_predictions.json")
 PROBE = Run("probe", kind="probe", hf="p/probe/hf", predictions="p/probe/test_predictions.json")
 
 
@@ -62,12 +63,13 @@ def _export(tmp_path, below: bool):
     return str(folder)
 
 
-CHOICE = ("baseline", "best validation", "p/finetune-baseline-seed0/hf")
+CHOSEN = Run("finetune-baseline-seed0", 0, hf="p/finetune-baseline-seed0/hf", metrics={"val/f1_macro": 0.80})
+CHOICE = Choice("baseline", CHOSEN, "f1_macro", {"baseline": 0.80}, "baseline")
 
 
 def test_the_answer_is_the_exports_recommendation_and_warns_below_the_probe(tmp_path):
     folder = _export(tmp_path, below=True)
-    ship = answer(folder, CHOICE, 0.80, "f1_macro", None)
+    ship = answer(folder, CHOICE, "best validation", None)
     assert (ship["folder"], ship["label"], ship["source"]) == (
         str(tmp_path / "p/export/int8"),
         "student int8",
@@ -86,7 +88,7 @@ def test_the_answer_is_the_exports_recommendation_and_warns_below_the_probe(tmp_
 
 
 def test_without_a_recommendation_the_chosen_model_ships_and_says_why(tmp_path):
-    skipped = answer(None, CHOICE, 0.80, "f1_macro", "no test split (task_test)")
+    skipped = answer(None, CHOICE, "best validation", "no test split (task_test)")
     assert skipped["folder"] == "p/finetune-baseline-seed0/hf" and skipped["latency_ms_b32"] is None
     assert ship_line(skipped) == (
         "Ship: p/finetune-baseline-seed0/hf (baseline): validation f1_macro 0.8000: the fine-tuned model chosen on "
@@ -95,13 +97,13 @@ def test_without_a_recommendation_the_chosen_model_ships_and_says_why(tmp_path):
     folder = tmp_path / "export"
     folder.mkdir()
     (folder / "report.json").write_text(json.dumps({"recommendation": {"variant": None, "why": "no variant is ..."}}))
-    none = answer(str(folder), CHOICE, 0.80, "f1_macro", None)
-    assert none["folder"] == CHOICE[2] and "no deployment variant meets the rule: no variant is ..." in none["why"]
+    none = answer(str(folder), CHOICE, "best validation", None)
+    assert none["folder"] == CHOSEN.hf and "no deployment variant meets the rule: no variant is ..." in none["why"]
     assert report_lines(None, tmp_path) == []
 
 
 def test_the_last_lines_are_read_from_the_pipelines_report_json(tmp_path):
-    ship = answer(_export(tmp_path, below=False), CHOICE, 0.80, "f1_macro", None)
+    ship = answer(_export(tmp_path, below=False), CHOICE, "best validation", None)
     (tmp_path / "report.json").write_text(json.dumps({"ship": ship}))
     assert final_lines(tmp_path / "report.json") == [ship_line(ship)]
     (tmp_path / "report.json").write_text(json.dumps({"ship": ship, "left_on_table": ["Left on the table: ..."]}))

@@ -10,7 +10,7 @@ import pytest
 
 from domainbert.pipeline import TaskFiles, strategies
 from domainbert.pipeline.recipe import behind_baseline, choose
-from domainbert.pipeline.report import write_report
+from domainbert.pipeline.report import choice_why, write_report
 from domainbert.pipeline.runner import Runner
 from domainbert.pipeline.specs import DaptSpec, WatchSpec
 from domainbert.pipeline.stage import StageConfig
@@ -115,10 +115,11 @@ def _run(val: float, test: float, seed, stage: str) -> Run:
 
 def test_the_choice_never_ships_a_stopped_branch_nor_says_a_gated_one_was_off():
     results = {BASELINE: [_run(0.80, 0.8, 0, "b0"), _run(0.82, 0.8, 1, "b1")], "dapt": [_run(0.90, 0.9, 0, "d0")]}
-    assert choose(results, "acc")[0] == "dapt"
-    assert choose(results, "acc", exclude=("dapt",))[0] == BASELINE
-    name, why = choose({BASELINE: results[BASELINE]}, "acc", gated=("tapt",))
-    assert name == BASELINE and "the probe gate kept tapt from fine-tuning" in why
+    assert choose(results, "acc").name == "dapt"
+    assert choose(results, "acc", exclude=("dapt",)).name == BASELINE
+    choice = choose({BASELINE: results[BASELINE]}, "acc", gated=("tapt",))
+    assert choice.name == BASELINE and choice.gated == ("tapt",)
+    assert "the probe gate kept tapt from fine-tuning" in choice_why(choice)
 
 
 def test_the_report_says_a_gated_branch_was_not_fine_tuned_with_both_probes_and_the_minutes_saved(tmp_path):
@@ -131,8 +132,8 @@ def test_the_report_says_a_gated_branch_was_not_fine_tuned_with_both_probes_and_
     dapt = Candidate("dapt", "dapt", model="d", stages=["dapt"], gate=replace(shut, summary="did not improve"))
     stopped = Stop(seed=0, score=0.5, mean=0.85, std=0.07, skipped=[1], minutes_saved=0.1)
     tapt = Candidate("tapt", "tapt", model="t", runs=[_run(0.5, 0.4, 0, "t0")], stopped=stopped)
-    choice = (BASELINE, "why", "x")
-    text = write_report(runner, [baseline, dapt, tapt], None, choice, None, None, "acc", [0, 1]).read_text()
+    choice = choose({BASELINE: baseline.runs}, "acc")
+    text = write_report(runner, [baseline, dapt, tapt], None, choice, None, "acc", [0, 1]).read_text()
     assert "| dapt | – | – | – | not fine-tuned: probe 0.7712 against the base's 0.7800 | 0.5 |" in text
     assert "- **dapt**: not fine-tuned: probe 0.7712 against the base's 0.7800 (step 0 of dapt; margin 0.0)" in text
     assert "which saved about 3.0 minutes (the baseline's fine-tuning, summed over its seeds)" in text  # 2 + 1

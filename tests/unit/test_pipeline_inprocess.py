@@ -37,8 +37,8 @@ def test_a_tool_stage_in_the_pipelines_process_logs_to_its_file_and_leaves_the_p
 ):
     runner = Runner(tmp_path / "p", isolate="none")
     before = _global_state()
-    record = runner.tool("tool", ["mess", "ok", str(tmp_path)], result="made")
-    assert record["status"] == "done" and record["result"] == "made"
+    made = runner.tool("tool", ["mess", "ok", str(tmp_path)], result="made")
+    assert runner.state["tool"]["status"] == "done" and (made.stage, made.result) == ("tool", "made")
     assert _global_state() == before
     log = (tmp_path / "p" / "tool" / "log.txt").read_text()
     assert "mess: to stdout" in log and "mess: to stderr" in log and "ERROR tests.mess: mess: logged" in log

@@ -10,6 +10,7 @@ import pandas as pd
 
 from domainbert.deploy.report import summary, write_summary
 from domainbert.pipeline.deployment import final_lines, ship_line
+from domainbert.pipeline.recipe import Distilled, Probed, choose
 from domainbert.pipeline.report import checked_once, curve_panels, write_report
 from domainbert.pipeline.runner import Runner
 from domainbert.pipeline.strategies.base import BASELINE, Candidate, Run
@@ -48,13 +49,14 @@ def _write(tmp_path, deployed: bool, probe_val: float = 0.9):
             Run("finetune-baseline-seed0", 0, hf="p/ft/hf", metrics={"val/f1_macro": 0.8033, "test/f1_macro": 0.79})
         ]
         candidates = [Candidate(BASELINE, BASELINE, runs=runs, adapted=False)]
-        probed = {"val": {"f1_macro": probe_val}, "test": {"f1_macro": 0.7}}
-        student = {"hf": "p/distill/hf", "metrics": {"test/f1_macro": 0.789}, "export_skipped": None}
-        folder = _export(tmp_path / "p") if deployed else None
-        if not deployed:
-            student["export_skipped"] = "no test split (task_test)"
-        choice = (BASELINE, "the only starting model", "p/ft/hf")
-        path = write_report(runner, candidates, probed, choice, student, folder, "f1_macro", [0])
+        probed = Probed("p/probe", val={"f1_macro": probe_val}, test={"f1_macro": 0.7})
+        student = Run("distill", hf="p/distill/hf", metrics={"test/f1_macro": 0.789})
+        if deployed:
+            distilled = Distilled(student, export=_export(tmp_path / "p"))
+        else:
+            distilled = Distilled(student, skipped="no test split (task_test)")
+        choice = choose({BASELINE: runs}, "f1_macro")
+        path = write_report(runner, candidates, probed, choice, distilled, "f1_macro", [0])
     finally:
         runner.close()
     return (
@@ -73,7 +75,8 @@ def test_the_report_its_json_and_the_last_line_name_one_folder(tmp_path):
     first = text.split("## Does domain adaptation help?")[0]
     assert "## What to ship" in first and f"**{last[-1]}**" in first
     assert text.count("Ship: ") == 1 and "Deploy:" not in text and "Recommended:" not in text
-    assert record["chosen"] == {"name": BASELINE, "why": "the only starting model", "folder": "p/ft/hf"}
+    why = "the only starting model (no adaptation stage ran); validation val/f1_macro 0.8033"
+    assert record["chosen"] == {"name": BASELINE, "why": why, "folder": "p/ft/hf"}
 
 
 def test_without_an_export_the_chosen_model_is_the_one_answer(tmp_path):

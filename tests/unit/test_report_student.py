@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from domainbert.pipeline.recipe import Choice, Distilled, Probed
 from domainbert.pipeline.report import minutes_per_point, student_lines, write_report
 from domainbert.pipeline.runner import Runner
 from domainbert.pipeline.strategies.base import BASELINE, Candidate, Run
@@ -27,13 +28,13 @@ class _Runner:
         return self.state.get(stage, {}).get("seconds", 0.0)
 
 
-def _student(test: float | None, transfer: bool = True) -> dict:
-    """A distillation record; its resolved config (written beside this test's files) has the transfer set or none."""
+def _student(test: float | None, transfer: bool = True) -> Distilled:
+    """A distilled student (not exported); its resolved config (beside the test's files) has a transfer set or none."""
     data = {"transfer": {"path": "corpus.jsonl", "documents": 8000, "text_column": "text"} if transfer else None}
     config = Path(tempfile.mkdtemp()) / "config.yaml"
     config.write_text(yaml.safe_dump({"model": {"init_args": {"teacher": "runs/x/hf"}}, "data": {"init_args": data}}))
     metrics = {"val/f1_macro": 0.8} | ({"test/f1_macro": test} if test is not None else {})
-    return {"hf": "runs/p/distill/hf", "metrics": metrics, "seconds": 300.0, "config": str(config)}
+    return Distilled(Run("distill", hf="runs/p/distill/hf", metrics=metrics, seconds=300.0, config=str(config)))
 
 
 def _teacher(*tests: float) -> Candidate:
@@ -41,7 +42,7 @@ def _teacher(*tests: float) -> Candidate:
     return Candidate(BASELINE, BASELINE, runs=runs)
 
 
-PROBED = {"val": {"f1_macro": 0.71}, "test": {"f1_macro": 0.70, "acc": 0.70}}
+PROBED = Probed("runs/p/probe", val={"f1_macro": 0.71}, test={"f1_macro": 0.70, "acc": 0.70})
 
 
 def test_minutes_per_point_are_the_minutes_beyond_the_probe_over_the_test_points_gained():
@@ -87,10 +88,10 @@ def test_without_a_probe_or_a_test_metric_the_recipe_line_is_left_out():
     no_probe = student_lines(_student(0.75), "f1_macro", _Runner(), _teacher(0.76, 0.78), None)
     assert not any("Full recipe" in line for line in no_probe)
     assert "- test points against the chosen model (baseline: 0.7700, mean of its 2 runs): -2.00" in no_probe
-    no_test = student_lines(_student(None), "f1_macro", _Runner(), _teacher(0.76), {"val": {"f1_macro": 0.7}})
+    no_test = student_lines(_student(None), "f1_macro", _Runner(), _teacher(0.76), Probed("p", val={"f1_macro": 0.7}))
     assert "- test f1_macro: – (no test split)" in no_test
     assert not any(line.startswith(("- Full recipe", "- test points")) for line in no_test)
-    assert student_lines({"hf": "h", "metrics": {}}, "f1_macro") == [
+    assert student_lines(Distilled(Run(hf="h")), "f1_macro") == [
         "## Distilled student",
         "",
         "- test f1_macro: – (no test split)",
@@ -105,8 +106,8 @@ def test_the_report_states_the_recipes_minutes_per_point_from_this_invocations_s
         runner.called += list(STAGES)
         runner.state.update({s: {"seconds": v} for s, v in STAGES.items()})
         candidates = [_teacher(0.76, 0.78)]
-        choice = (BASELINE, "why", "runs/x/hf")
-        text = write_report(runner, candidates, PROBED, choice, _student(0.75), None, "f1_macro", [0, 1]).read_text()
+        choice = Choice(BASELINE, candidates[0].runs[0], "f1_macro", {BASELINE: 0.8}, BASELINE)
+        text = write_report(runner, candidates, PROBED, choice, _student(0.75), "f1_macro", [0, 1]).read_text()
     finally:
         runner.close()
     section = text.split("## Distilled student")[1].split("## ")[0]

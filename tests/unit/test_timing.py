@@ -159,7 +159,9 @@ def test_the_worker_clock_times_training_from_the_first_batch_every_pass_and_the
 
 def test_a_tool_stage_in_the_pipelines_process_records_start_up_and_work_summing_to_its_seconds(monkeypatch, tmp_path):
     monkeypatch.setitem(timing.TOOL_PARTS, "datamodules", "train")
-    record = Runner(tmp_path / "p", isolate="none").tool("tool", ["datamodules"], result="listed")
+    runner = Runner(tmp_path / "p", isolate="none")
+    runner.tool("tool", ["datamodules"], result="listed")
+    record = runner.state["tool"]
     parts = record["parts"]
     assert list(parts) == list(PARTS) and all(v >= 0 for v in parts.values())
     assert sum(parts.values()) == pytest.approx(record["seconds"], abs=1e-6)

@@ -15,10 +15,10 @@ After the choice, any strategy may say who teaches the small student instead of 
 the student, and the deployment choice may ship one (the larger teacher does both).
 
 A candidate carries its name (the report's row), its starting model (or its runs) and the stages it ran: the report
-adds up its minutes from those stages. Its records are typed: a :class:`Run` per fine-tuned (or evaluated) model,
-a seed's, a seed soup's or the frozen probe's (its ``kind``), the probe gate's :class:`Gate` decision and the
-:class:`Stop` of its seeds; each converts to and from the plain dict strategies wrote before (``to_dict``,
-``from_dict``: a record whose ``seed`` is ``"soup"`` or ``"probe"`` reads as that kind).
+adds up its minutes from those stages. Its records are typed, and only typed: a :class:`Run` per fine-tuned (or
+evaluated) model, a seed's, a seed soup's or the frozen probe's (its ``kind``), as the runner returns it; the probe
+gate's :class:`Gate` decision and the :class:`Stop` of its seeds. A strategy's checks read the run's
+:class:`Plan`; its stages run in the :class:`Context`, the plan with its runner.
 
 Chains are declared: a strategy starts from the output of the first strategy in its ``builds_on`` that ran
 (:meth:`Context.upstream`), and its candidate's name and stages extend that output's (``vocab+dapt``,
@@ -31,17 +31,19 @@ through the ``domainbert.strategies`` entry-point group. This module imports not
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, get_args
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from domainbert.errors import DomainBertError
+from domainbert.pipeline.records import KINDS, Kind, Run, refusal
+
+__all__ = ["BASELINE", "KINDS", "PROBE", "Candidate", "Context", "Deployable", "Gate", "Kind", "Plan", "Run", "Stop"]
+__all__ += ["Strategy", "Teaching", "chained", "finetune_stage", "stage_config"]
 
 if TYPE_CHECKING:
     from domainbert.pipeline.runner import Runner
-    from domainbert.pipeline.specs import DistillSpec, FinetuneSpec, TaskFiles
+    from domainbert.pipeline.specs import DistillSpec, FinetuneSpec, StageSpec, TaskFiles
 
 BASELINE = "baseline"
 """The fine-tuned base model's name: the row every other candidate is compared with."""
@@ -53,103 +55,6 @@ NEEDS = {
     "corpus": "pipeline: `corpus` is not set, and the enabled strategies {names} read the domain corpus: set `corpus`",
     "single_text": "pipeline: {names} works on single texts; it cannot serve a pair task (text_pair_column is set)",
 }
-
-
-Kind = Literal["seed", "soup", "probe"]
-"""What a run is: a fine-tuning run with a seed, a seed soup's evaluation, or the frozen-embedding probe."""
-KINDS: tuple[str, ...] = get_args(Kind)
-
-
-def _refuse(what: str, key: str, value: Any, expected: str) -> DomainBertError:
-    return DomainBertError(f"pipeline: {what} record: {key}={value!r}; expected {expected}")
-
-
-@dataclass
-class Run:
-    """One fine-tuned (or evaluated) model of a candidate: its stage's record and which run it is."""
-
-    stage: str | None = None
-    """The stage that made it (``finetune-dapt-seed0``): its minutes and its record in ``state.json``."""
-    seed: int | None = None
-    """Its fine-tuning seed (None for a soup or the probe)."""
-    kind: Kind = "seed"
-    """``seed`` (a fine-tuning run), ``soup`` (a seed soup's evaluation) or ``probe`` (the frozen probe)."""
-    metrics: dict[str, float] = field(default_factory=dict)
-    """Its metrics by name: ``val/<metric>`` and, with a test split, ``test/<metric>``."""
-    hf: str | None = None
-    """Its exported model's folder (None when it exported none)."""
-    predictions: str | None = None
-    """The JSON file of its test rows' gold and predicted label ids (paired comparisons), if any."""
-    run: str | None = None
-    """Its run folder (``metrics.csv``), if any."""
-    hf_error: str | None = None
-    """Why it has no export (the probe, when it could not be exported as a classifier)."""
-    extra: dict[str, Any] = field(default_factory=dict)
-    """The stage record's other keys (``status``, ``seconds``, ``inputs``...), kept as they are."""
-
-    def __post_init__(self) -> None:
-        """Refuse a kind or a seed the pipeline cannot read."""
-        if self.kind not in KINDS:
-            raise _refuse("run", "kind", self.kind, f"one of {list(KINDS)}")
-        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
-            raise _refuse("run", "seed", self.seed, "an integer seed (or none, for a soup or the probe)")
-
-    @classmethod
-    def of(cls, record: Mapping[str, Any], stage: str, seed: int | None = None, kind: Kind = "seed") -> Run:
-        """The run a stage record (what :class:`~domainbert.pipeline.runner.Runner` returns) is.
-
-        Args:
-            record: the stage's record, as ``state.json`` keeps it.
-            stage: the stage's name.
-            seed: its fine-tuning seed (None for a soup or the probe).
-            kind: which run it is.
-        """
-        return cls.from_dict({**record, "stage": stage, "seed": seed, "kind": kind})
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Run:
-        """The run a dict record holds (see :meth:`to_dict`); ``seed: "soup"`` or ``"probe"`` is that kind.
-
-        Raises:
-            DomainBertError: a record that is not a mapping, or whose ``metrics``, ``kind`` or ``seed`` the
-                pipeline cannot read.
-        """
-        if isinstance(data, Run):
-            return data
-        if not isinstance(data, Mapping):
-            raise _refuse("run", "record", data, "a Run or a dict with metrics, hf, seed, stage")
-        values = dict(data)
-        seed = values.pop("seed", None)
-        kind = values.pop("kind", None)
-        if seed in ("soup", "probe"):  # the record of a domainbert before runs had a kind
-            kind, seed = kind or seed, None
-        metrics = values.pop("metrics", None) or {}
-        if not isinstance(metrics, Mapping):
-            raise _refuse("run", "metrics", metrics, "a dict of metric values by name")
-        own = {f.name for f in dataclasses.fields(cls)} - {"seed", "kind", "metrics", "extra"}
-        known = {key: values.pop(key) for key in list(values) if key in own}
-        return cls(seed=seed, kind=kind or "seed", metrics=dict(metrics), **known, extra=values)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The run as a plain dict: the stage record's keys, ``metrics``, ``seed``, ``stage`` and ``kind``.
-
-        Optional fields that are None (``hf_error``, ``run``...) are left out, as the stage record leaves them out.
-        """
-        record = dict(self.extra)
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if f.name == "extra" or (value is None and f.name not in ("seed", "hf")):
-                continue
-            record[f.name] = dict(value) if f.name == "metrics" else value
-        return record
-
-    def __getitem__(self, key: str) -> Any:
-        """``run["hf"]``: the value of :meth:`to_dict`'s ``key``, for strategies written for dict records."""
-        return self.to_dict()[key]
-
-    def metric(self, key: str) -> float | None:
-        """Its metric ``key`` (``val/f1_macro``), None when it recorded none."""
-        return self.metrics.get(key)
 
 
 @dataclass
@@ -177,21 +82,8 @@ class Gate:
     skipped: str | None = None
     """Why the stage did not run at all (``dapt.enabled: auto`` on a model with no masked-LM head)."""
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Gate:
-        """The decision a dict holds (see :meth:`to_dict`).
 
-        Raises:
-            DomainBertError: a key that is no field of a gate decision.
-        """
-        return _from_dict(cls, "gate", data)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The decision as a plain dict, its None fields left out."""
-        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
-
-
-@dataclass
+@dataclass(frozen=True)
 class Stop:
     """Why a candidate's remaining seeds were skipped: its first seed validated behind the baseline's seeds."""
 
@@ -208,39 +100,10 @@ class Stop:
     minutes_saved: float = 0.0
     """About how many minutes skipping them saved."""
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Stop:
-        """The stop a dict holds (see :meth:`to_dict`).
 
-        Raises:
-            DomainBertError: a key that is no field of a stop, or a missing one.
-        """
-        return _from_dict(cls, "stop", data)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The stop as a plain dict."""
-        return dataclasses.asdict(self)
-
-
-def _from_dict(cls, what: str, data: Any):
-    """``cls(**data)``, ``data`` itself when it is one already; a bad record named in one line."""
-    if isinstance(data, cls):
-        return data
-    if not isinstance(data, Mapping):
-        raise _refuse(what, "record", data, f"a {cls.__name__} or a dict of its fields")
-    names = [f.name for f in dataclasses.fields(cls)]
-    unknown = sorted(set(data) - set(names))
-    if unknown:
-        raise _refuse(what, unknown[0], data[unknown[0]], f"only the fields {names}")
-    try:
-        return cls(**data)
-    except TypeError as err:
-        raise DomainBertError(f"pipeline: {what} record {dict(data)!r}: {err}; expected the fields {names}") from None
-
-
-def stage_config(spec: Any, default: str) -> str:
+def stage_config(spec: StageSpec | FinetuneSpec, default: str) -> str:
     """The stage's config file: the one ``spec.config`` names, else the built-in ``stages/<default>.yaml``."""
-    if getattr(spec, "config", None):
+    if spec.config:
         return spec.config
     return str(resources.files("domainbert.pipeline") / "stages" / f"{default}.yaml")
 
@@ -263,7 +126,7 @@ class Candidate:
     stages: list[str] = field(default_factory=list)
     """The stages that made it, upstream ones included: its extra minutes in the report. Not its fine-tuning."""
     runs: list[Run] = field(default_factory=list)
-    """Its fine-tuned (or evaluated) runs, one per seed (a soup's and the probe's: one); dicts become :class:`Run`."""
+    """Its fine-tuned (or evaluated) runs, one per seed (a soup's and the probe's: one)."""
     offered: bool = True
     """False for an output that only later strategies use (a curated corpus, an extended vocabulary)."""
     data: dict = field(default_factory=dict)
@@ -279,14 +142,18 @@ class Candidate:
     description: str | None = None
     """What it is, in the report's words (``the base model's size distilled from the larger teacher``); None: the
     report's wording by kind (adaptation, a seed soup, a strategy's model)."""
+    teacher: Run | None = None
+    """The run that taught it, for a candidate distilled from another model (the larger teacher's fine-tuned run)."""
 
     def __post_init__(self) -> None:
-        """Records given as dicts (a strategy written before the records had types) become their types."""
-        self.runs = [Run.from_dict(run) for run in self.runs]
-        if self.gate is not None:
-            self.gate = Gate.from_dict(self.gate)
-        if self.stopped is not None:
-            self.stopped = Stop.from_dict(self.stopped)
+        """Refuse records of another type (a dict for a run, say): one line naming the candidate and the field."""
+        typed = (("gate", self.gate, Gate), ("stopped", self.stopped, Stop), ("teacher", self.teacher, Run))
+        for key, value, cls in typed:
+            if value is not None and not isinstance(value, cls):
+                raise refusal(f"candidate {self.name!r}", key, value, f"a {cls.__name__} (or None)")
+        for run in self.runs:
+            if not isinstance(run, Run):
+                raise refusal(f"candidate {self.name!r}", "runs", run, "a list of Run (see Runner.fit)")
 
     @property
     def gated(self) -> bool:
@@ -426,11 +293,15 @@ class Strategy:
         """Its settings when the config does not mention it."""
         return self.settings()
 
-    def enabled(self, settings: Any) -> bool:
-        """Whether it runs with ``settings`` (their ``enabled`` field; True when there is none)."""
-        return bool(getattr(settings, "enabled", True))
+    def switch(self, settings: Any) -> bool | str:
+        """Its settings' ``enabled`` field as given (``True``, ``False``, ``"auto"``); True when they have none."""
+        return getattr(settings, "enabled", True)
 
-    def check(self, ctx: Context, settings: Any) -> None:
+    def enabled(self, settings: Any) -> bool:
+        """Whether it runs with ``settings`` (their ``enabled`` field: :meth:`switch`)."""
+        return bool(self.switch(settings))
+
+    def check(self, ctx: Plan, settings: Any) -> None:
         """Refuse, before any stage runs, settings or combinations that cannot work (one line each).
 
         Raises:
@@ -480,10 +351,13 @@ class Strategy:
 
 
 @dataclass
-class Context:
-    """What a strategy may read: the run's inputs, the runner, and what the strategies before it produced."""
+class Plan:
+    """What the run is, before any stage runs: its inputs and every strategy with its settings.
 
-    runner: Runner
+    What :meth:`Strategy.check` reads; the :class:`Context` a strategy runs in is a plan with its runner and what
+    the strategies before it produced.
+    """
+
     base_model: str
     task: TaskFiles
     corpus: str | None
@@ -495,12 +369,6 @@ class Context:
     """Every registered strategy, in the order they run."""
     settings: dict[str, Any]
     """Every registered strategy's settings, by name."""
-    candidates: list[Candidate] = field(default_factory=list)
-    """Every candidate so far, in the report's order (the baseline first)."""
-    outputs: dict[str, list[Candidate]] = field(default_factory=dict)
-    """What each strategy that ran returned, by its name."""
-    cache: dict[str, Any] = field(default_factory=dict)
-    """Values computed once per run and shared by strategies (the fine-tuning pooling)."""
     distill: DistillSpec | None = None
     """The distillation's settings (``distill.config``, ``distill.args``, ``distill.transfer``): a strategy that
     distils honours them too (None: the defaults)."""
@@ -511,13 +379,36 @@ class Context:
         if strategy is None:
             return False
         settings = self.settings[name]
-        if getattr(settings, "enabled", None) == "auto" and "corpus" in strategy.needs and not self.corpus:
+        if strategy.switch(settings) == "auto" and "corpus" in strategy.needs and not self.corpus:
             return False
         return strategy.enabled(settings)
 
     def built_on(self, name: str) -> bool:
         """Whether an enabled strategy builds on ``name``'s output."""
         return any(name in s.builds_on and self.enabled(n) for n, s in self.strategies.items())
+
+
+@dataclass(kw_only=True)
+class Context(Plan):
+    """What a strategy may read: the run's plan, the runner, and what the strategies before it produced."""
+
+    runner: Runner
+    """The runner every stage runs through (it holds the pipeline's folder, ``out``)."""
+    candidates: list[Candidate] = field(default_factory=list)
+    """Every candidate so far, in the report's order (the baseline first)."""
+    outputs: dict[str, list[Candidate]] = field(default_factory=dict)
+    """What each strategy that ran returned, by its name."""
+    pooling: str | None = None
+    """The pooling of every fine-tuning run (``mean`` or ``cls``), decided once from the base model (None: not yet;
+    :func:`~domainbert.pipeline.recipe.pooling`)."""
+    base_probe: tuple[float | None, str | None] | None = None
+    """The base model's probe score and where it came from (step 0 of a pretraining stage that started from the
+    base model), once such a stage ran: what the probe gate of a stage started elsewhere compares with."""
+
+    @classmethod
+    def start(cls, plan: Plan, runner: Runner) -> Context:
+        """The context of ``plan``, checked, once its runner holds the pipeline's folder."""
+        return cls(**vars(plan), runner=runner)
 
     def output(self, name: str) -> Candidate | None:
         """The last candidate strategy ``name`` returned, if it ran."""

@@ -10,6 +10,7 @@ beside the base-size models, and ships when the deployment choice says it is wor
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -96,8 +97,7 @@ class LargerTeacher(Strategy, name=NAME, kind="after", order=85, settings=Larger
         runner, task, seed = ctx.runner, ctx.task, ctx.seeds[0]
         tuned_stage = finetune_stage(NAME, seed)
         config = finetune_config(ctx, settings.model, seed, pooled=False).then(settings.args)
-        tuned = Run.of(runner.fit(tuned_stage, config, test=bool(task.test)), tuned_stage, seed)
-        ctx.cache[NAME] = tuned
+        tuned = dataclasses.replace(runner.fit(tuned_stage, config, test=bool(task.test)), seed=seed)
         student = best_run(ctx.baseline.runs, ctx.metric)
         stage = f"distill-{NAME}"
         config = distill_config(ctx, settings, teacher=tuned.hf, student=student.hf)
@@ -110,11 +110,11 @@ class LargerTeacher(Strategy, name=NAME, kind="after", order=85, settings=Larger
             Candidate(
                 DISTILLED,
                 NAME,
-                runs=[Run.of(run, stage, seed)],
+                runs=[dataclasses.replace(run, seed=seed)],
                 stages=[tuned_stage, stage],
                 adapted=False,
-                data={"teacher": tuned},
                 description=what,
+                teacher=tuned,
             )
         ]
 
@@ -125,7 +125,7 @@ class LargerTeacher(Strategy, name=NAME, kind="after", order=85, settings=Larger
         off (the teacher may read other tokens). None when the strategy did not run, or its model validates no
         better than ``chosen`` (the chosen run teaches, as always).
         """
-        tuned: Run | None = ctx.cache.get(NAME)
+        tuned = _tuned(ctx)
         if tuned is None or not tuned.hf:
             return None
         key = f"val/{ctx.metric}"
@@ -153,7 +153,7 @@ class LargerTeacher(Strategy, name=NAME, kind="after", order=85, settings=Larger
 
     def deployables(self, ctx: Context, settings: LargerTeacherSpec, chosen: str) -> list[Deployable]:
         """The larger teacher's fine-tuned model, and its base-size student unless that is the chosen model."""
-        tuned: Run | None = ctx.cache.get(NAME)
+        tuned = _tuned(ctx)
         if tuned is None or not tuned.hf:
             return []
         made = [Deployable(ROLE, tuned.hf, tuned.predictions, f"{settings.model} fine-tuned on the task")]
@@ -162,6 +162,12 @@ class LargerTeacher(Strategy, name=NAME, kind="after", order=85, settings=Larger
         if chosen != DISTILLED and run is not None and run.hf:
             made.append(Deployable(DISTILLED_ROLE, run.hf, run.predictions, distilled.description or DISTILLED))
         return made
+
+
+def _tuned(ctx: Context) -> Run | None:
+    """The larger model's fine-tuned run, the teacher of this strategy's candidate (None: the strategy did not run)."""
+    made = ctx.output(NAME)
+    return made.teacher if made is not None else None
 
 
 def distill_config(ctx: Context, settings: LargerTeacherSpec, teacher: str, student: str) -> StageConfig:

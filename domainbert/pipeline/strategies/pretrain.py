@@ -9,7 +9,7 @@ the probe's L2 strength chosen on validation at the watch's first check):
 
 - a stage that starts from the base model: its own watch's step-0 score, which *is* the base model's;
 - a stage that starts from another model (TAPT after DAPT, DAPT after vocab): the step-0 score of a stage of this
-  run that started from the base model (kept in ``ctx.cache["base_probe"]``), else the probe stage's validation
+  run that started from the base model (kept in ``ctx.base_probe``), else the probe stage's validation
   score (``domainbert probe``: the same embedding, the same probe and choice of L2 strength), else none: the gate
   stays open and says why.
 
@@ -25,7 +25,7 @@ from typing import Any
 
 from domainbert.pipeline.specs import WatchSpec
 from domainbert.pipeline.stage import StageConfig, callback, merge, model
-from domainbert.pipeline.strategies.base import BASELINE, Candidate, Context, Gate, chained, stage_config
+from domainbert.pipeline.strategies.base import BASELINE, Candidate, Context, Gate, Run, chained, stage_config
 
 #: Checks per step budget when ``every_n_steps`` is not set: with a patience of 3, a stage that does not help the
 #: task's probe stops within 3/16 of its steps.
@@ -62,7 +62,7 @@ def pretrain(
     if watch.enabled:
         config = config.but(watch_callback(ctx, strategy.name, watch, config))
     record = ctx.runner.fit(strategy.name, config, after=strategy.builds_on)
-    made = Candidate(chained(start, name), strategy.name, model=record["hf"], stages=[*start.stages, strategy.name])
+    made = Candidate(chained(start, name), strategy.name, model=record.hf, stages=[*start.stages, strategy.name])
     if watch.enabled:
         made.gate = gate(ctx, strategy.name, read_watch(record), start, watch)
     return made
@@ -95,10 +95,9 @@ def max_steps(resolved: str) -> int | None:
     return found if isinstance(found, int) and not isinstance(found, bool) and found >= 0 else None
 
 
-def read_watch(record: dict) -> dict | None:
+def read_watch(record: Run) -> dict | None:
     """The stage run's ``probe_watch.json`` (None when the watch wrote none: a fit that never trained)."""
-    run = record.get("run")
-    path = Path(run) / "probe_watch.json" if run else None
+    path = Path(record.run) / "probe_watch.json" if record.run else None
     if path is None or not path.is_file():
         return None
     return json.loads(path.read_text(encoding="utf-8"))
@@ -115,7 +114,7 @@ def gate(ctx: Context, stage: str, watched: dict | None, start: Candidate, watch
     history = watched.get("history") or [{}]
     if start.name == BASELINE:
         base, base_from = history[0].get("score"), f"step 0 of {stage}"
-        ctx.cache.setdefault("base_probe", (base, base_from))
+        ctx.base_probe = ctx.base_probe or (base, base_from)
     else:
         base, base_from = base_probe(ctx)
     decision = Gate(stage=stage, best=watched["best_score"], base=base, base_from=base_from, margin=watch.margin)
@@ -131,8 +130,8 @@ def gate(ctx: Context, stage: str, watched: dict | None, start: Candidate, watch
 
 def base_probe(ctx: Context) -> tuple[float | None, str | None]:
     """The base model's probe score for a stage that did not start from it: a base-started stage's, else the probe's."""
-    if "base_probe" in ctx.cache:
-        return ctx.cache["base_probe"]
+    if ctx.base_probe is not None:
+        return ctx.base_probe
     entry = ctx.runner.state.get("probe") if "probe" in ctx.runner.called else None
     score = ((entry or {}).get("val") or {}).get(ctx.metric)
     return (score, "the probe stage") if score is not None else (None, None)

@@ -24,7 +24,7 @@ class Select(Strategy, name="select", kind="start", order=10, settings=SelectSpe
         options.update(text_column=task.text_column, corpus_text_column=ctx.corpus_text_column, out=str(folder))
         if settings.max_documents:
             options["max_documents"] = settings.max_documents
-        corpus = ctx.runner.tool("select", "select", options, result=str(folder))["corpus"]
+        corpus = ctx.runner.tool("select", "select", options, result=str(folder)).value("corpus")
         data = {"corpus": corpus, "column": "text", "prefix": "knn-"}  # select writes {"text": ...}
         return [Candidate("select", self.name, stages=["select"], offered=False, data=data)]
 

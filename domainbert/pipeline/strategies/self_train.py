@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from domainbert.pipeline.specs import SelfTrainSpec
 from domainbert.pipeline.stage import data
 from domainbert.pipeline.strategies.base import Candidate, Context, Run, Strategy, finetune_stage
@@ -53,9 +55,9 @@ def _student(ctx: Context, teacher: Run, labels: str, train: str, spec: SelfTrai
         after=(labels,) if spec.start == "base" else (labels, teacher.stage),
     )
     if not spec.then_task:
-        return Run.of(run, name, seed), []
-    run = runner.fit(name, finetune_config(ctx, run["hf"], seed), test=bool(task.test), after=(first,))
-    return Run.of(run, name, seed), [first]
+        return dataclasses.replace(run, seed=seed), []
+    run = runner.fit(name, finetune_config(ctx, run.hf, seed), test=bool(task.test), after=(first,))
+    return dataclasses.replace(run, seed=seed), [first]
 
 
 def _pseudolabel(ctx: Context, stage: str, teachers: list[Run], spec: SelfTrainSpec) -> str:
@@ -65,7 +67,7 @@ def _pseudolabel(ctx: Context, stage: str, teachers: list[Run], spec: SelfTrainS
     options.update(text_column=task.text_column, label_column=task.label_column, seed=teachers[0].seed)
     options.update(corpus_text_column=ctx.corpus_text_column, ratio=spec.ratio, out=str(folder))
     options.update(max_documents=spec.max_documents or None, **({"soft": True} if spec.soft else {}))
-    return ctx.runner.tool(stage, "pseudolabel", options, result=str(folder))["train"]
+    return ctx.runner.tool(stage, "pseudolabel", options, result=str(folder)).value("train")
 
 
 STRATEGY = SelfTrain()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from domainbert.pipeline.specs import SoupSpec
 from domainbert.pipeline.stage import model
 from domainbert.pipeline.strategies.base import (
@@ -51,14 +53,14 @@ def _soup(ctx: Context, candidate: Candidate, exported: list[Run]) -> Candidate:
     runner, name = ctx.runner, candidate.name
     stage, folder = soup_stage(name), ctx.runner.out / soup_stage(name) / "hf"  # beside the stage's log.txt
     options = {"models": [r.hf for r in exported], "out": str(folder)}
-    made = runner.tool(stage, "soup", options, result=str(folder), after=tuple(r.stage for r in exported))["result"]
+    made = runner.tool(stage, "soup", options, result=str(folder), after=tuple(r.stage for r in exported)).result
     config = finetune_config(ctx, made, None).then(model(head_init=None))  # the seeds' heads, averaged: no refit
     evaluated = finetune_stage(name, None, kind="soup")
     run = runner.evaluate(evaluated, config, after=(stage,))
     return Candidate(
         name + SUFFIX,
         "soup",
-        runs=[Run.of(run, evaluated, kind="soup")],
+        runs=[dataclasses.replace(run, kind="soup")],
         stages=[*candidate.stages, stage, evaluated],
         adapted=candidate.name != BASELINE,
         one_model=True,

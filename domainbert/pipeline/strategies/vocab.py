@@ -22,7 +22,7 @@ class Vocab(Strategy, name="vocab", kind="start", order=20, settings=VocabSpec, 
         folder = str(ctx.runner.out / "vocab" / "hf")
         options = {"model": ctx.base_model, "corpus": ctx.corpus, "top_k": settings.top_k}
         options.update(min_freq=settings.min_freq, text_column=ctx.corpus_text_column, out=folder, overwrite=True)
-        model = ctx.runner.tool("vocab", "vocab extend", options, result=folder)["result"]
+        model = ctx.runner.tool("vocab", "vocab extend", options, result=folder).result
         return [Candidate("vocab", self.name, model=model, stages=["vocab"], offered=False)]
 
 
