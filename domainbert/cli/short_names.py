@@ -1,25 +1,20 @@
 """Short names on the command line: ``--model NAME`` and ``--data NAME`` become class paths.
 
-``--model`` takes a shipped module's short name (:data:`MODELS`) or its bare class name; ``--data`` takes a
-datamodule registered by a plugin (:mod:`domainbert.data.registry`).
+``--model`` takes a short name registered under the ``domainbert.models`` entry-point group (:data:`MODELS`: the
+shipped modules', and any plugin's) or its bare class name; ``--data`` takes a datamodule registered under
+``domainbert.datamodules`` (:mod:`domainbert.data.registry`). Both are :class:`~domainbert.core.plugins.Registry`
+objects, read without importing anything they name.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from domainbert.core.plugins import Registry
 from domainbert.data.registry import class_path
 
-#: short names of the shipped modules, for ``--model NAME`` (as ``--data NAME`` for datamodules).
-MODELS = {
-    "classification": "domainbert.modules.classification.SequenceClassificationModule",
-    "tagging": "domainbert.modules.tagging.TokenClassificationModule",
-    "qa": "domainbert.modules.qa.QuestionAnsweringModule",
-    "mlm": "domainbert.modules.mlm.MaskedLMModule",
-    "contrastive": "domainbert.modules.contrastive.ContrastiveModule",
-    "tsdae": "domainbert.modules.tsdae.TsdaeModule",
-    "distill": "domainbert.distill.module.DistillationModule",
-}
+#: short names of LightningModules, for ``--model NAME``: name -> class path (nothing imported).
+MODELS: Registry[type] = Registry("domainbert.models", "model")
 
 
 def model_class_path(name: str) -> str | None:
@@ -33,8 +28,9 @@ def expand_short_names(args: Sequence[str]) -> list[str]:
     """Replace short names by class paths.
 
     ``--data NAME`` / ``--data=NAME`` / ``--data.class_path NAME``: a registered datamodule plugin.
-    ``--model NAME`` (and the same forms): ``classification``, ``tagging``, ``qa``, ``mlm``, ``contrastive``,
-    ``tsdae``, ``distill``, or the bare class name (``SequenceClassificationModule``).
+    ``--model NAME`` (and the same forms): a short name of :data:`MODELS` (``classification``, ``tagging``, ``qa``,
+    ``mlm``, ``contrastive``, ``tsdae``, ``distill``, or a plugin's), or the bare class name
+    (``SequenceClassificationModule``).
     """
     out = list(args)
     lookups = (("--data", class_path), ("--data.class_path", class_path))

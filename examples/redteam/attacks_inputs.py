@@ -233,7 +233,7 @@ def _other_labels(work: Path, values: dict) -> None:
 #: option of the pipeline's parser
 PLUGINS = (
     "[domainbert.datamodules]\nevil = evil_exits:DataModule\nclassification = evil_taken:DataModule\n\n"
-    "[domainbert.strategies]\nprinter = evil_strategy:Printer\n"
+    "[domainbert.strategies]\nprint_config = evil_strategy:Printer\n"
 )
 EVIL_STRATEGY = """
 from dataclasses import dataclass
@@ -278,7 +278,7 @@ def plugins() -> list[Attack]:
                expect="custom", check=_warned(exits, taken, check=metrics_written(f"{RUNS}/version_0")),
                setup=_plugins, path=["{work}/site"], absent=["{work}/site/imported"]),
         Attack("plugin-strategy-print-config", "new", ["pipeline", "--help"], "rc 0; the plugin named, skipped",
-               expect="custom", check=_warned("'printer' (evilplug: evil_strategy:Printer) named 'print_config'",
+               expect="custom", check=_warned("'print_config' (evilplug: evil_strategy:Printer; reserved: a pipeline",
                                               "usage: domainbert pipeline"),
                setup=_plugins, path=["{work}/site"]),
     ]  # fmt: skip

@@ -27,7 +27,8 @@ def longer(monkeypatch):
     monkeypatch.setitem(sys.modules, "longer_strategy", module)
     exec(compile(code, str(PAGE), "exec"), module.__dict__)  # noqa: S102 - the documented code itself
     installed = strategies.load(refresh=True)
-    monkeypatch.setattr(strategies, "_loaded", {**installed, "longer": module.Longer()})
+    with_longer = {**installed, "longer": module.Longer()}
+    monkeypatch.setattr(strategies, "load", lambda refresh=False: with_longer)
     return module
 
 

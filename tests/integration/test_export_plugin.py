@@ -18,8 +18,7 @@ from tests.helpers.examples import install_example, run_with_path
 def installed(tmp_path_factory) -> Path:
     """The example format ``pip install``ed into a throwaway folder (returned), never into the environment."""
     target = install_example("plugin_export", tmp_path_factory.mktemp("export_format"))
-    formats.table.cache_clear()
-    assert "fp16" not in formats.table()  # this environment does not have it
+    assert "fp16" not in formats.table(refresh=True)  # this environment does not have it
     return target
 
 

@@ -50,7 +50,8 @@ def planted(monkeypatch):
     installed = strategies.load(refresh=True)
     starts = {n: s for n, s in installed.items() if s.kind == "start"}
     afters = {n: s for n, s in installed.items() if s.kind == "after"}
-    monkeypatch.setattr(strategies, "_loaded", {**starts, "planted": planted_strategy(), **afters})
+    with_planted = {**starts, "planted": planted_strategy(), **afters}
+    monkeypatch.setattr(strategies, "load", lambda refresh=False: with_planted)
 
 
 #: fine-tuning that learns the fixture task in one epoch: a mean-pooled head started from the probe

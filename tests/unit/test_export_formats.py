@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import importlib.metadata
 import json
 
 import pytest
@@ -28,25 +29,39 @@ class Half(ExportFormat, name="fp16", order=15):
         return hf_model(folder, config, dtype=torch.float16)
 
 
+class Fake(ExportFormat, name="int8"):
+    """A format under a built-in's name."""
+
+
+class Scaled(ExportFormat, name="scaled", options={"scale": 2.0}):
+    """A plugin's format with an option of its own."""
+
+
+#: not a format at all
+JUNK = object()
+
+
 @pytest.fixture
 def plugins(monkeypatch):
-    """Install entry points of the group ``domainbert.export_formats`` (``{name: object}``) for one test."""
-    import domainbert.core.plugins
+    """Register objects of this module under ``domainbert.export_formats`` (``{name: attribute}``) for one test."""
 
-    def install(found: dict):
-        def fake(group, what):
-            assert group == formats.GROUP
-            return dict(found), {}
-
-        monkeypatch.setattr(domainbert.core.plugins, "load_entry_points", fake)
-        formats.table.cache_clear()
+    def install(found: dict[str, str]):
+        eps = [importlib.metadata.EntryPoint(name, f"{__name__}:{attr}", formats.GROUP) for name, attr in found.items()]
+        installed = importlib.metadata.entry_points
+        monkeypatch.setattr(
+            importlib.metadata,
+            "entry_points",
+            lambda group: [*installed(group=group), *(eps if group == formats.GROUP else [])],
+        )
+        formats.FORMATS.refresh()
 
     yield install
-    formats.table.cache_clear()
+    monkeypatch.undo()
+    formats.FORMATS.refresh()
 
 
 def test_the_built_in_table_names_each_format_once_with_its_flag():
-    table = {name: (f.option, f.teacher) for name, f in formats.BUILT_IN.items()}
+    table = {name: (f.option, f.teacher) for name, f in formats.built_in().items()}
     assert table == {
         "fp32": (None, False),
         "bf16": ("bf16", False),
@@ -66,7 +81,7 @@ def test_the_flags_pick_formats_in_their_order_and_names_add_more():
 
 
 def test_a_plugin_format_is_written_by_name_and_loads_through_load_variant(plugins, tmp_path):
-    plugins({"fp16": Half})
+    plugins({"fp16": "Half"})
     assert list(formats.table())[-1] == "fp16" and [f.name for f in enabled({}, ["fp16"])] == ["fp16"]
     model, tokenizer, _ = load_variant(make_teacher("bert", tmp_path / "model", layers=1))
     folder = tmp_path / "fp16"
@@ -79,15 +94,14 @@ def test_a_plugin_format_is_written_by_name_and_loads_through_load_variant(plugi
 
 
 def test_a_plugin_may_not_replace_a_built_in_format_nor_be_anything_else(plugins):
-    class Fake(ExportFormat, name="int8"):
-        pass
-
-    plugins({"int8": Fake, "junk": object()})
+    plugins({"int8": "Fake", "junk": "JUNK", "half": "Half"})
     with pytest.warns(UserWarning) as caught:
         table = formats.table()
-    assert table["int8"] is formats.BUILT_IN["int8"] and "junk" not in table
+    assert table["int8"] is formats.built_in()["int8"] and not {"junk", "half", "fp16"} & set(table)
     text = " ".join(str(w.message) for w in caught)
-    assert "would replace the built-in 'int8'" in text and "'junk' is not a named ExportFormat" in text
+    assert f"'int8' (unknown distribution: {__name__}:Fake; kept: domainbert: domainbert.deploy.formats.int8:" in text
+    assert "'junk' (unknown distribution: " in text and "is not a domainbert.deploy.formats.ExportFormat" in text
+    assert "'half' (unknown distribution: " in text and "its name 'fp16' is not the name it is registered under" in text
 
 
 def test_a_folder_naming_an_unknown_format_is_refused_in_one_line(tmp_path):
@@ -110,10 +124,7 @@ def test_a_formats_options_are_its_own_and_a_plugin_adds_its_own(plugins):
     assert formats.get("int8").options == {"int8_backend": "auto", "int8_per_channel": True}
     assert formats.get("onnx").options == {"onnx_opset": None, "onnx_fuse": True}
 
-    class Scaled(ExportFormat, name="scaled", options={"scale": 2.0}):
-        """A plugin's format with an option of its own."""
-
-    plugins({"scaled": Scaled})
+    plugins({"scaled": "Scaled"})
     assert option_defaults()["scale"] == 2.0
     assert option_values({"scale": 3.0, "onnx_fuse": False}) | {} == {
         **option_defaults(),

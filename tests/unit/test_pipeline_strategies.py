@@ -142,20 +142,24 @@ class _Taken(_Echo):
 def test_plugins_load_through_their_entry_points_and_a_bad_one_is_named_and_skipped(monkeypatch):
     eps = [
         importlib.metadata.EntryPoint("echo", f"{__name__}:_Echo", strategies.GROUP),
-        importlib.metadata.EntryPoint("taken", f"{__name__}:_Taken", strategies.GROUP),
+        importlib.metadata.EntryPoint("dapt", f"{__name__}:_Taken", strategies.GROUP),
+        importlib.metadata.EntryPoint("renamed", f"{__name__}:_Taken", strategies.GROUP),
         importlib.metadata.EntryPoint("notone", "pathlib:Path", strategies.GROUP),
         importlib.metadata.EntryPoint("broken", "no_such_module_xyz:Thing", strategies.GROUP),
     ]
-    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: eps if group == strategies.GROUP else [])
+    installed = importlib.metadata.entry_points
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [*installed(group=group), *eps])
     with pytest.warns(UserWarning) as caught:
         loaded = strategies.load(refresh=True)
     messages = " ".join(str(w.message) for w in caught)
     assert "'broken' (unknown distribution: no_such_module_xyz:Thing) failed to import" in messages
-    assert "names taken: 'taken' (unknown distribution: " in messages
-    assert "named 'dapt': a built-in strategy" in messages
+    assert "already taken: 'dapt' (unknown distribution: " in messages
+    assert "; kept: domainbert: domainbert.pipeline.strategies.dapt:STRATEGY)" in messages
+    assert "'renamed' (unknown distribution: " in messages and "its name 'dapt' is not the name it is" in messages
     assert "'notone' (unknown distribution: pathlib:Path) is skipped" in messages
     assert list(loaded)[-1] == "soup" and list(loaded)[6] == "echo"  # a start plugin runs after the built-in ones
     assert isinstance(loaded["echo"], _Echo) and "echo (start [" in strategies.listing(loaded)
+    assert type(loaded["dapt"]).__module__ == "domainbert.pipeline.strategies.dapt"
     monkeypatch.undo()
     assert "echo" not in strategies.load(refresh=True)
 

@@ -46,26 +46,25 @@ def installed(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(PLUGIN))
     monkeypatch.syspath_prepend(str(info.parent))
     monkeypatch.delitem(sys.modules, "fp16_format", raising=False)
-    formats.table.cache_clear()
+    formats.FORMATS.refresh()
     yield
     monkeypatch.undo()
     sys.modules.pop("fp16_format", None)
-    formats.table.cache_clear()
+    formats.FORMATS.refresh()
 
 
 def test_without_the_plugin_there_is_no_fp16_format():
-    formats.table.cache_clear()
-    assert "fp16" not in formats.table()
+    assert "fp16" not in formats.table(refresh=True)
 
 
 def test_the_table_finds_the_example_format_under_its_entry_point_after_the_built_ins(installed):
     table = formats.table()
-    assert list(table) == [*formats.BUILT_IN, "fp16"]
+    assert list(table) == [*formats.built_in(), "fp16"]
     fmt = table["fp16"]
     assert type(fmt).__module__ == "fp16_format" and type(fmt).__name__ == "Fp16Weights"
     assert (fmt.option, fmt.needs, fmt.teacher, fmt.available()) == (None, (), False, [])
     assert [f.name for f in formats.enabled({"int8": False}, ["fp16"])] == ["fp16"]
-    assert formats.enabled({"bf16": True}) == [formats.BUILT_IN["bf16"]]  # only --formats [fp16] turns it on
+    assert formats.enabled({"bf16": True}) == [formats.built_in()["bf16"]]  # only --formats [fp16] turns it on
 
 
 def test_export_writes_the_fp16_folder_at_half_the_size_and_load_variant_reads_it_as_float32(installed, tmp_path):

@@ -1,8 +1,9 @@
-"""The table of export formats: name → writer, loader and runner (:class:`~.interface.ExportFormat`).
+"""The export formats: name → writer, loader and runner (:class:`~.interface.ExportFormat`), in :data:`FORMATS`.
 
-Built-in formats live here, one module each (``fp32``, ``bf16``, ``int8``, ``onnx``, ``onnx_int8``); other packages
-add theirs under the entry-point group ``domainbert.export_formats`` (``name = "pkg.module:FormatClass"``), loaded
-through :func:`domainbert.core.plugins.load_entry_points`. A plugin's name may not replace a built-in one.
+Every format, built-in or another package's, is registered under the entry-point group ``domainbert.export_formats``
+(``name = "pkg.module:FormatClass"``, the name being the format's own); domainbert registers its own in its
+``pyproject.toml``, one module each here (``fp32``, ``bf16``, ``int8``, ``onnx``, ``onnx_int8``). A plugin may not
+take a built-in's name (:class:`~domainbert.core.plugins.Registry`'s clash rule).
 ``domainbert export`` writes the formats its flags enable (``--int8``, ``--bf16``, ``--onnx``) and those named by
 ``--formats``; :func:`domainbert.deploy.load.load_variant` loads a folder by the ``variant`` its
 ``domainbert_variant.json`` records.
@@ -10,24 +11,19 @@ through :func:`domainbert.core.plugins.load_entry_points`. A plugin's name may n
 
 from __future__ import annotations
 
-import functools
-import warnings
 from typing import Any
 
-from domainbert.deploy.formats.bf16 import Bf16
-from domainbert.deploy.formats.fp32 import Fp32
-from domainbert.deploy.formats.int8 import Int8
+from domainbert.core.plugins import Refused, Registry
 from domainbert.deploy.formats.interface import ExportFormat, WriteContext, Written
-from domainbert.deploy.formats.onnx import Onnx
-from domainbert.deploy.formats.onnx_int8 import OnnxInt8
 from domainbert.errors import DomainBertError
 
 __all__ = [
-    "BUILT_IN",
+    "FORMATS",
     "GROUP",
     "ExportFormat",
     "WriteContext",
     "Written",
+    "built_in",
     "enabled",
     "get",
     "option_defaults",
@@ -35,41 +31,47 @@ __all__ = [
     "table",
 ]
 
-#: The entry-point group of export formats from other packages.
+#: The entry-point group of export formats.
 GROUP = "domainbert.export_formats"
-#: The built-in formats, by name.
-BUILT_IN: dict[str, ExportFormat] = {f.name: f for f in (Fp32(), Bf16(), Int8(), Onnx(), OnnxInt8())}
 
 
-@functools.cache
-def table() -> dict[str, ExportFormat]:
-    """Every format: the built-ins, then the installed plugins' (a plugin that fails to import is warned about).
+def _format(name: str, obj: Any) -> ExportFormat:
+    """The format registered as ``name``: ``obj`` itself, or made from its class.
 
-    Read once per process (the result is cached; ``table.cache_clear()`` reads the entry points again).
+    Raises:
+        Refused: ``obj`` is not an :class:`ExportFormat`, or its name is not the one it is registered under.
+    """
+    fmt = obj() if isinstance(obj, type) and issubclass(obj, ExportFormat) else obj
+    if not isinstance(fmt, ExportFormat):
+        raise Refused(f"{fmt!r} is not a domainbert.deploy.formats.ExportFormat (subclass it)")
+    if fmt.name != name:
+        raise Refused(f"its name {fmt.name!r} is not the name it is registered under ({name!r})")
+    return fmt
+
+
+#: Every registered format: name -> import path (nothing imported); :func:`table` makes them.
+FORMATS: Registry[ExportFormat] = Registry(GROUP, "export format", make=_format, order=lambda f: (f.order, f.name))
+
+
+def table(refresh: bool = False) -> dict[str, ExportFormat]:
+    """Every format: the built-ins, then the installed plugins' (one that fails to import is warned about).
+
+    Read once per process (``table(refresh=True)`` reads the entry points again).
 
     Examples:
-        >>> from domainbert.deploy.formats import BUILT_IN, table
-        >>> list(table())[: len(BUILT_IN)]
+        >>> from domainbert.deploy.formats import table
+        >>> list(table())[:5]
         ['fp32', 'bf16', 'int8', 'onnx', 'onnx_int8']
         >>> table()["int8"].option, table()["int8"].teacher
         ('int8', True)
     """
-    from domainbert.core.plugins import load_entry_points
+    return FORMATS.load(refresh)
 
-    found, _ = load_entry_points(GROUP, "export format")
-    formats = dict(BUILT_IN)
-    for name, obj in found.items():
-        fmt = obj() if isinstance(obj, type) else obj
-        if not isinstance(fmt, ExportFormat) or not fmt.name:
-            warnings.warn(
-                f"domainbert: the export format plugin {name!r} is not a named ExportFormat; skipped", stacklevel=2
-            )
-        elif fmt.name in BUILT_IN:
-            why = f"would replace the built-in {fmt.name!r}; skipped"
-            warnings.warn(f"domainbert: the export format plugin {name!r} {why}", stacklevel=2)
-        else:
-            formats[fmt.name] = fmt
-    return formats
+
+def built_in() -> dict[str, ExportFormat]:
+    """The formats domainbert itself registers, by name, in their order."""
+    own = set(FORMATS.builtins())
+    return {name: fmt for name, fmt in table().items() if name in own}
 
 
 def get(name: str, where: str = "format") -> ExportFormat:

@@ -1,26 +1,26 @@
-"""The pipeline's strategies: the built-in ones (one module each) and those other packages register.
+"""The pipeline's strategies: the ``domainbert.strategies`` entry-point group (:data:`STRATEGIES`).
 
-A package adds a strategy by registering a :class:`~domainbert.pipeline.strategies.base.Strategy` subclass (or instance)
-under the ``domainbert.strategies`` entry-point group::
+Every strategy, built-in or another package's, is a :class:`~domainbert.pipeline.strategies.base.Strategy` subclass
+(or instance) registered under its name, as domainbert registers its own in its ``pyproject.toml``
+(``dapt = "domainbert.pipeline.strategies.dapt:STRATEGY"``)::
 
     [project.entry-points."domainbert.strategies"]
     my_strategy = "my_package.strategy:MyStrategy"
 
-Its ``name`` becomes a top-level key of pipeline configs (its settings dataclass's fields below it), and
-``domainbert pipeline --help`` lists it. Start strategies run in the order listed here (built-in ones first),
-then every candidate is fine-tuned, then the after strategies run.
+Its ``name`` (the name it is registered under) becomes a top-level key of pipeline configs (its settings
+dataclass's fields below it), and ``domainbert pipeline --help`` lists it. Start strategies run first, the built-in
+ones before the plugins', each by ``order``; then every candidate is fine-tuned; then the after strategies run, in
+the same way. The names of the pipeline's own options are reserved (:func:`reserved`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import inspect
-import pkgutil
 import typing
-import warnings
 from typing import Any
 
+from domainbert.core.plugins import Refused, Registry
 from domainbert.core.settings import SettingError
 from domainbert.errors import DomainBertError
 from domainbert.pipeline.strategies.base import Context, Strategy
@@ -37,10 +37,10 @@ def reserve_options(function) -> None:
     :mod:`domainbert.pipeline` calls it with :func:`domainbert.pipeline.command.pipeline` when it is imported,
     which is always before this package runs, so a new option of the pipeline is reserved without a hand-kept list.
     """
-    global _options, _loaded
+    global _options
     params = inspect.signature(function).parameters.values()
     _options = frozenset(p.name for p in params if p.kind is not inspect.Parameter.VAR_KEYWORD)
-    _loaded = None
+    STRATEGIES.refresh()
 
 
 def reserved() -> frozenset[str]:
@@ -49,77 +49,33 @@ def reserved() -> frozenset[str]:
     They are the pipeline's own options (:func:`reserve_options`), the parser's own (``config``,
     ``print_config``, ``help``) and ``baseline``.
     """
-    return frozenset(_options - set(builtins())) | _RESERVED_EXTRA
+    return frozenset(_options - set(STRATEGIES.builtins())) | _RESERVED_EXTRA
 
 
-_loaded: dict[str, Strategy] | None = None
+def _reserved_names() -> dict[str, str]:
+    """The names no plugin may take, for the registry: ``{name: "a pipeline option"}``."""
+    return dict.fromkeys(_options | _RESERVED_EXTRA, "a pipeline option")
 
 
-def builtins() -> dict[str, Strategy]:
-    """The built-in strategies, by name, in the order they run (start strategies first, then by ``order``).
+def _strategy(name: str, obj: Any) -> Strategy:
+    """The strategy registered as ``name``: ``obj`` itself, or made from its class.
 
-    They are the modules of this package that define ``STRATEGY``: adding a strategy is adding its file.
+    Raises:
+        Refused: ``obj`` is not a strategy, or its name, kind or registered name is wrong.
     """
-    found = []
-    for info in pkgutil.iter_modules(__path__):
-        strategy = getattr(importlib.import_module(f"{__name__}.{info.name}"), "STRATEGY", None)
-        if strategy is not None:
-            found.append(strategy)
-    found.sort(key=lambda s: (s.kind != "start", s.order, s.name))
-    return {s.name: s for s in found}
+    strategy = obj() if isinstance(obj, type) and issubclass(obj, Strategy) else obj
+    problem = _problem(strategy, name)
+    if problem:
+        raise Refused(problem)
+    return strategy
 
 
-def load(refresh: bool = False) -> dict[str, Strategy]:
-    """Every strategy, by name: the built-in ones, then the plugins (start strategies before after strategies).
-
-    A plugin that fails to import or is not a :class:`Strategy` is warned about and skipped; so are plugins whose
-    names are taken (by a built-in strategy, an earlier plugin, or an option of the pipeline's own, such as
-    ``print_config``), all named in one warning line.
-    """
-    global _loaded
-    if _loaded is not None and not refresh:
-        return _loaded
-    from domainbert.core.plugins import load_entry_points
-
-    found = builtins()
-    origins: dict[str, str] = {}
-    objects, _ = load_entry_points(GROUP, "strategy", origins)
-    taken = []
-    for entry, obj in objects.items():
-        try:
-            strategy = obj() if isinstance(obj, type) and issubclass(obj, Strategy) else obj
-        except Exception as err:  # noqa: BLE001 - a plugin's own constructor: skipped, not a crash
-            strategy = err
-        problem = _problem(strategy)
-        if problem:
-            warnings.warn(
-                f"domainbert: the strategy plugin {entry!r} ({origins[entry]}) is skipped: {problem}", stacklevel=2
-            )
-        elif strategy.name in found or strategy.name in reserved():
-            owner = _owner(strategy.name, found)
-            taken.append(f"{entry!r} ({origins[entry]}) named {strategy.name!r}: {owner}")
-        else:
-            found[strategy.name] = strategy
-    if taken:
-        warnings.warn(f"domainbert: strategy plugins skipped, their names taken: {'; '.join(taken)}", stacklevel=2)
-    _loaded = dict(sorted(found.items(), key=lambda item: item[1].kind != "start"))  # stable: start ones first
-    return _loaded
-
-
-def _owner(name: str, found: dict[str, Strategy]) -> str:
-    """Who holds ``name`` already: the pipeline's own option, a built-in strategy, or an earlier plugin."""
-    if name in reserved():
-        return "a pipeline option"
-    module = type(found[name]).__module__
-    return "a built-in strategy" if module.startswith(__name__ + ".") else f"the plugin {module}"
-
-
-def _problem(strategy) -> str | None:
-    """Why a plugin's object cannot be a strategy (a taken name aside); None when it can."""
-    if isinstance(strategy, Exception):
-        return f"making it failed: {type(strategy).__name__}: {strategy}"
+def _problem(strategy: Any, name: str) -> str | None:
+    """Why a registered object cannot be the strategy ``name``; None when it can."""
     if not isinstance(strategy, Strategy):
         return f"{strategy!r} is not a domainbert.pipeline.strategies.base.Strategy (subclass it)"
+    if strategy.name != name:
+        return f"its name {strategy.name!r} is not the name it is registered under ({name!r})"
     if not strategy.name.isidentifier():
         return f"its name {strategy.name!r} is not an identifier (it is a config key)"
     if strategy.kind not in ("start", "after"):
@@ -127,11 +83,28 @@ def _problem(strategy) -> str | None:
     return None
 
 
+#: Every registered strategy: name -> import path (nothing imported); :func:`load` makes them.
+STRATEGIES: Registry[Strategy] = Registry(
+    GROUP, "strategy", make=_strategy, reserved=_reserved_names, order=lambda s: (s.kind != "start", s.order, s.name)
+)
+
+
+def load(refresh: bool = False) -> dict[str, Strategy]:
+    """Every strategy, by name, in the order they run: start strategies first, each kind's built-in ones first.
+
+    A plugin that fails to import or is not a :class:`Strategy` is warned about and skipped; so are plugins whose
+    names are taken (by a built-in strategy, an earlier plugin, or an option of the pipeline's own, such as
+    ``print_config``), all named in one warning line.
+    """
+    loaded = STRATEGIES.load(refresh)
+    return dict(sorted(loaded.items(), key=lambda item: item[1].kind != "start"))  # stable: start ones first
+
+
 def listing(strategies: dict[str, Strategy]) -> str:
     """One line per strategy for ``--help``: its name, kind, where it comes from and its docstring's first line."""
     lines = []
     for name, strategy in strategies.items():
-        origin = "" if type(strategy).__module__.startswith(__name__ + ".") else f" [{type(strategy).__module__}]"
+        origin = "" if name in STRATEGIES.builtins() else f" [{type(strategy).__module__}]"
         lines.append(f"{name} ({strategy.kind}{origin}): {strategy.summary()}")
     return "\n".join(lines)
 
