@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.metadata
 import importlib.util
@@ -11,12 +12,14 @@ import os
 import re
 import sys
 import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as L
 import yaml
-from jsonargparse import Namespace, set_parsing_settings
+from jsonargparse import ActionConfigFile, Namespace, set_parsing_settings
 from lightning.pytorch.callbacks import ProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
@@ -763,56 +766,110 @@ def cli_main(args: list[str] | None = None, run: bool = True) -> DomainBertCLI:
     return DomainBertCLI(args=rooted_loggers(expand_help_names(expand_short_names(args))), run=run)
 
 
-class _Parsed(Exception):  # noqa: N818 - not an error: how ConfigResolver leaves LightningCLI's __init__
-    """The resolved config, as YAML: raised by :class:`ConfigResolver` once the arguments are parsed and checked."""
+class _ParserOnly(DomainBertCLI):
+    """:class:`DomainBertCLI` built up to its parser (``run=False``): nothing is parsed, seeded or instantiated.
 
-    def __init__(self, text: str) -> None:
-        super().__init__("parsed")
-        self.text = text
-
-
-class ConfigResolver(DomainBertCLI):
-    """Parses and checks a config as ``domainbert fit`` does (without a subcommand), then stops: nothing is built."""
+    Lightning has no constructor that stops once the parser is built: its ``__init__`` calls these hooks next, and
+    here they do nothing (``seed_everything: false`` keeps Lightning from seeding this process).
+    """
 
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
-        super().parse_arguments(parser, args)
-        raise _Parsed(parser.dump(self.config, skip_none=False))
+        """Parse nothing."""
+        self.config = Namespace(seed_everything=False)
+
+    def before_instantiate_classes(self) -> None:
+        """Nothing to prepare: nothing is built."""
+
+    def instantiate_classes(self) -> None:
+        """Build nothing."""
+
+    def after_instantiate_classes(self) -> None:
+        """Nothing was built."""
 
 
-def resolve_config(sources: list[str | dict], where: str) -> str:
-    """The one config ``sources`` make, resolved by jsonargparse: YAML that ``fit --config`` reads back as it is.
+@functools.cache
+def fit_parser() -> LightningArgumentParser:
+    """The parser of a fit config without a subcommand, as a pipeline stage's worker reads it; built once a process.
+
+    It is :class:`DomainBertCLI`'s own (``run=False``): Lightning's options, then domainbert's
+    (:meth:`DomainBertCLI.add_arguments_to_parser`), read by the same parser class.
+    """
+    return _ParserOnly(args=[], run=False).parser
+
+
+@dataclass(frozen=True)
+class ResolvedConfig:
+    """A fit config as :func:`resolve_config` resolved it: its values, and the YAML a stage's worker reads."""
+
+    values: Namespace
+    """The config as jsonargparse parsed it: every option, defaults included (``values.trainer.max_steps``)."""
+    where: str
+    """What the config is for, named in an error (``stage 'dapt'``)."""
+
+    def text(self) -> str:
+        """The config as YAML, which ``domainbert fit --config`` reads back as it is."""
+        return fit_parser().dump(self.values, skip_none=False)
+
+    def but(self, values: dict[str, Any]) -> ResolvedConfig:
+        """A copy with ``values`` (nested as in a config file; a ``key+`` list is appended) parsed over these.
+
+        Raises:
+            DomainBertError: a value ``domainbert fit`` would refuse, naming :attr:`where`.
+        """
+        parsed = _parsed(self.where, lambda: fit_parser().parse_object(values, self.values))
+        return ResolvedConfig(parsed, self.where)
+
+
+def resolve_config(sources: list[str | dict[str, Any] | list[str]], where: str) -> ResolvedConfig:
+    """The one config ``sources`` make, resolved by :func:`fit_parser` in one pass over them.
+
+    Each source is applied over the config so far: a file as ``--config`` reads it, a dict parsed as an object (a
+    ``key+`` list is appended to the list ``key``), a list of options as on the command line (short names expanded).
+    The config is checked after each dict or list; the parser's defaults fill it in at the last source.
 
     Args:
         sources: a config file's path, then config dicts and lists of command-line options, in order (later ones
-            win; a ``key+`` list in a dict is appended to the list ``key``).
+            win); adjacent dicts are best merged first (``StageConfig.sources`` does), each one costs a parse.
         where: what the config is for, named in an error (``stage 'finetune-baseline-seed0'``).
 
     Raises:
         DomainBertError: a file that is not valid YAML, an option or value that ``domainbert fit`` would refuse.
     """
-    from domainbert.cli.short_names import expand_short_names
     from domainbert.data.registry import load_plugins
 
     load_plugins()
-    args: list[str] = []
     for source in sources:
-        if isinstance(source, dict):
-            args += ["--config", yaml.safe_dump(source, sort_keys=False)] if source else []
-        elif isinstance(source, str):
-            args += ["--config", source]
-        else:
-            args += list(source)
-    check_config_files(args)
+        if not isinstance(source, dict):  # a YAML syntax error names the file
+            check_config_files(["--config", source] if isinstance(source, str) else list(source))
+    values = Namespace()
+    for i, source in enumerate(sources):
+        values = _parsed(where, functools.partial(_apply, source, values, last=i == len(sources) - 1))
+    return ResolvedConfig(values, where)
+
+
+def _apply(source: str | dict[str, Any] | list[str], values: Namespace, last: bool) -> Namespace:
+    """``values`` with ``source`` applied over them (see :func:`resolve_config`); the defaults added when ``last``."""
+    from domainbert.cli.short_names import expand_short_names
+
+    parser = fit_parser()
+    if isinstance(source, str):  # checked with the sources after it: a stage's values may complete the file
+        values = values.clone()
+        ActionConfigFile.apply_config(parser, values, "config", source)
+        return parser.parse_object({}, values) if last else values
+    if isinstance(source, dict):
+        return parser.parse_object(source, values, defaults=last)
+    return parser.parse_args(rooted_loggers(expand_short_names(list(source))), values, defaults=last)
+
+
+def _parsed(where: str, parse: Callable[[], Namespace]) -> Namespace:
+    """``parse()``; a user's mistake is one :class:`DomainBertError` line naming ``where``, anything else raises."""
     try:
-        ConfigResolver(args=rooted_loggers(expand_short_names(args)), run=False)
-    except _Parsed as parsed:
-        return parsed.text
-    except Exception as err:  # noqa: BLE001 - a user's mistake is one line naming the stage; anything else raises
+        return parse()
+    except Exception as err:  # noqa: BLE001 - jsonargparse wraps a bad option or value in its own errors
         user = user_error(err)
         if user is None:
             raise
         raise DomainBertError(f"{where}: {user}") from None
-    raise AssertionError("ConfigResolver returned without parsing")  # pragma: no cover - parse_arguments raises
 
 
 def _one_log_handler() -> None:

@@ -24,12 +24,15 @@ import signal
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from domainbert.core.files import MARKER, atomic_write_text, claim_folder
 from domainbert.errors import DomainBertError
 from domainbert.pipeline.records import Run, ToolResult
 from domainbert.pipeline.stage import StageConfig
+
+if TYPE_CHECKING:
+    from domainbert.cli.lightning_cli import ResolvedConfig
 
 Isolate = Literal["training", "all", "none"]
 #: The values of ``isolate``: which stages get a process of their own.
@@ -336,7 +339,7 @@ class Runner:
     def fit(
         self,
         stage: str,
-        config: StageConfig | str,
+        config: StageConfig | ResolvedConfig | str,
         args: list[str] | None = None,
         test: bool = False,
         after: tuple[str, ...] = (),
@@ -345,7 +348,8 @@ class Runner:
 
         Args:
             stage: the stage's name: its folder ``<out>/<stage>`` and its record in ``state.json``.
-            config: the stage's :class:`~domainbert.pipeline.stage.StageConfig` (or a fit config file's path).
+            config: the stage's :class:`~domainbert.pipeline.stage.StageConfig` (or a fit config file's path), or
+                the config :meth:`resolve` made of it for this stage.
             args: more overrides, after the config's own (a list of options, as on ``domainbert fit``'s command
                 line); jsonargparse parses them.
             test: test the best weights too.
@@ -369,16 +373,18 @@ class Runner:
         """
         return stage_run(stage, self._worker(stage, _stage_config(config, args), "--evaluate", after), self.state_file)
 
-    def resolve(self, stage: str, config: StageConfig) -> str:
-        """The stage's resolved config (YAML), with its run folder ``<out>/<stage>/run``: what its worker reads."""
+    def resolve(self, stage: str, config: StageConfig) -> ResolvedConfig:
+        """The stage's resolved config, with its run folder ``<out>/<stage>/run``: its YAML is what its worker reads."""
         from domainbert.cli.lightning_cli import resolve_config
 
         rooted = config.then({"trainer": {"default_root_dir": str(self.out / stage)}, "run_name": "run"})
         return resolve_config(rooted.sources(), where=f"stage {stage!r}")
 
-    def _worker(self, stage: str, config: StageConfig, mode: str | None, after: tuple[str, ...]) -> dict:
+    def _worker(
+        self, stage: str, config: StageConfig | ResolvedConfig, mode: str | None, after: tuple[str, ...]
+    ) -> dict:
         """Run the stage worker on the stage's resolved config in ``mode``, unless done; its record."""
-        resolved = self.resolve(stage, config)
+        resolved = (self.resolve(stage, config) if isinstance(config, StageConfig) else config).text()
         path = self.out / stage / "config.yaml"
         inputs = [str(path), *([mode] if mode else [])]
         fingerprint = self.fingerprint(resolved, after)
@@ -465,8 +471,17 @@ def _number(value: Any) -> bool:
     return value is None or (isinstance(value, int | float) and not isinstance(value, bool))
 
 
-def _stage_config(config: StageConfig | str, args: list[str] | None) -> StageConfig:
-    """``config`` as a :class:`StageConfig` (a file's path: that file), with ``args`` as its last overrides."""
+def _stage_config(config: StageConfig | ResolvedConfig | str, args: list[str] | None) -> StageConfig | ResolvedConfig:
+    """``config`` as a :class:`StageConfig` (a file's path: that file), with ``args`` as its last overrides.
+
+    A config :meth:`Runner.resolve` made is run as it is; ``args`` cannot be added to it.
+    """
+    from domainbert.cli.lightning_cli import ResolvedConfig
+
+    if isinstance(config, ResolvedConfig):
+        if args:
+            raise ValueError(f"args={args!r} given with a resolved config; add them to its StageConfig")
+        return config
     spec = config if isinstance(config, StageConfig) else StageConfig(str(config))
     return spec.then(list(args)) if args else spec
 

@@ -1,9 +1,24 @@
 """A training stage's config: its fit config file, the values the pipeline sets, and the user's overrides.
 
 The pipeline never hands a stage a command line. It describes the stage as a :class:`StageConfig`, which
-jsonargparse resolves (:func:`domainbert.cli.lightning_cli.resolve_config`) into the one config the stage's
-worker instantiates in one step, whichever process runs it: ``<out>/<stage>/config.yaml``, the same config the
-run folder keeps. The resume fingerprint hashes it, so a stage reruns exactly when its resolved config changed.
+jsonargparse resolves once (:func:`domainbert.cli.lightning_cli.resolve_config`, into a
+:class:`~domainbert.cli.lightning_cli.ResolvedConfig`) into the one config the stage's worker instantiates in one
+step, whichever process runs it: ``<out>/<stage>/config.yaml``, the same config the run folder keeps. The resume
+fingerprint hashes it, so a stage reruns exactly when its resolved config changed.
+
+A stage's option, ``finetune.args`` say, reaches the Trainer in six hops:
+
+1. ``pipeline.command.main``: jsonargparse reads the pipeline's YAML; the option is ``FinetuneSpec.args``, which
+   ``pipeline`` keeps as ``Context.finetune``.
+2. ``recipe.finetune_config``: ``StageConfig(file, values).then(ctx.finetune.args)``, the stage's last overrides.
+3. ``Runner.fit`` → ``Runner.resolve``: :meth:`StageConfig.sources`, adjacent dicts merged as one, the run folder's
+   values last.
+4. ``resolve_config``: one parser applies the sources in order; ``Runner.fit`` writes the resolved YAML to
+   ``<out>/<stage>/config.yaml``. (A watched pretraining stage reads ``trainer.max_steps`` from this same
+   ``ResolvedConfig`` and adds its watch with ``ResolvedConfig.but``: it is resolved once too.)
+5. ``worker.worker``, in the stage's process: ``cli_main(["--config", <that file>], run=False)``, where
+   ``DomainBertCLI`` parses it.
+6. ``DomainBertCLI.instantiate_trainer``: ``Trainer(**trainer)``.
 
 Values are nested as in a config file; the helpers here build the common ones:
 
@@ -56,9 +71,21 @@ class StageConfig:
                 )
         return StageConfig(self.file, copy.deepcopy(self.values), [*self.overrides, *more])
 
-    def sources(self) -> list[str | dict[str, Any]]:
-        """What jsonargparse reads, in order: the file, the values, then each override (a dict or options)."""
-        return [self.file, self.values, *self.overrides]
+    def sources(self) -> list[str | dict[str, Any] | list[str]]:
+        """What jsonargparse reads, in order: the file, the values, then each override (a dict or options).
+
+        Adjacent dicts are merged into one (see :func:`merge`), empty ones left out: each source is a parse.
+
+        >>> StageConfig("f.yaml", trainer(max_steps=2)).then(seed(1), ["--seed_everything=3"], seed(2)).sources()
+        ['f.yaml', {'trainer': {'max_steps': 2}, 'seed_everything': 1}, ['--seed_everything=3'], {'seed_everything': 2}]
+        """
+        out: list[str | dict[str, Any] | list[str]] = [self.file]
+        for given in [self.values, *self.overrides]:
+            if isinstance(given, dict) and isinstance(out[-1], dict):
+                out[-1] = merge(out[-1], given)
+            elif given:
+                out.append(given)
+        return out
 
 
 def merge(*values: dict[str, Any]) -> dict[str, Any]:

@@ -19,7 +19,7 @@ WATCH = "domainbert.adapt.watch.ProbeWatch"
 
 
 def _resolved(tmp_path, config: StageConfig) -> dict:
-    return yaml.safe_load(Runner(tmp_path / "p", isolate="none").resolve("ft", config))
+    return yaml.safe_load(Runner(tmp_path / "p", isolate="none").resolve("ft", config).text())
 
 
 def test_values_merge_over_the_file_and_overrides_apply_after_them_in_order(tmp_path):

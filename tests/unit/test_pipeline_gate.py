@@ -7,7 +7,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from jsonargparse import Namespace
 
+from domainbert.cli.lightning_cli import ResolvedConfig
 from domainbert.pipeline import TaskFiles, strategies
 from domainbert.pipeline.recipe import behind_baseline, choose
 from domainbert.pipeline.report import choice_why, write_report
@@ -46,9 +48,13 @@ def test_a_branch_behind_the_baselines_mean_by_more_than_its_std_stops():
 
 def test_the_watch_checks_sixteen_times_per_step_budget_and_reads_the_resolved_max_steps():
     assert [every_n_steps(n) for n in (400, 220, 16, 10, None, -1)] == [25, 13, 1, 1, 100, 100]
-    assert max_steps("trainer:\n  max_steps: 400\n") == 400
-    assert max_steps("trainer:\n  max_steps: -1\n  max_epochs: 2\n") is None  # an epoch budget
-    assert max_steps("model: {}\n") is None
+    assert max_steps(_resolved(trainer=Namespace(max_steps=400))) == 400
+    assert max_steps(_resolved(trainer=Namespace(max_steps=-1, max_epochs=2))) is None  # an epoch budget
+    assert max_steps(_resolved(model=Namespace())) is None
+
+
+def _resolved(**values) -> ResolvedConfig:
+    return ResolvedConfig(Namespace(**values), "stage 'dapt'")
 
 
 def _context(tmp_path, **settings) -> Context:
@@ -60,7 +66,7 @@ def test_the_watch_is_a_callback_with_the_tasks_files_columns_and_metric(tmp_pat
     """The schedule comes from the stage's resolved max_steps: the config's 400, then the user's override (64)."""
     ctx = _context(tmp_path)
     config = StageConfig(str(ROOT / "domainbert/pipeline/stages/dapt.yaml"))
-    entry = watch_callback(ctx, "dapt", WatchSpec(), config)
+    entry = watch_callback(ctx, WatchSpec(), max_steps(ctx.runner.resolve("dapt", config)))
     (callback,) = entry["trainer"]["callbacks+"]
     assert callback["class_path"] == "domainbert.adapt.watch.ProbeWatch"
     init = callback["init_args"]
@@ -71,7 +77,8 @@ def test_the_watch_is_a_callback_with_the_tasks_files_columns_and_metric(tmp_pat
         "section",
     )
     assert (init["every_n_steps"], init["patience"], init["metric"]) == (400 // 16, 3, "acc")
-    shorter = watch_callback(ctx, "dapt", WatchSpec(), config.then(["--trainer.max_steps=64"]))
+    resolved = ctx.runner.resolve("dapt", config.then(["--trainer.max_steps=64"]))
+    shorter = watch_callback(ctx, WatchSpec(), max_steps(resolved))
     assert shorter["trainer"]["callbacks+"][0]["init_args"]["every_n_steps"] == 4
 
 

@@ -21,11 +21,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from domainbert.pipeline.specs import WatchSpec
 from domainbert.pipeline.stage import StageConfig, callback, merge, model
 from domainbert.pipeline.strategies.base import BASELINE, Candidate, Context, Gate, Run, chained, stage_config
+
+if TYPE_CHECKING:
+    from domainbert.cli.lightning_cli import ResolvedConfig
 
 #: Checks per step budget when ``every_n_steps`` is not set: with a patience of 3, a stage that does not help the
 #: task's probe stops within 3/16 of its steps.
@@ -58,25 +61,24 @@ def pretrain(
     """
     watch = getattr(settings, "watch", None) or WatchSpec()
     config = StageConfig(stage_config(settings, default), merge(model(init_from=start.model), values))
-    config = config.then(settings.args)
+    resolved = ctx.runner.resolve(strategy.name, config.then(settings.args))  # once: the watch reads its max_steps
     if watch.enabled:
-        config = config.but(watch_callback(ctx, strategy.name, watch, config))
-    record = ctx.runner.fit(strategy.name, config, after=strategy.builds_on)
+        resolved = resolved.but(watch_callback(ctx, watch, max_steps(resolved)))
+    record = ctx.runner.fit(strategy.name, resolved, after=strategy.builds_on)
     made = Candidate(chained(start, name), strategy.name, model=record.hf, stages=[*start.stages, strategy.name])
     if watch.enabled:
         made.gate = gate(ctx, strategy.name, read_watch(record), start, watch)
     return made
 
 
-def watch_callback(ctx: Context, stage: str, watch: WatchSpec, config: StageConfig) -> dict[str, Any]:
+def watch_callback(ctx: Context, watch: WatchSpec, budget: int | None) -> dict[str, Any]:
     """The ``ProbeWatch`` callback entry (appended to the stage's ``trainer.callbacks``): the task, the schedule.
 
-    Without ``watch.every_n_steps``, the checks' schedule comes from the stage's resolved ``trainer.max_steps``.
+    Without ``watch.every_n_steps``, the checks' schedule comes from ``budget``, the stage's resolved
+    ``trainer.max_steps`` (:func:`max_steps`).
     """
     task = ctx.task
-    every = watch.every_n_steps
-    if every is None:
-        every = every_n_steps(max_steps(ctx.runner.resolve(stage, config)))
+    every = every_n_steps(budget) if watch.every_n_steps is None else watch.every_n_steps
     init = {"train": task.train, "val": task.val, "every_n_steps": every, "patience": watch.patience}
     init.update(metric=ctx.metric, text_column=task.text_column, text_pair_column=task.text_pair_column)
     return callback("domainbert.adapt.watch.ProbeWatch", **init, label_column=task.label_column)
@@ -87,11 +89,9 @@ def every_n_steps(budget: int | None) -> int:
     return FALLBACK_EVERY if not budget or budget < 1 else max(1, budget // CHECKS_PER_BUDGET)
 
 
-def max_steps(resolved: str) -> int | None:
+def max_steps(resolved: ResolvedConfig) -> int | None:
     """A resolved stage config's ``trainer.max_steps`` (None when it has none: -1, an epoch budget)."""
-    import yaml
-
-    found = ((yaml.safe_load(resolved) or {}).get("trainer") or {}).get("max_steps")
+    found = resolved.values.get("trainer.max_steps")
     return found if isinstance(found, int) and not isinstance(found, bool) and found >= 0 else None
 
 
