@@ -73,6 +73,28 @@ DESCRIPTIONS = {
 }
 
 
+class ReleasedFormsParser(RenamingParser):
+    """:class:`RenamingParser` that also reads a distillation model's 0.1.0 loss options as ``model.losses``.
+
+    In a config's text (:func:`~domainbert.distill.released.released_text`) and in a mapping, such as the checkpoint
+    hyper-parameters that ``--ckpt_path`` merges (:func:`~domainbert.distill.released.released_config`).
+    """
+
+    def parse_string(self, content: str, path: Any = "", *rest: Any, **kwargs: Any) -> Namespace:
+        """``RenamingParser.parse_string`` of ``content`` with 0.1.0's loss options read as ``model.losses``."""
+        from domainbert.distill.released import released_text  # not at import: `--help` stays light
+
+        return super().parse_string(released_text(content, str(path) or "--config"), path, *rest, **kwargs)
+
+    def parse_object(self, obj: Any, *rest: Any, **kwargs: Any) -> Namespace:
+        """``RenamingParser.parse_object`` of ``obj`` with 0.1.0's loss options read as ``model.losses``."""
+        from domainbert.distill.released import released_config
+
+        if not isinstance(obj, Namespace):
+            obj = released_config(obj, "a saved config or checkpoint")
+        return super().parse_object(obj, *rest, **kwargs)
+
+
 class DomainBertCLI(LightningCLI):
     """LightningCLI with subclass mode for model and data, the HF export, and per-run folders.
 
@@ -106,7 +128,7 @@ class DomainBertCLI(LightningCLI):
         _one_log_handler()  # also for sweep trials, which build the CLI without cli_main
         kwargs.setdefault("trainer_defaults", TRAINER_DEFAULTS)
         kwargs.setdefault("save_config_kwargs", {"overwrite": False})
-        kwargs.setdefault("parser_class", RenamingParser)  # reads the class paths 0.1.0 wrote as today's
+        kwargs.setdefault("parser_class", ReleasedFormsParser)  # reads the class paths and options 0.1.0 wrote
         parser_kwargs = kwargs.get("parser_kwargs") or ({"parser_mode": "omegaconf"} if _has_omegaconf() else {})
         parser_kwargs = {"prog": "domainbert", **self._only_subcommand(args, parser_kwargs)}
         # --trainer.max_step is an error, not max_steps; a parse error is raised and printed as one line by cli.main

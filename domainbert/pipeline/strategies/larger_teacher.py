@@ -121,9 +121,9 @@ class LargerTeacher(Strategy, name=NAME, kind="after", order=85, settings=Larger
     def teaches(self, ctx: Context, settings: LargerTeacherSpec, chosen: Run) -> Teaching | None:
         """The larger teacher teaches the small student when it validates better than ``chosen``.
 
-        The student is then copied from the chosen model's layers (``model.student``), with the hidden-state term
-        off (the teacher may read other tokens). None when the strategy did not run, or its model validates no
-        better than ``chosen`` (the chosen run teaches, as always).
+        The student is then copied from the chosen model's layers (``model.student``), with the default loss
+        terms, no hidden-state term (the teacher may read other tokens). None when the strategy did not run, or its
+        model validates no better than ``chosen`` (the chosen run teaches, as always).
         """
         tuned = _tuned(ctx)
         if tuned is None or not tuned.hf:
@@ -136,7 +136,7 @@ class LargerTeacher(Strategy, name=NAME, kind="after", order=85, settings=Larger
             )
             return None
         why = f"the larger teacher validates better than the chosen run ({ours:.4f} against {theirs} {key})"
-        return Teaching([tuned.hf], model(student=chosen.hf, gamma=0), why=why)
+        return Teaching([tuned.hf], model(student=chosen.hf, losses=None), why=why)
 
     def untried(self, probe: float | None, metric: str) -> str | None:
         """When the frozen probe finds the task hard (below :data:`HARD_PROBE`): what a larger teacher bought."""
@@ -175,14 +175,14 @@ def distill_config(ctx: Context, settings: LargerTeacherSpec, teacher: str, stud
 
     ``distill.config`` (else the built-in ``stages/distill.yaml``), the task's files and the transfer set of
     ``distill.transfer``, then ``distill.args``; then what makes it the base-size copy, over anything before: the
-    teacher, the student (every layer of it), the hidden-state term off (the teacher may read other tokens); last
-    ``larger_teacher.distill_args``.
+    teacher, the student (every layer of it), the default loss terms, no hidden-state term (the teacher may read
+    other tokens); last ``larger_teacher.distill_args``.
     """
     from domainbert.pipeline.recipe import transfer_values
     from domainbert.pipeline.specs import DistillSpec
 
     spec = ctx.distill or DistillSpec()
-    taught = model(teacher=teacher, student=student, student_layers=None, gamma=0)
+    taught = model(teacher=teacher, student=student, student_layers=None, losses=None)
     values = merge(taught, ctx.task.values(), transfer_values(spec, ctx))
     return StageConfig(stage_config(spec, "distill"), values).then(spec.args, taught, settings.distill_args)
 
