@@ -65,7 +65,7 @@ def _print_config(args: list[str], folder: Path, monkeypatch) -> None:
 
 
 def _check_pipeline(page: str, args: list[str], tmp_path: Path, monkeypatch) -> None:
-    from domainbert.pipeline.command import _context, build_parser, check
+    from domainbert.pipeline.command import _plan, build_parser, check
     from domainbert.pipeline.specs import TaskFiles
 
     name = args[args.index("--config") + 1]
@@ -89,5 +89,4 @@ def _check_pipeline(page: str, args: list[str], tmp_path: Path, monkeypatch) -> 
     for key in ("out", "isolate", "probe", "export", "deploy"):
         kwargs.pop(key)
     distill, finetune = kwargs.pop("distill"), kwargs.pop("finetune")
-    ctx = _context(inputs, task, finetune, kwargs)
-    check(ctx, distill)
+    check(_plan(inputs, task, finetune, kwargs), distill)
