@@ -271,6 +271,21 @@ def stopwatch() -> Iterator[list[float]]:
         box.append(time.perf_counter() - start)
 
 
+@contextlib.contextmanager
+def environment(**values: str | None) -> Iterator[None]:
+    """``with environment(NAME="1"): ...``: those variables set (None: left as they are), restored afterwards."""
+    saved = {name: os.environ.get(name) for name, value in values.items() if value is not None}
+    os.environ.update({name: value for name, value in values.items() if value is not None})
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 def median(values: list[float]) -> float:
     """The median of finite values (nan if none)."""
     v = sorted(x for x in values if x == x and not math.isinf(x))

@@ -13,6 +13,10 @@ thread count. Data set-up is excluded; after ``--warmup`` steps, ``--steps`` opt
     python examples/benchmarks/mlm_throughput.py --quick          # tiny model, seconds (what the tests run)
     python examples/benchmarks/mlm_throughput.py --sides domainbert,domainbert_dense,hf   # what sparse logits give
     python examples/benchmarks/mlm_throughput.py --sides domainbert,domainbert_compiled,domainbert_dropout0 --warmup 3
+    python examples/benchmarks/mlm_throughput.py --sides domainbert,domainbert_sdpa --precision bf16 --repeats 3
+
+``domainbert_sdpa`` trains with ``DOMAINBERT_CPU_DROPOUT=0``: PyTorch's own dropout and transformers' ``sdpa``
+attention in training too, where the default attends eagerly on a CPU (``domainbert.core.cpu_dropout``).
 
 The ``warm-up s`` column is the time from building the trainer to the end of the warm-up steps: for
 ``domainbert_compiled`` it holds ``torch.compile``'s compile time, which a run pays once.
@@ -31,7 +35,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 
 #: side name -> options; ``kind`` None means ``--precision``. Unnamed options take the defaults of ``SIDE``.
-SIDE = {"impl": "domainbert", "kind": None, "sparse": True, "fused": False, "compile": False, "dropout": None}
+SIDE = {
+    "impl": "domainbert",
+    "kind": None,
+    "sparse": True,
+    "fused": False,
+    "compile": False,
+    "dropout": None,
+    "library_kernels": False,
+}
 SIDES = {
     "domainbert": {},
     "domainbert_fp32": {"kind": "fp32"},
@@ -40,6 +52,7 @@ SIDES = {
     "domainbert_fused": {"fused": True},
     "domainbert_compiled": {"compile": True},
     "domainbert_dropout0": {"dropout": 0.0},
+    "domainbert_sdpa": {"library_kernels": True},
     "hf": {"impl": "hf", "kind": "fp32"},
     "hf_bf16": {"impl": "hf", "kind": "bf16"},
 }
@@ -50,7 +63,8 @@ def run_domainbert(args, model_path: str, corpus: Path, kind: str, side: dict) -
 
     ``side["fused"]`` injects ``torch.optim.AdamW(fused=True)`` (what the HF Trainer uses by default) through
     the module's ``optimizer`` argument, instead of the default AdamW (a per-tensor loop on CPU);
-    ``side["compile"]`` sets the module's ``compile``; ``side["dropout"]`` overrides hidden and attention dropout.
+    ``side["compile"]`` sets the module's ``compile``; ``side["dropout"]`` overrides hidden and attention dropout;
+    ``side["library_kernels"]`` trains with ``DOMAINBERT_CPU_DROPOUT=0`` (PyTorch's dropout, ``sdpa`` attention).
     """
     import functools
 
@@ -84,7 +98,8 @@ def run_domainbert(args, model_path: str, corpus: Path, kind: str, side: dict) -
 
     trainer = common.lightning_trainer(kind, args.warmup + args.steps, [Clock()])
     common.reset_peak_rss()
-    trainer.fit(module, datamodule=dm)
+    with common.environment(DOMAINBERT_CPU_DROPOUT="0" if side["library_kernels"] else None):
+        trainer.fit(module, datamodule=dm)
     return {"clock": clock, "model": module.model, "peak_rss_mb": common.peak_rss_mb()}
 
 
