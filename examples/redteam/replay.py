@@ -28,6 +28,7 @@ from examples.redteam import (  # noqa: E402
     attacks_outputs,
     attacks_runs,
     attacks_safety,
+    attacks_shipped,
     fixtures,
 )
 from examples.redteam.verdict import Attack, run  # noqa: E402
@@ -47,6 +48,7 @@ def attacks() -> list[Attack]:
         *attacks_safety.safety(),
         *attacks_inputs.plugins(),
         *attacks_folders.folders(),
+        *attacks_shipped.shipped(),
     ]
 
 

@@ -1,8 +1,9 @@
 """``examples/redteam/replay.py`` runs in the suite: the rows that guard a fixed defect, so a regression fails CI.
 
 The whole table (several minutes) is not run here. The default tier replays the rows that need no training, one
-process each (a refusal before any work); the slow tier the rows that train, run a pipeline or rebuild the
-``--help`` cache. Each row must be judged OK (a read-only mount may be SKIP where none can be mounted).
+process each (a refusal before any work, or a prediction by a model built in the row's folder); the slow tier the
+rows that train, run a pipeline or rebuild the ``--help`` cache. Each row must be judged OK (a read-only mount may be
+SKIP where none can be mounted).
 """
 
 from __future__ import annotations
@@ -13,7 +14,11 @@ from examples.redteam import replay
 
 #: rows that refuse before any work: a user's folder taken for a pipeline's or a sweep's, a null ``out``,
 #: ``get_mpnet.py --out`` under a file or on a read-only mount, ``vocab extend --out`` on a home or its own model
-#: with ``--overwrite``, a ``--help`` cache entry with escape sequences, an unknown pipeline key
+#: with ``--overwrite``, a ``--help`` cache entry with escape sequences, an unknown pipeline key; what is shipped: a
+#: distillation checkpoint whose loss entry would run a folder's code or build any class (``validate --ckpt_path``,
+#: ``load_from_checkpoint``; ``losses`` and 0.1.0's ``extra_losses``), a classifier folder without its head or with
+#: no weights given to ``export``, and ``predict`` and ``classify`` of a row longer than the export was scored at (no
+#: training either)
 FAST = [
     "pipeline-unknown-key",
     "pipeline-out-state-json-empty",
@@ -26,6 +31,14 @@ FAST = [
     "vocab-out-home-overwrite",
     "vocab-out-its-model-overwrite",
     "fit-help-cache-escapes",
+    "ckpt-planted-loss-validate",
+    "ckpt-planted-loss-load",
+    "ckpt-loss-any-class",
+    "ckpt-released-loss-any-class",
+    "export-headless-classifier",
+    "export-empty-safetensors",
+    "predict-longer-than-scored",
+    "classify-longer-than-scored",
 ]
 #: rows that fit, run a pipeline or rebuild the help: a long ``$TMPDIR``, two pipelines on one ``out``, tokenized
 #: splits cut short or replaced by another split's, a data file edited with its modification time restored, a
