@@ -72,7 +72,7 @@ def test_an_old_config_resolves_as_a_pipeline_stage_with_todays_paths(tmp_path, 
     stage = tmp_path / "old_stage.yaml"  # a stage's config holds the fit options, not a run's ckpt_path
     stage.write_text("".join(line for line in saved if not line.startswith(("ckpt_path:", "weights_only:"))))
     with pytest.warns(FutureWarning, match="old_stage.yaml: domainbert.callbacks.EarlyStopping is deprecated"):
-        text = resolve_config([str(stage)], where="stage 'old'")
+        text = resolve_config([str(stage)], where="stage 'old'").text()
     callbacks = [c["class_path"] for c in yaml.safe_load(text)["trainer"]["callbacks"]]
     assert callbacks[1:] == ["domainbert.core.prediction.PredictionWriter", "domainbert.core.callbacks.EarlyStopping"]
     assert "domainbert.callbacks." not in text and "domainbert.prediction." not in text
