@@ -219,7 +219,9 @@ class ProbeWatch(L.Callback):
         """Whether ``step`` has not been checked yet and the encoder has moved (not in a head-only warm-up)."""
         if self.history and step <= self.history[-1]["step"]:
             return False
-        return step > int(getattr(pl_module, "head_warmup_steps", 0) or 0)
+        from domainbert.modules.head_warmup import HeadWarmup
+
+        return step > (pl_module.head_warmup_steps if isinstance(pl_module, HeadWarmup) else 0)
 
     # -- hooks ------------------------------------------------------------------------------------
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -291,8 +293,14 @@ class ProbeWatch(L.Callback):
 
     # -- checkpoint state -------------------------------------------------------------------------
     def state_dict(self) -> dict:
-        keys = ("c", "history", "best_score", "best_step", "bad_checks", "best_state")
-        return {k: getattr(self, k) for k in keys}
+        return {
+            "c": self.c,
+            "history": self.history,
+            "best_score": self.best_score,
+            "best_step": self.best_step,
+            "bad_checks": self.bad_checks,
+            "best_state": self.best_state,
+        }
 
     def load_state_dict(self, state_dict: dict) -> None:
         for k, v in state_dict.items():

@@ -12,9 +12,10 @@ import os
 import re
 import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import lightning.pytorch as L
@@ -117,6 +118,9 @@ class DomainBertCLI(LightningCLI):
       folder left with only its config by a failure before training; one progress bar (Lightning's, unless
       ``trainer.callbacks`` gives one).
     """
+
+    #: the model options the command line gave (none until it is parsed): they win over a checkpoint's
+    _model_options: Mapping[str, Any] = MappingProxyType({})
 
     def __init__(self, args: list[str] | dict | None = None, run: bool = True, **kwargs: Any) -> None:
         """Build the CLI; ``args`` as on the command line (for calls from Python, such as sweep trials).
@@ -251,7 +255,7 @@ class DomainBertCLI(LightningCLI):
     def before_instantiate_classes(self) -> None:
         cfg = self.config[self.subcommand] if self.subcommand else self.config
         model = cfg.get("model")
-        for key, value in getattr(self, "_model_options", {}).items():  # over the checkpoint's hyper-parameters
+        for key, value in self._model_options.items():  # over the checkpoint's hyper-parameters
             if isinstance(model, Namespace) and isinstance(model.get("init_args"), Namespace):
                 model["init_args"][key] = value
         trainer = cfg.get("trainer")

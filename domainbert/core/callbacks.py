@@ -14,6 +14,7 @@ from lightning.pytorch.utilities import rank_zero_only
 
 from domainbert.core.compat import TrainDescription
 from domainbert.core.cpu_memory import malloc_trim
+from domainbert.core.protocols import Exportable
 from domainbert.core.seeding import step_seed
 
 log = logging.getLogger(__name__)
@@ -68,7 +69,7 @@ class HFExport(L.Callback):
             pl_module.load_state_dict(state)
             log.info("restored the best checkpoint %s before export", best)
         self.path = self.run_dir(trainer) / self.dirname
-        if hasattr(pl_module, "export_hf"):
+        if isinstance(pl_module, Exportable):
             bad = nonfinite_weights(pl_module)
             if bad:
                 from domainbert.errors import DomainBertError
@@ -92,11 +93,11 @@ class HFExport(L.Callback):
 
     @rank_zero_only
     def _write(self, pl_module: L.LightningModule, scoring: dict | None = None) -> None:
-        if hasattr(pl_module, "export_hf"):
+        if isinstance(pl_module, Exportable):
             from domainbert.core.scoring import record_scoring
 
             pl_module.export_hf(self.path)
-            if getattr(pl_module, "serves_predictions", False):  # not a pretraining export: a starting point
+            if pl_module.serves_predictions:  # not a pretraining export: a starting point
                 record_scoring(self.path, **(scoring or {}))
             print(f"Exported Hugging Face model to {self.path}")
 

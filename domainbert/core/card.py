@@ -23,6 +23,7 @@ from typing import Any
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from domainbert.core.compat import attached_trainer
+from domainbert.core.protocols import Exportable, RestoresBest
 
 #: ``pipeline_tag`` by the exported model class's suffix.
 PIPELINE_TAGS = {
@@ -71,7 +72,7 @@ def base_model_id(source: str | None) -> str | None:
 
 def pipeline_tag(module) -> str | None:
     """The hub ``pipeline_tag`` of the exported head (``text-classification``, ``fill-mask``...)."""
-    model = module.hf_model() if hasattr(module, "hf_model") else getattr(module, "model", None)
+    model = _exported(module)
     name = type(model).__name__
     return next((tag for suffix, tag in PIPELINE_TAGS.items() if name.endswith(suffix)), None)
 
@@ -98,7 +99,7 @@ def _logged_rows(trainer) -> list[dict[str, float]]:
 
 
 def _restores_best(trainer) -> bool:
-    return all(getattr(cb, "restore_best", True) for cb in trainer.callbacks if hasattr(cb, "restore_best"))
+    return all(cb.restore_best for cb in trainer.callbacks if isinstance(cb, RestoresBest))
 
 
 def exported_metrics(module) -> tuple[dict[str, float], str]:
@@ -110,7 +111,9 @@ def exported_metrics(module) -> tuple[dict[str, float], str]:
     """
     trainer = attached_trainer(module)
     evaluated = {
-        k: n for k, v in (getattr(module, "evaluated_metrics", None) or {}).items() if (n := _number(v)) is not None
+        k: n
+        for k, v in ((module.evaluated_metrics if isinstance(module, Exportable) else None) or {}).items()
+        if (n := _number(v)) is not None
     }
     if trainer is None:
         return (evaluated, "the last validation and test") if evaluated else ({}, "none logged")
@@ -258,7 +261,9 @@ def build_card(module, extra: dict[str, Any] | None = None) -> ModelCard:
 def training_divergence(trainer) -> str | None:
     """How the fit diverged, as its ``TrainingGuard`` found when training ended (its ``divergence``); else None."""
     callbacks = (getattr(trainer, "callbacks", None) or []) if trainer is not None else []
-    return next((d for cb in callbacks if isinstance(d := getattr(cb, "divergence", None), str) and d), None)
+    from domainbert.core.callbacks import TrainingGuard
+
+    return next((cb.divergence for cb in callbacks if isinstance(cb, TrainingGuard) and cb.divergence), None)
 
 
 def base_line(source: str | None, base: str | None) -> str:
@@ -304,7 +309,7 @@ def card_labels(module) -> list[str]:
 
 
 def _exported(module):
-    return module.hf_model() if hasattr(module, "hf_model") else getattr(module, "model", None)
+    return module.hf_model() if isinstance(module, Exportable) else getattr(module, "model", None)
 
 
 def needs_remote_code(module) -> bool:

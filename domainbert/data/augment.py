@@ -61,8 +61,14 @@ def as_settings(value: AugmentSettings | dict | None) -> AugmentSettings | None:
     value = settings.as_settings(AugmentSettings, value, "augment")
     if value is None:
         return None
-    for name in ("synonym_prob", "insert_prob", "swap_prob", "delete_prob", "mlm_prob"):
-        p = getattr(value, name)
+    probs = {
+        "synonym_prob": value.synonym_prob,
+        "insert_prob": value.insert_prob,
+        "swap_prob": value.swap_prob,
+        "delete_prob": value.delete_prob,
+        "mlm_prob": value.mlm_prob,
+    }
+    for name, p in probs.items():
         if not 0.0 <= p <= 1.0:
             raise DomainBertError(f"augment.{name}={p}: expected a probability in [0, 1]")
     if value.synonym_prob > 0 and not value.synonyms:

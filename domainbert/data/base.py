@@ -89,6 +89,8 @@ class TaskDataModule(L.LightningDataModule):
     #: (see :meth:`TaskDataModule.sorts_predict`); only for tasks whose ``predict_step`` returns one row per input.
     #: Validation and test rows of such a task are batched so too (see :meth:`TaskDataModule.sorts_evaluation`).
     predict_by_length: bool = False
+    #: the column of each row's teacher probabilities (classification's ``soft_label_column``; None: none)
+    soft_label_column: str | None = None
 
     def __init__(
         self,
@@ -294,7 +296,7 @@ class TaskDataModule(L.LightningDataModule):
     def lengths(self, ds) -> list[int]:
         """Row lengths for length grouping (token counts, or word counts of raw text)."""
         if isinstance(ds, EncodedRows):
-            skip = {self.label_column, getattr(self, "soft_label_column", None)}
+            skip = {self.label_column, self.soft_label_column}
             cols = [c for c in self.columns("train") if c not in skip]
             return [sum(len(str(r[c]).split()) for c in cols if r.get(c)) for r in ds.raw]
         return [len(x) for x in ds["input_ids"]]

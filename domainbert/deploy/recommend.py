@@ -15,8 +15,10 @@ when the variant it names scores below the frozen-embedding probe.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from domainbert.errors import DomainBertError
 
@@ -75,7 +77,7 @@ def rule_text(max_drop: float | None, max_ms: float | None) -> str:
     return ", ".join(parts) or "any score"
 
 
-@dataclass
+@dataclass(frozen=True)
 class Gap:
     """A variant's macro-F1 against the best variant's, in points, with its paired bootstrap interval if any."""
 
@@ -122,8 +124,7 @@ def gap(row: dict, best: dict, key: str, split: str, resamples: int = RESAMPLES)
         return found
     k = max(int(mine.get("labels") or 0), int(theirs.get("labels") or 0), max(mine["gold"]) + 1)
     ci = paired_bootstrap(mine["gold"], [theirs["pred"]], [mine["pred"]], k, resamples=resamples, level=LEVEL)
-    found.low, found.high, found.rows = ci.low * POINTS, ci.high * POINTS, len(mine["gold"])
-    return found
+    return dataclasses.replace(found, low=ci.low * POINTS, high=ci.high * POINTS, rows=len(mine["gold"]))
 
 
 def _paired(a: dict | None, b: dict | None) -> bool:
@@ -133,9 +134,93 @@ def _paired(a: dict | None, b: dict | None) -> bool:
     return a.get("gold") == b.get("gold") and len(a.get("pred", ())) == len(b.get("pred", ())) == len(a["gold"])
 
 
+@dataclass(frozen=True)
+class Best:
+    """The best allowed variant: the one a faster variant's drop is measured from."""
+
+    variant: str
+    """Its variant's name (``teacher_int8``)."""
+    label: str
+    """Its label (``teacher int8``)."""
+    score: float
+    """Its macro-F1 on the split the rule reads."""
+
+
+@dataclass(frozen=True)
+class Top:
+    """The best variant of all, when ``max_ms`` kept it out."""
+
+    label: str
+    """Its label."""
+    score: float
+    """Its macro-F1 on the split the rule reads."""
+    latency_ms_b32: float
+    """Its ms/example at batch 32, over ``max_ms``."""
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """The variant to ship under the rule (see the module), and why; the export's ``report.json`` holds it.
+
+    ``variant`` and the fields of the pick are None when no variant meets the rule (``why`` says why).
+    """
+
+    key: str
+    """The rows' key the rule reads (``val_f1_macro`` or ``f1_macro``)."""
+    split: str
+    """The split the choice is made on: ``validation`` or ``test``."""
+    rule: str
+    """The rule in words (:func:`rule_text`)."""
+    why: str
+    """Why this variant, or why none (a sentence)."""
+    data: str | None = None
+    """The file of that split."""
+    max_drop: float | None = None
+    """The rule's drop limit in macro-F1 points (None: any)."""
+    max_ms: float | None = None
+    """The rule's latency limit in ms/example at batch 32 (None: any)."""
+    variant: str | None = None
+    """The pick's variant (None: no variant meets the rule)."""
+    label: str | None = None
+    """The pick's label."""
+    path: str | None = None
+    """The pick's folder."""
+    score: float | None = None
+    """The pick's macro-F1 on ``split``."""
+    latency_ms_b32: float | None = None
+    """The pick's ms/example at batch 32."""
+    best: Best | None = None
+    """The best allowed variant."""
+    top: Top | None = None
+    """The best variant of all, when ``max_ms`` kept it out."""
+    interval: Gap | None = None
+    """The pick's gap to the best (None: the pick is the best)."""
+    faster: tuple[Gap, ...] = ()
+    """The faster variants that lost, and their gaps."""
+    probe: float | None = None
+    """The frozen-embedding probe's score on ``split`` (None: no probe row)."""
+    below_probe: bool = False
+    """Whether the pick scores below the probe."""
+
+    def to_json(self) -> dict[str, Any]:
+        """Its JSON object (the export's ``report.json``'s ``recommendation``)."""
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Any, where: str) -> Recommendation:
+        """The recommendation ``data`` holds (read from ``where``).
+
+        Raises:
+            DomainBertError: a field of another type (one line naming ``where`` and the field).
+        """
+        from domainbert.core.json_record import from_json
+
+        return from_json(cls, data, where)
+
+
 def recommend(
     rows: list[dict], max_drop: float | None = 1.0, max_ms: float | None = None, resamples: int = RESAMPLES
-) -> dict:
+) -> Recommendation:
     """The variant to ship under the rule (see the module), and why.
 
     Args:
@@ -144,42 +229,40 @@ def recommend(
         max_drop: macro-F1 points below the best that a faster variant may be, beyond noise; None: any.
         max_ms: ms/example at batch 32 allowed; None: any.
         resamples: the bootstrap's resamples.
-
-    Returns:
-        ``variant`` (None when no row meets the rule), ``label``, ``path``, ``score``, ``latency_ms_b32``, ``key``
-        and ``split`` (what it was chosen on: ``validation`` or ``test``), ``data`` (that file), ``best`` (the best
-        allowed row's label and score), ``top`` (the best row of all, when ``max_ms`` kept it out), ``interval``
-        (the pick's :class:`Gap` to the best, as a dict), ``faster`` (the faster rows that lost, as dicts), ``rule``,
-        ``why`` (a sentence), and ``probe`` / ``below_probe``.
     """
     check_rule(max_drop, max_ms)
     key, split = scored_on(rows)
     data = next((r.get("val" if split == "validation" else "data") for r in rows if r.get("data")), None)
-    out = {"variant": None, "key": key, "split": split, "data": data, "rule": rule_text(max_drop, max_ms)}
-    out.update(max_drop=max_drop, max_ms=max_ms)
+    rule = rule_text(max_drop, max_ms)
+    none = Recommendation(key, split, rule, "", data=data, max_drop=max_drop, max_ms=max_ms)
     scored = [r for r in rows if r.get("latency_ms_b32") is not None and r.get(key) is not None]
     if not scored:
-        return {**out, "why": "no variant has both a latency and a task metric (give --data with labels)"}
+        why = "no variant has both a latency and a task metric (give --data with labels)"
+        return dataclasses.replace(none, why=why)
     allowed = [r for r in scored if max_ms is None or r["latency_ms_b32"] <= max_ms]
     if not allowed:
         fastest = min(scored, key=lambda r: r["latency_ms_b32"])
-        why = f"no variant is {out['rule']} (the fastest, {label(fastest)}, takes {fastest['latency_ms_b32']} ms)"
-        return {**out, "why": why}
+        why = f"no variant is {rule} (the fastest, {label(fastest)}, takes {fastest['latency_ms_b32']} ms)"
+        return dataclasses.replace(none, why=why)
     best = max(allowed, key=lambda r: (r[key], -r["latency_ms_b32"]))
     top = max(scored, key=lambda r: (r[key], -r["latency_ms_b32"]))
-    out["best"] = {"variant": best["variant"], "label": label(best), "score": best[key]}
-    if top is not best and top[key] > best[key]:
-        out["top"] = {"label": label(top), "score": top[key], "latency_ms_b32": top["latency_ms_b32"]}
     pick, interval, faster = _first_within(allowed, best, key, split, max_drop, resamples)
-    out.update(variant=pick["variant"], label=label(pick), path=pick.get("path"), score=pick[key])
-    out["latency_ms_b32"] = pick["latency_ms_b32"]
-    out["interval"] = asdict(interval) if interval is not None else None
-    out["faster"] = [asdict(g) for g in faster]
-    out["why"] = why_line(out)
-    probe = next((r for r in rows if r.get("role") == "probe" and r.get(key) is not None), None)
-    out["probe"] = probe[key] if probe else None
-    out["below_probe"] = bool(probe and pick[key] < probe[key])
-    return out
+    probe = next((r[key] for r in rows if r.get("role") == "probe" and r.get(key) is not None), None)
+    rec = dataclasses.replace(
+        none,
+        variant=pick["variant"],
+        label=label(pick),
+        path=pick.get("path"),
+        score=pick[key],
+        latency_ms_b32=pick["latency_ms_b32"],
+        best=Best(best["variant"], label(best), best[key]),
+        top=Top(label(top), top[key], top["latency_ms_b32"]) if top is not best and top[key] > best[key] else None,
+        interval=interval,
+        faster=tuple(faster),
+        probe=probe,
+        below_probe=probe is not None and pick[key] < probe,
+    )
+    return dataclasses.replace(rec, why=why_line(rec))
 
 
 def _first_within(
@@ -200,45 +283,42 @@ def _first_within(
     return best, None, lost
 
 
-def why_line(rec: dict) -> str:
+def why_line(rec: Recommendation) -> str:
     """Why the recommended variant: what it is against the best, why the faster ones and the better ones lost."""
-    split, drop, best = rec["split"], rec["max_drop"], rec["best"]
-    on = f"{split} macro-F1"
-    if rec.get("interval") is None:
-        head = f"the best {on} ({rec['score']:.4f}) of the variants" + (
-            f" at most {rec['max_ms']:g} ms/example at batch 32" if rec["max_ms"] is not None else ""
+    drop, best, interval = rec.max_drop, rec.best, rec.interval
+    on = f"{rec.split} macro-F1"
+    if interval is None:
+        head = f"the best {on} ({rec.score:.4f}) of the variants" + (
+            f" at most {rec.max_ms:g} ms/example at batch 32" if rec.max_ms is not None else ""
         )
     else:
-        interval = Gap(**rec["interval"])
         limit = "any drop allowed" if drop is None else f"not significantly more than {drop:g} points below"
         head = (
-            f"the fastest at batch 32 whose {on} is {limit} the best ({best['label']}, {best['score']:.4f}): "
+            f"the fastest at batch 32 whose {on} is {limit} the best ({best.label}, {best.score:.4f}): "
             f"{interval.text()}" + (f" over {interval.rows} rows" if interval.rows else "")
         )
     parts = [head]
-    if rec.get("faster"):
-        closest = max((Gap(**g) for g in rec["faster"]), key=lambda g: g.score)
+    if rec.faster:
+        closest = max(rec.faster, key=lambda g: g.score)
         parts.append(
             f"the faster {closest.label} ({closest.latency_ms_b32} ms) is {closest.text()}, significantly more than "
-            f"{drop:g} points below"
-            + (f" ({len(rec['faster']) - 1} faster other(s) too)" if len(rec["faster"]) > 1 else "")
+            f"{drop:g} points below" + (f" ({len(rec.faster) - 1} faster other(s) too)" if len(rec.faster) > 1 else "")
         )
-    if rec.get("interval") is not None:
-        parts.append(f"the better {best['label']} is slower")
-    if rec.get("top"):
-        top = rec["top"]
+    if interval is not None:
+        parts.append(f"the better {best.label} is slower")
+    if rec.top is not None:
+        top = rec.top
         parts.append(
-            f"the better {top['label']} ({top['score']:.4f}) takes {top['latency_ms_b32']} ms, over "
-            f"max_ms {rec['max_ms']:g}"
+            f"the better {top.label} ({top.score:.4f}) takes {top.latency_ms_b32} ms, over max_ms {rec.max_ms:g}"
         )
     return "; ".join(parts)
 
 
-def below_probe_line(rec: dict) -> str | None:
+def below_probe_line(rec: Recommendation) -> str | None:
     """The one-line warning when the recommended variant scores below the frozen-embedding probe; else None."""
-    if not rec.get("below_probe"):
+    if not rec.below_probe:
         return None
     return (
-        f"WARNING: the recommended {rec['label']} scores {rec['score']:.4f} {rec['split']} macro-F1, below the "
-        f"frozen-embedding probe's {rec['probe']:.4f}"
+        f"WARNING: the recommended {rec.label} scores {rec.score:.4f} {rec.split} macro-F1, below the "
+        f"frozen-embedding probe's {rec.probe:.4f}"
     )

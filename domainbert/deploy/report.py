@@ -5,13 +5,16 @@ from __future__ import annotations
 import contextlib
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from domainbert.core.files import atomic_write_text
 from domainbert.deploy.bench import weights_size
 from domainbert.errors import DomainBertError
+
+if TYPE_CHECKING:
+    from domainbert.deploy.recommend import Recommendation
 
 COLUMNS = [
     ("variant", "variant"),
@@ -150,6 +153,11 @@ def summary(rows: list[dict], base: str = "student", max_drop: float | None = 1.
         base: the row the speed-up and size columns compare with (the model's own fp32 folder, ``student``).
         max_drop: the recommendation's drop limit in macro-F1 points (:func:`~domainbert.deploy.recommend.recommend`).
         max_ms: its latency limit in ms/example at batch 32.
+
+    Returns:
+        ``variants``, ``base``, ``points_vs``, ``recommendation`` (its
+        :class:`~domainbert.deploy.recommend.Recommendation`: :func:`write_summary` writes its JSON), and the
+        verdicts (``faster_at_b32``, ``verdict``, ``slower_at_b32``) when there are some.
     """
     from domainbert.deploy.recommend import label, recommend
 
@@ -217,7 +225,8 @@ def _summary_columns(result: dict) -> list[tuple[str, str]]:
     by = {r["variant"]: r for r in rows}
     base_label = by[base]["label"] if base in by else base
     cols = [("label", "variant")] + COLUMNS[1:5]
-    validation = (result.get("recommendation") or {}).get("split") == "validation"
+    rec = result.get("recommendation")
+    validation = rec is not None and rec.split == "validation"
     if any(r.get("val_f1_macro") is not None for r in rows):
         cols.append(("val_f1_macro", "val macro-F1 (chooses)" if validation else "val macro-F1"))
     cols += [("accuracy", "test accuracy"), ("f1_macro", "test macro-F1" + (" (reported)" if validation else ""))]
@@ -230,18 +239,18 @@ def _summary_columns(result: dict) -> list[tuple[str, str]]:
     return cols
 
 
-def recommendation_lines(rec: dict | None) -> list[str]:
+def recommendation_lines(rec: Recommendation | None) -> list[str]:
     """The recommendation's paragraph (and its warning below the probe), for the export's and pipeline's reports."""
     from domainbert.deploy.recommend import below_probe_line
 
-    if not rec:
+    if rec is None:
         return []
-    if rec.get("variant") is None:
-        return [f"**Recommended:** none: {rec['why']}.", ""]
-    where = f" (`{rec['path']}`)" if rec.get("path") else ""
-    lines = [f"**Recommended:** **{rec['label']}**{where}: {rec['why']}."]
-    if rec["split"] == "test":
-        on = f" `{rec['data']}`" if rec.get("data") else ""
+    if rec.variant is None:
+        return [f"**Recommended:** none: {rec.why}.", ""]
+    where = f" (`{rec.path}`)" if rec.path else ""
+    lines = [f"**Recommended:** **{rec.label}**{where}: {rec.why}."]
+    if rec.split == "test":
+        on = f" `{rec.data}`" if rec.data else ""
         lines.append(
             f"The variants have no validation scores (`--val`), so this choice is made on the export's test data{on}."
         )
@@ -293,9 +302,10 @@ def write_summary(out: Path, result: dict) -> None:
     """The top-level ``report.json``, ``report.md`` and ``tradeoff.png`` of :func:`summary`, in ``out`` (atomically)."""
     from domainbert.deploy.plot import write_plot
 
-    rec = result.get("recommendation") or {}
-    plot = write_plot(result["variants"], out, rec.get("variant"))
+    rec = result.get("recommendation")
+    plot = write_plot(result["variants"], out, rec.variant if rec is not None else None)
     if plot is not None:
         result["plot"] = plot.name
-    atomic_write_text(out / "report.json", json.dumps(result, indent=2, sort_keys=True) + "\n")
+    written = {**result, "recommendation": rec.to_json() if rec is not None else None}
+    atomic_write_text(out / "report.json", json.dumps(written, indent=2, sort_keys=True) + "\n")
     atomic_write_text(out / "report.md", summary_markdown(result))

@@ -456,7 +456,7 @@ class DistillationModule(HFModule):
 
     def discard_cache_fill(self) -> None:
         """Drop the teacher outputs not written yet (an interrupted run): the cache on disk stays as it was."""
-        fill, self._fill = getattr(self, "_fill", None), None
+        fill, self._fill = self._fill, None
         if fill is not None:
             fill.discard()
             log.info("teacher cache: run interrupted; %d unwritten examples dropped", fill.rows)

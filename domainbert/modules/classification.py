@@ -128,7 +128,7 @@ class SequenceClassificationModule(FineTuneModule):
 
     def initialised_later(self) -> tuple[str, ...]:
         """The head, with ``head_init: probe``: ``fit`` starts it from the probe, not at random."""
-        return ("classifier.",) if getattr(self, "head_init", None) == "probe" else ()
+        return ("classifier.",) if self.head_init == "probe" else ()
 
     def fresh_head(self) -> str | None:
         """``head_init`` as resolved: ``probe`` or ``random`` where the user asked for a fresh head; else None."""

@@ -170,6 +170,8 @@ class FineTuneModule(HFModule):
     task: Task = Task.CLASSIFICATION
     #: the task head's weights that the checkpoint lacked and neither training nor a Lightning checkpoint set yet
     random_head: list[str] = []  # noqa: RUF012 - replaced, never changed in place
+    #: the label names, in id order (None: a task without labels, such as extractive QA)
+    label_names: list[str] | None = None
 
     def __init__(
         self,
@@ -310,7 +312,7 @@ class FineTuneModule(HFModule):
         """Raise if the datamodule disagrees with the model on the label set or the hyperparameters ``settings``."""
         dm = self.attached_datamodule()
         expected = {k: self.hparams[k] for k in settings if k in self.hparams}
-        check_agreement(dm, getattr(self, "label_names", None), expected)
+        check_agreement(dm, self.label_names, expected)
 
     # -- steps ------------------------------------------------------------------------------------
     def training_loss(self, batch: dict) -> torch.Tensor:  # pragma: no cover - every task overrides it

@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from domainbert.pipeline.records import Choice, Run
+from domainbert.pipeline.records import Choice, Run, Ship
 from domainbert.pipeline.specs import DeploySpec, TaskFiles
 from domainbert.pipeline.strategies.base import Deployable
+
+if TYPE_CHECKING:
+    from domainbert.deploy.recommend import Recommendation
 
 #: The trade-off plot of the export folder (:data:`domainbert.deploy.plot.PLOT_FILE`).
 PLOT_FILE = "tradeoff.png"
@@ -84,24 +87,36 @@ def _number(value: float | None) -> float | None:
 
 
 def export_summary(folder: str | None) -> dict | None:
-    """The export's summary (its ``report.json``), or None when there is no readable one."""
+    """The export's summary (its ``report.json``), its ``recommendation`` a record; None when there is no readable one.
+
+    Raises:
+        DomainBertError: a recommendation with a field of another type (one line naming the file and the field).
+    """
+    from domainbert.deploy.recommend import Recommendation
+
     if folder is None:
         return None
+    path = Path(folder) / "report.json"
     try:
-        loaded = json.loads((Path(folder) / "report.json").read_text(encoding="utf-8"))
+        loaded = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    return loaded if isinstance(loaded, dict) else None
+    if not isinstance(loaded, dict):
+        return None
+    rec = loaded.get("recommendation")
+    return {
+        **loaded,
+        "recommendation": None if rec is None else Recommendation.from_json(rec, f"{path}: recommendation"),
+    }
 
 
-def recommendation(folder: str | None) -> dict | None:
+def recommendation(folder: str | None) -> Recommendation | None:
     """The export's recommendation (in its ``report.json``), or None when there is no readable one."""
-    rec = (export_summary(folder) or {}).get("recommendation")
-    return rec if isinstance(rec, dict) else None
+    return (export_summary(folder) or {}).get("recommendation")
 
 
-def answer(folder: str | None, choice: Choice, why: str, skipped: str | None) -> dict[str, Any]:
-    """The one folder to ship, and why: ``{"folder", "label", "latency_ms_b32", "score", "split", "why", ...}``.
+def answer(folder: str | None, choice: Choice, why: str, skipped: str | None) -> Ship:
+    """The one folder to ship, and why.
 
     The export's recommendation when it made one (the fastest variant not significantly more than
     ``deploy.max_drop`` below the best on validation); else the fine-tuned model the choice made (``choice``: its
@@ -111,52 +126,57 @@ def answer(folder: str | None, choice: Choice, why: str, skipped: str | None) ->
     from domainbert.deploy.recommend import below_probe_line
 
     rec = recommendation(folder)
-    if rec is not None and rec.get("variant") is not None:
-        ship = {key: rec.get(key) for key in ("label", "latency_ms_b32", "score", "split", "why")}
-        ship.update(folder=rec.get("path"), variant=rec["variant"], source="export", rule=rec.get("rule"))
-        return {**ship, "warning": below_probe_line(rec)}
+    if rec is not None and rec.variant is not None:
+        return Ship(
+            rec.path,
+            rec.label or rec.variant,
+            rec.why,
+            "export",
+            score=rec.score,
+            split=rec.split,
+            latency_ms_b32=rec.latency_ms_b32,
+            variant=rec.variant,
+            rule=rec.rule,
+            warning=below_probe_line(rec),
+        )
     if rec is not None:
-        unmeasured = f"no deployment variant meets the rule: {rec['why']}"
+        unmeasured = f"no deployment variant meets the rule: {rec.why}"
     else:
         unmeasured = f"no deployment variant was measured ({skipped or 'the export did not run'})"
-    return {
-        "folder": choice.run.hf,
-        "label": choice.name,
-        "latency_ms_b32": None,
-        "score": choice.run.metric(choice.key),
-        "split": "validation",
-        "why": f"the fine-tuned model chosen on validation ({why}); {unmeasured}",
-        "variant": None,
-        "source": "choice",
-        "metric": choice.metric,
-        "warning": None,
-    }
+    why = f"the fine-tuned model chosen on validation ({why}); {unmeasured}"
+    score = choice.run.metric(choice.key)
+    return Ship(choice.run.hf, choice.name, why, "choice", score, "validation", metric=choice.metric)
 
 
-def ship_line(ship: dict) -> str:
+def ship_line(ship: Ship) -> str:
     """The one line: ``Ship: <folder> (<label>): 7.7 ms/example at batch 32, validation macro-F1 0.8010: <why>.``."""
     measured = []
-    if ship.get("latency_ms_b32") is not None:
-        measured.append(f"{ship['latency_ms_b32']} ms/example at batch 32")
-    if ship.get("score") is not None:
-        metric = "macro-F1" if ship.get("source") == "export" else ship.get("metric", "")
-        measured.append(f"{ship['split']} {metric} {ship['score']:.4f}")
-    what = f" ({ship['label']})" + (f": {', '.join(measured)}" if measured else "")
-    return f"Ship: {ship['folder']}{what}: {ship['why']}."
+    if ship.latency_ms_b32 is not None:
+        measured.append(f"{ship.latency_ms_b32} ms/example at batch 32")
+    if ship.score is not None:
+        metric = "macro-F1" if ship.source == "export" else ship.metric or ""
+        measured.append(f"{ship.split} {metric} {ship.score:.4f}")
+    what = f" ({ship.label})" + (f": {', '.join(measured)}" if measured else "")
+    return f"Ship: {ship.folder}{what}: {ship.why}."
 
 
 def final_lines(report_json: Path) -> list[str]:
     """The pipeline's last lines, read from its ``report.json``.
 
     What the run left on the table (``left_on_table``), the warning below the probe, then the one answer, last.
+
+    Raises:
+        DomainBertError: its ``ship`` is no answer (one line naming the file and the field).
     """
     try:
         record = json.loads(Path(report_json).read_text(encoding="utf-8"))
-        ship = record["ship"]
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError):
         return []
+    if not isinstance(record, dict) or "ship" not in record:
+        return []
+    ship = Ship.from_json(record["ship"], f"{report_json}: ship")
     left = [str(line) for line in record.get("left_on_table") or []]
-    return [*left, *([ship["warning"]] if ship.get("warning") else []), ship_line(ship)]
+    return [*left, *([ship.warning] if ship.warning else []), ship_line(ship)]
 
 
 def report_lines(folder: str | None, out: Path) -> list[str]:
@@ -166,8 +186,8 @@ def report_lines(folder: str | None, out: Path) -> list[str]:
     rec = recommendation(folder)
     if rec is None:
         return []
-    on = "validation rows (`deploy.validation`)" if rec.get("split") == "validation" else "test rows (no validation)"
-    rule = rule_text(rec.get("max_drop"), rec.get("max_ms"))
+    on = "validation rows (`deploy.validation`)" if rec.split == "validation" else "test rows (no validation)"
+    rule = rule_text(rec.max_drop, rec.max_ms)
     lines = [
         "Rule (`deploy.max_drop`, `deploy.max_ms`): among the variants at most `max_ms` ms/example at batch 32, the "
         "fastest whose macro-F1 is not significantly more than `max_drop` points below the best of them, that is "

@@ -3,14 +3,15 @@
 A training stage's :class:`Run` and a tool stage's :class:`ToolResult` are what
 :class:`~domainbert.pipeline.runner.Runner` returns (it reads them from ``state.json``, the one translation of its
 dicts); the recipe's :class:`Probed`, :class:`ProbeClassifier`, :class:`Choice` and :class:`Distilled` are what its
-steps hand each other and the report. This module imports nothing of the pipeline's, so every part of it may import
+steps hand each other and the report; :class:`Ship` is the run's one answer (a JSON object only in its
+``report.json``). This module imports nothing of the pipeline's, so every part of it may import
 these.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, get_args
 
 from domainbert.errors import DomainBertError
@@ -193,3 +194,49 @@ class Distilled:
     """The export's folder (its ``report.json``: the variants and the recommendation); None: not exported."""
     skipped: str | None = None
     """Why the export did not run (None when it ran)."""
+
+
+@dataclass(frozen=True)
+class Ship:
+    """The one folder to ship, and why (:func:`~domainbert.pipeline.deployment.answer`).
+
+    It is ``ship`` in the pipeline's ``report.json``, its report's first section and its last line.
+    """
+
+    folder: str | None
+    """The folder to ship."""
+    label: str
+    """Its name: the variant's label (``student int8``) or the chosen candidate's."""
+    why: str
+    """Why it (a sentence)."""
+    source: Literal["export", "choice"]
+    """``export``: the export's recommendation; ``choice``: the fine-tuned model the choice made (no variant)."""
+    score: float | None = None
+    """Its score on ``split``: macro-F1 (``export``) or the choice's ``metric``."""
+    split: str | None = None
+    """The split of ``score``: ``validation`` or ``test``."""
+    latency_ms_b32: float | None = None
+    """Its ms/example at batch 32 (None: not measured)."""
+    variant: str | None = None
+    """The export's variant (None for the choice's model)."""
+    metric: str | None = None
+    """The choice's metric (``f1_macro``; None for an export's variant: macro-F1)."""
+    rule: str | None = None
+    """The export's rule in words (None for the choice's model)."""
+    warning: str | None = None
+    """The warning when it scores below the frozen-embedding probe, if any."""
+
+    def to_json(self) -> dict[str, Any]:
+        """Its JSON object (``ship`` in the pipeline's ``report.json``)."""
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Any, where: str) -> Ship:
+        """The answer ``data`` holds (read from ``where``).
+
+        Raises:
+            DomainBertError: a field missing or of another type (one line naming ``where`` and the field).
+        """
+        from domainbert.core.json_record import from_json
+
+        return from_json(cls, data, where)

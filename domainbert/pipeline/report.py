@@ -12,6 +12,7 @@ from domainbert.core.files import atomic_write_text
 from domainbert.core.stats import mean_std, paired_bootstrap
 from domainbert.pipeline.deployment import report_lines as deployment_lines
 from domainbert.pipeline.recipe import Choice, Distilled, Probed, below_probe, stopped_line
+from domainbert.pipeline.records import Ship
 from domainbert.pipeline.strategies.base import BASELINE, PROBE, Candidate, Gate, Run
 from domainbert.pipeline.timing import part_lines, stage_order
 
@@ -486,7 +487,7 @@ def chosen_lines(choice: Choice, one_model: bool = False) -> list[str]:
     return lines
 
 
-def ship_lines(ship: dict, left: list[str]) -> list[str]:
+def ship_lines(ship: Ship, left: list[str]) -> list[str]:
     """The report's first section: the one folder to ship, then what the run left on the table (``left``).
 
     The answer is :func:`~domainbert.pipeline.deployment.answer`'s, as the pipeline's last line and ``report.json``
@@ -495,8 +496,8 @@ def ship_lines(ship: dict, left: list[str]) -> list[str]:
     from domainbert.pipeline.deployment import ship_line
 
     lines = ["## What to ship", "", f"**{ship_line(ship)}**", ""]
-    if ship.get("warning"):
-        lines += [f"> **{ship['warning']}**.", ""]
+    if ship.warning:
+        lines += [f"> **{ship.warning}**.", ""]
     return [*lines, *(f"- {line}" for line in left), *([""] if left else [])]
 
 
@@ -687,7 +688,11 @@ def write_report(
     lines += curve_lines(runner)
     path = out / "report.md"
     atomic_write_text(path, "\n".join(lines) + "\n")
-    record = {"ship": ship, "chosen": {"name": choice.name, "why": why, "folder": choice.run.hf}, "export": deployed}
+    record = {
+        "ship": ship.to_json(),
+        "chosen": {"name": choice.name, "why": why, "folder": choice.run.hf},
+        "export": deployed,
+    }
     student = distilled.student if distilled else None
     record["student"] = {"hf": student.hf, "metrics": dict(student.metrics)} if student else None
     record.update(left_on_table=left, report=path.name)
@@ -695,7 +700,7 @@ def write_report(
     return path
 
 
-def _ship(choice: Choice, why: str, distilled: Distilled | None) -> dict:
+def _ship(choice: Choice, why: str, distilled: Distilled | None) -> Ship:
     """The one answer (:func:`~domainbert.pipeline.deployment.answer`) of this run."""
     from domainbert.pipeline.deployment import answer
 

@@ -33,6 +33,7 @@ from domainbert.pipeline.stage import StageConfig
 
 if TYPE_CHECKING:
     from domainbert.cli.lightning_cli import ResolvedConfig
+    from domainbert.pipeline.stopping import Stopped
 
 Isolate = Literal["training", "all", "none"]
 #: The values of ``isolate``: which stages get a process of their own.
@@ -270,8 +271,11 @@ class Runner:
         try:
             code = self._launch(module, argv, log, inline, shown)
         except KeyboardInterrupt as err:  # Ctrl-C, SIGTERM, SIGHUP: the stage was ended; the record says so
-            self._stopped(stage, err, log, time.time() - t0)
-            raise
+            stopped = err if isinstance(err, Stopped) else Stopped(signal.SIGINT)
+            self._stopped(stage, stopped, log, time.time() - t0)
+            if stopped is err:
+                raise
+            raise stopped from err
         if received() is not None:  # the stage (an inline one: Lightning turns Ctrl-C into an exit) saw it first
             err = Stopped(received())
             self._stopped(stage, err, log, time.time() - t0)
@@ -299,11 +303,10 @@ class Runner:
 
         return run_stage(module, argv, log)
 
-    def _stopped(self, stage: str, err: KeyboardInterrupt, log: Path, seconds: float) -> None:
+    def _stopped(self, stage: str, err: Stopped, log: Path, seconds: float) -> None:
         """Record ``stage`` as stopped by the signal of ``err`` (which learns the stage's name)."""
-        name = signal.Signals(getattr(err, "signum", signal.SIGINT)).name
-        with contextlib.suppress(AttributeError):
-            err.stage = stage
+        name = signal.Signals(err.signum).name
+        err.stage = stage
         self.state[stage] = {"status": "stopped", "signal": name, "log": str(log), "seconds": round(seconds, 1)}
         with contextlib.suppress(DomainBertError):
             self._save()

@@ -65,8 +65,7 @@ def stopped_by_signals() -> Iterator[None]:
 
 def one_line(err: KeyboardInterrupt, out: str) -> tuple[str, int]:
     """The line a stopped pipeline prints, and its exit status (``128 + signal``)."""
-    signum = getattr(err, "signum", signal.SIGINT)
-    stage = getattr(err, "stage", None)
+    signum, stage = (err.signum, err.stage) if isinstance(err, Stopped) else (signal.SIGINT, None)
     during = f" during stage {stage!r}" if stage else ""
     line = (
         f"domainbert: pipeline stopped by {signal.Signals(signum).name}{during}; its stages and server ended with it. "

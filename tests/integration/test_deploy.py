@@ -289,7 +289,7 @@ def test_export_measures_the_teachers_int8_and_the_probe_beside_the_student_and_
     # with no drop limit the fastest row ships, chosen on validation (every row has a validation score)
     rec = result["recommendation"]
     fastest = min(result["variants"], key=lambda r: (r["latency_ms_b32"], -r["val_f1_macro"]))
-    assert rec["variant"] == fastest["variant"] and rec["split"] == "validation"
+    assert rec.variant == fastest["variant"] and rec.split == "validation"
     text = (out / "report.md").read_text()
     assert f"**Recommended:** **{fastest['label']}**" in text and "| teacher int8 |" in text
     assert "Δ test macro-F1 (points) vs teacher" in text and (out / "tradeoff.png").stat().st_size > 1000

@@ -10,6 +10,7 @@ import yaml
 
 from domainbert.pipeline import DistillSpec, ExportSpec
 from domainbert.pipeline.deployment import ship_line
+from domainbert.pipeline.records import Ship
 from domainbert.pipeline.runner import read_state
 from domainbert.pipeline.specs import TransferSpec
 from tests.helpers.pipeline_tiny import tiny_pipeline
@@ -59,9 +60,9 @@ def test_the_larger_teacher_reads_the_distill_settings_stands_in_the_variants_an
     assert "| larger teacher |" in text and "| larger teacher int8 |" in text
     assert "val macro-F1 (chooses)" in text and "test macro-F1 (reported)" in text
     # one answer: the report's first section, report.json and the last line name the same folder
-    ship = json.loads((out / "report.json").read_text())["ship"]
-    assert ship["folder"] == summary["recommendation"]["path"] and ship["label"] == summary["recommendation"]["label"]
-    assert printed[-1] == ship_line(ship) and printed[-1].startswith(f"Ship: {ship['folder']} ({ship['label']}): ")
+    ship = Ship.from_json(json.loads((out / "report.json").read_text())["ship"], "report.json: ship")
+    assert ship.folder == summary["recommendation"]["path"] and ship.label == summary["recommendation"]["label"]
+    assert printed[-1] == ship_line(ship) and printed[-1].startswith(f"Ship: {ship.folder} ({ship.label}): ")
     assert f"**{ship_line(ship)}**" in text.split("## Does domain adaptation help?")[0]
     assert "Shipped:" not in "\n".join(printed) and "Deploy:" not in "\n".join(printed)
     # the distilled candidate is described as what it is, not as a seed soup

