@@ -8,8 +8,8 @@ Attention probabilities are dropped the same way, by an attention function regis
 ``AttentionInterface`` (:data:`ATTENTION`) that computes attention eagerly while training on the CPU, and hands
 everything else (evaluation, other devices) to ``sdpa``. Eagerly even without attention dropout: under bf16
 autocast the backward of PyTorch's fused CPU attention kernel costs about five times its forward (a quarter of a
-masked-LM step), where two matmuls and a softmax train about 1.3 times faster; in fp32 the two train at one speed,
-while ``sdpa``'s forward is the faster one to evaluate with (``docs/benchmarks/speed.md``).
+masked-LM step), where two matmuls and a softmax train faster (in fp32 too), while ``sdpa``'s forward is the faster
+one to evaluate with (the speed benchmark page).
 
 The masks come from the default CPU generator, so ``seed_everything`` fixes them and activation checkpointing
 replays them; they differ from ``bernoulli_``'s, so a run differs from one without this by its dropout noise.
