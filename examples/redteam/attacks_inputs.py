@@ -177,7 +177,7 @@ def options() -> list[Attack]:
                protect=["{work}/notes.txt"]),
         Attack("unknown-command", "new", ["fitt", "--config", "{cfg_cls}"], "one line naming the command",
                names=["fitt"]),
-        Attack("lora-bias-sideways", "new", [*FIT, "--data.train", "{train}", "--model.lora", "{bias: sideways}"],
+        Attack("lora-bias-sideways", "new", [*FIT, "--data.train", "{train}", "--model.lora", "{{bias: sideways}}"],
                "one line naming lora bias and its choices", names=["bias", "sideways", "lora_only"]),
         *(Attack(f"pipeline-watch-{key.replace('_', '-')}-{name}", "new", [*PIPE, f"--dapt.watch.{key}", value,
                  "--out", "p"], f"one line naming dapt.watch.{key}", names=[f"dapt.watch.{key}"],
