@@ -95,7 +95,9 @@ def finite_or_refused(res: Result) -> tuple[bool, str]:
     note = f"rc 0; {len(weights)} export(s); {final[-1] if final else 'no final metrics'}"
     loss = re.search(r"train/loss ([0-9.e+-]+)", final[-1]) if final else None
     if loss and float(loss.group(1)) > 100:  # diverged: the end of the output and the cards must say so
-        tail = res.out.strip().splitlines()[-3:]
+        # the output is stdout then stderr: the run's last printed lines are those after its final metrics
+        printed = res.out.splitlines()
+        tail = printed[printed.index(final[-1]) :][:4]
         cards = [w.parent / "README.md" for w in weights]
         unsaid = [str(c) for c in cards if "training diverged" not in (c.read_text() if c.is_file() else "")]
         if not any("training diverged" in line.lower() for line in tail):
