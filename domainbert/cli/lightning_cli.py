@@ -39,7 +39,7 @@ from domainbert.core.files import plain_name
 from domainbert.core.hardware import auto_precision
 from domainbert.core.renames import RenamingParser
 from domainbert.core.runs import ALIASES, next_version, resolve_alias, version_of
-from domainbert.data.contract import TakesTokenizer, check_datamodule
+from domainbert.data.contract import TakesTokenizer, check_datamodule, data_max_length
 from domainbert.errors import DomainBertError, user_error
 
 log = logging.getLogger(__name__)
@@ -350,9 +350,9 @@ class DomainBertCLI(LightningCLI):
             from domainbert.core.checkpoint_io import AtomicCheckpointIO  # no truncated checkpoint on a full disk
 
             strategy.checkpoint_io = AtomicCheckpointIO()
-        max_length = getattr(self.datamodule, "max_length", None)
+        max_length = data_max_length(self.datamodule)
         config = getattr(getattr(self.model, "model", None), "config", None)
-        if isinstance(max_length, int) and config is not None:
+        if max_length is not None and config is not None:
             from domainbert.core.hf import check_max_length  # transformers' model code: not for --help
 
             check_max_length(max_length, config, where="data.max_length")

@@ -14,7 +14,7 @@ from lightning.pytorch.utilities import rank_zero_only
 
 from domainbert.core.compat import TrainDescription
 from domainbert.core.cpu_memory import malloc_trim
-from domainbert.core.protocols import Exportable
+from domainbert.core.protocols import Exportable, data_max_length
 from domainbert.core.seeding import step_seed
 
 log = logging.getLogger(__name__)
@@ -86,8 +86,7 @@ class HFExport(L.Callback):
 
         The export records both (:mod:`domainbert.core.scoring`), so that it answers as its test pass scored it.
         """
-        length = getattr(getattr(trainer, "datamodule", None), "max_length", None)
-        length = length if isinstance(length, int) and not isinstance(length, bool) else None
+        length = data_max_length(trainer.datamodule)
         precision = getattr(trainer, "precision", None)
         return {"max_length": length, "precision": str(precision) if precision is not None else None}
 

@@ -23,7 +23,7 @@ from typing import Any
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from domainbert.core.compat import attached_trainer
-from domainbert.core.protocols import Exportable, RestoresBest
+from domainbert.core.protocols import Describes, Exportable, RestoresBest, data_paths
 
 #: ``pipeline_tag`` by the exported model class's suffix.
 PIPELINE_TAGS = {
@@ -222,8 +222,8 @@ def build_card(module, extra: dict[str, Any] | None = None) -> ModelCard:
     source = hp.get("init_from") or hp.get("student") or hp.get("teacher")
     base, task, stage = base_model_id(source), pipeline_tag(module), type(module).__name__
     trainer = attached_trainer(module)
-    dm = getattr(trainer, "datamodule", None) if trainer is not None else None
-    data_desc = getattr(dm, "describe", lambda: None)() if dm is not None else None
+    dm = trainer.datamodule if trainer is not None else None
+    data_desc = dm.describe() if isinstance(dm, Describes) else None
     metrics, origin = exported_metrics(module)
     evals = _eval_results(metrics, task, dataset_name(dm))
     data = ModelCardData(
@@ -280,12 +280,8 @@ def base_line(source: str | None, base: str | None) -> str:
 
 def dataset_name(dm) -> str:
     """A short name of the data for the model-index: its folder's name (``debian-packages``); else ``custom data``."""
-    if dm is None:
-        return "custom data"
-    paths = getattr(dm, "paths", None)
-    specs = sorted(paths.items(), key=lambda kv: kv[0] != "train") if isinstance(paths, dict) else []
-    candidates = [v for _, v in specs] + [getattr(dm, "train_spec", None)]
-    for spec in candidates:
+    specs = sorted(data_paths(dm).items(), key=lambda kv: kv[0] != "train")
+    for _, spec in specs:
         if isinstance(spec, list | tuple):
             spec = spec[0] if spec else None
         if not isinstance(spec, str | Path) or not str(spec):

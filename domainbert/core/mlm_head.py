@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from domainbert.core.families import attribute, family
+from domainbert.core.protocols import StreamsTrainTokens
 
 log = logging.getLogger(__name__)
 
@@ -125,8 +126,7 @@ def unigram_bias_from_data(
     bias = head_parts(model)[2]
     if bias is None:
         return False
-    source = getattr(datamodule, "train_token_ids", None)
-    chunks = source(max_tokens) if callable(source) else None
+    chunks = datamodule.train_token_ids(max_tokens) if isinstance(datamodule, StreamsTrainTokens) else None
     if chunks is None:
         return unigram_bias(model, datamodule.train_dataloader(), max_batches=max_batches, exclude=exclude)
     set_log_frequencies(bias, count_ids(chunks, bias.shape[0], exclude))

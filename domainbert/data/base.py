@@ -19,16 +19,21 @@ The tokenizer comes late: the CLI calls ``connect(tokenizer=model.tokenizer)`` a
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import datasets
 import lightning.pytorch as L
 from torch.utils.data import DataLoader
 
+from domainbert.core.prediction import PredictionWriter
 from domainbert.data import token_cache
 from domainbert.data.batching import Collator, EncodedRows, EpochSampler, LengthSortedSampler
 from domainbert.data.readers import is_plain_text, read
 from domainbert.errors import DomainBertError
+
+if TYPE_CHECKING:
+    from domainbert.data.transfer import TransferSet
+    from domainbert.data.windows import Windows
 
 #: the shortest ``max_length`` accepted: the special tokens plus a few tokens of text.
 MIN_LENGTH = 8
@@ -91,6 +96,12 @@ class TaskDataModule(L.LightningDataModule):
     predict_by_length: bool = False
     #: the column of each row's teacher probabilities (classification's ``soft_label_column``; None: none)
     soft_label_column: str | None = None
+    #: the column of each row's second text (classification's ``text_pair_column``; None: single texts)
+    text_pair_column: str | None = None
+    #: the windows long texts are read in (classification's ``long_text: windows``; None: truncated)
+    windows: Windows | None = None
+    #: unlabelled documents added for a distillation teacher to label (classification's ``transfer``; None: none)
+    transfer: TransferSet | None = None
 
     def __init__(
         self,
@@ -275,10 +286,9 @@ class TaskDataModule(L.LightningDataModule):
         ``domainbert predict`` always has). Predictions that ``trainer.predict`` returns to the caller, or that
         another writer receives, come in file order, as they always did.
         """
-        trainer = getattr(self, "trainer", None)
-        if not self.predict_by_length or trainer is None:
+        if not self.predict_by_length or self.trainer is None:
             return False
-        return any(getattr(cb, "restores_file_order", False) for cb in trainer.callbacks)
+        return any(isinstance(cb, PredictionWriter) and cb.restores_file_order for cb in self.trainer.callbacks)
 
     def sorts_evaluation(self, split: str) -> bool:
         """Whether ``validation``/``test`` batches group rows by length (less padding, faster).
@@ -289,8 +299,7 @@ class TaskDataModule(L.LightningDataModule):
         moves by the batching, as it does between batch sizes. Test predictions are put back in file order
         (:func:`domainbert.core.prediction.in_file_order`).
         """
-        trainer = getattr(self, "trainer", None)
-        limit = getattr(trainer, "limit_val_batches" if split == "validation" else "limit_test_batches", 1.0)
+        limit = getattr(self.trainer, "limit_val_batches" if split == "validation" else "limit_test_batches", 1.0)
         return self.predict_by_length and (limit is None or (isinstance(limit, float) and limit == 1.0))
 
     def lengths(self, ds) -> list[int]:

@@ -16,7 +16,14 @@ and the data, and names what is missing:
   types the label count twice. Both may be None while unknown (no training split): the model then brings its
   own (an export's ``id2label``). A datamodule with ``use_labels(names)`` takes the model's label order when
   the two differ only in order (:func:`align_labels`), so an export is never scored with a wrong mapping.
-- **Optional.** ``max_length`` (int) is checked against the model's position embeddings before training.
+- **Optional.** ``max_length`` (int) is checked against the model's position embeddings before training. What
+  else domainbert reads when a datamodule has it is declared here, each with the value assumed when it does not
+  (domainbert's own datamodules declare them all): :func:`data_max_length`, :func:`data_paths` (the files, for the
+  model card and the teacher cache), :class:`Describes`, :func:`windows`, :func:`text_pair_column`,
+  :func:`soft_label_column`, :func:`multi_label`, :func:`transfer`, :func:`batch_size`, :func:`nsp`,
+  :func:`packing`, and the capabilities :class:`TakesLabels`, :class:`TakesWindows`, :class:`CountsLabels`,
+  :class:`LabelledFiles`, :class:`StreamsTrainTokens`. The rest of the package reads a datamodule only through
+  these (``tests/unit/test_datamodule_reads.py`` holds it).
 
 Label agreement has one home, here: :func:`model_labels` makes a module's label set from the data's and its head's
 (a fine-tuning checkpoint's or a distillation teacher's), :func:`check_datamodule` checks a datamodule when the CLI
@@ -27,9 +34,44 @@ in the model's label order where it can (:func:`align_labels`).
 from __future__ import annotations
 
 import logging
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from domainbert.core.protocols import Describes, StreamsTrainTokens, data_max_length, data_paths
 from domainbert.errors import DomainBertError
+
+if TYPE_CHECKING:
+    import datasets
+
+    from domainbert.data.transfer import TransferSet
+
+__all__ = [
+    "CountsLabels",
+    "Describes",
+    "HasLabels",
+    "LabelledFiles",
+    "StreamsTrainTokens",
+    "TakesLabels",
+    "TakesTokenizer",
+    "TakesWindows",
+    "align_labels",
+    "batch_size",
+    "check_agreement",
+    "check_datamodule",
+    "check_label_count",
+    "data_max_length",
+    "data_paths",
+    "is_generic",
+    "label_names",
+    "model_labels",
+    "multi_label",
+    "nsp",
+    "packing",
+    "soft_label_column",
+    "text_pair_column",
+    "transfer",
+    "windows",
+]
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +90,108 @@ class HasLabels(Protocol):
 
     num_labels: int
     label_names: list[str]
+
+
+@runtime_checkable
+class TakesLabels(Protocol):
+    """A datamodule that can encode its labels in another order (the model's), see :func:`align_labels`."""
+
+    def use_labels(self, names: list[str], source: str) -> None:
+        """Encode the labels ``names`` in this order from now on; ``source`` names where the order comes from."""
+
+
+@runtime_checkable
+class TakesWindows(Protocol):
+    """A datamodule that can read long texts in the model's windows (classification's ``long_text``).
+
+    ``windows`` are :class:`~domainbert.data.windows.Windows` (which imports this module: not named here).
+    """
+
+    long_text: str | None
+    windows: Any
+
+    def use_windows(self, windows: Any) -> None:
+        """Read long texts in ``windows`` (those the model was trained with)."""
+
+
+@runtime_checkable
+class CountsLabels(Protocol):
+    """A datamodule that counts each label's rows in a split (for ``class_weights: balanced``)."""
+
+    def label_counts(self) -> list[int]:
+        """Rows per label id in the training split."""
+
+    def raw(self, split: str) -> datasets.Dataset:
+        """The split's rows as read."""
+
+
+@runtime_checkable
+class LabelledFiles(Protocol):
+    """A single-text classification datamodule whose rows can be read as text and label (``head_init: probe``)."""
+
+    paths: dict[str, Any]
+    text_column: str
+    label_column: str
+    label2id: dict[str, int]
+
+    def raw(self, split: str) -> datasets.Dataset:
+        """The split's rows as read."""
+
+
+def windows(datamodule: Any) -> Any:
+    """The :class:`~domainbert.data.windows.Windows` a datamodule reads long texts in; None: it truncates them."""
+    return getattr(datamodule, "windows", None)
+
+
+def text_pair_column(datamodule: Any) -> str | None:
+    """The column of each row's second text; None: single texts."""
+    return getattr(datamodule, "text_pair_column", None)
+
+
+def soft_label_column(datamodule: Any) -> str | None:
+    """The column of each row's soft targets (a teacher's probabilities); None: hard labels only."""
+    return getattr(datamodule, "soft_label_column", None)
+
+
+def multi_label(datamodule: Any) -> bool:
+    """Whether a row may hold several labels; False for a datamodule that does not say."""
+    return bool(getattr(datamodule, "multi_label", False))
+
+
+def transfer(datamodule: Any) -> TransferSet | None:
+    """The unlabelled documents a datamodule adds for a teacher to label (``data.transfer``); None: none."""
+    return getattr(datamodule, "transfer", None)
+
+
+def batch_size(datamodule: Any) -> int | None:
+    """Training examples per batch; None when the datamodule does not say (or not as an int)."""
+    value = getattr(datamodule, "batch_size", None)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def nsp(datamodule: Any) -> bool | None:
+    """Whether the data is sentence pairs (the corpus's ``nsp`` hyperparameter); None when it does not say."""
+    return _hparams(datamodule).get("nsp")
+
+
+def packing(datamodule: Any) -> bool | None:
+    """Whether examples are blocks of concatenated documents (the corpus's ``packing``); None: it does not say."""
+    return _hparams(datamodule).get("packing")
+
+
+def label_names(datamodule: Any) -> list[str] | None:
+    """The data's labels in id order, as strings; None while unknown (or for a datamodule without labels)."""
+    try:
+        names = getattr(datamodule, "label_names", None)
+    except DomainBertError:  # a label set read from a training split that cannot be read
+        return None
+    return None if names is None else [str(x) for x in names]
+
+
+def _hparams(datamodule: Any) -> Mapping:
+    """A datamodule's ``save_hyperparameters`` record; empty without one."""
+    hparams = getattr(datamodule, "hparams", None)
+    return hparams if isinstance(hparams, Mapping) else {}
 
 
 def check_datamodule(datamodule: Any, model: Any) -> None:
@@ -191,30 +335,26 @@ def align_labels(datamodule: Any, names: list[str] | None) -> None:
     if names is None:
         return
     names = [str(x) for x in names]
-    try:
-        have = getattr(datamodule, "label_names", None)
-    except DomainBertError:
-        have = None
-    have = None if have is None else [str(x) for x in have]
+    have = label_names(datamodule)
     if have == names:
         return
-    use = getattr(datamodule, "use_labels", None)
+    takes = isinstance(datamodule, TakesLabels)
     if have is None:
-        if callable(use):
-            use(names, source="the model")
+        if takes:
+            datamodule.use_labels(names, source="the model")
         return
     if sorted(have) != sorted(names):
         raise DomainBertError(
             f"the model's labels {names} differ from the data's {have}; leave model.label_names unset (the CLI "
             "links the data's), or evaluate on data with the model's label set"
         )
-    if not callable(use):
+    if not takes:
         raise DomainBertError(
             f"the model's label order {names} differs from the data's {have} ({type(datamodule).__name__} cannot "
             "take another order): give the labels in the model's order"
         )
     log.info("labels encoded in the model's order %s (the data's order was %s)", names, have)
-    use(names, source="the model")
+    datamodule.use_labels(names, source="the model")
 
 
 def _readable(obj: Any, attr: str) -> bool:

@@ -244,7 +244,7 @@ class CorpusDataModule(L.LightningDataModule):
         if max_documents is not None and max_documents < 1:
             raise DomainBertError(f"data.max_documents={max_documents}: expected at least 1 (or null for all)")
         self.save_hyperparameters()
-        self.train_spec, self.val_spec = train, val
+        self.paths = {"train": train, "validation": val}
         self.max_length, self.batch_size = max_length, batch_size
         self.tokenizer = None
         self.train_ds: Dataset | None = None
@@ -259,7 +259,7 @@ class CorpusDataModule(L.LightningDataModule):
         """One line for model cards."""
         n_train = len(self.train_ds) if self.train_ds is not None else "?"
         n_val = len(self.val_ds) if self.val_ds is not None else "?"
-        return f"{self.train_spec} ({n_train} train / {n_val} validation blocks of {self.max_length} tokens)"
+        return f"{self.paths['train']} ({n_train} train / {n_val} validation blocks of {self.max_length} tokens)"
 
     # -- reading and tokenizing --------------------------------------------------------------------------
     def _read(self, spec):
@@ -302,9 +302,10 @@ class CorpusDataModule(L.LightningDataModule):
         hp = self.hparams
         if self.max_length < MIN_LENGTH:
             raise DomainBertError(f"data.max_length={self.max_length}: expected at least {MIN_LENGTH} tokens")
-        docs = self._read(self.train_spec)
-        if self.val_spec is not None:
-            train_docs, val_docs = docs, self._read(self.val_spec)
+        train, val = self.paths["train"], self.paths["validation"]
+        docs = self._read(train)
+        if val is not None:
+            train_docs, val_docs = docs, self._read(val)
         elif hp.val_ratio > 0 and len(docs) >= 2:
             split = docs.train_test_split(test_size=hp.val_ratio, seed=hp.seed, shuffle=True)
             train_docs, val_docs = split["train"], split["test"]
@@ -321,8 +322,8 @@ class CorpusDataModule(L.LightningDataModule):
             )
             return
         truncate = not hp.packing
-        val_source = self.val_spec or f"{Path(str(self.train_spec)).name} (validation part)"
-        tokenized = self._tokenize(train_docs, truncate, str(self.train_spec))
+        val_source = val or f"{Path(str(train)).name} (validation part)"
+        tokenized = self._tokenize(train_docs, truncate, str(train))
         self._train_ids = tokenized.data.column("input_ids")
         self.train_ds = self._wrap(tokenized)
         self.val_ds = self._wrap(self._tokenize(val_docs, truncate, str(val_source))) if val_docs is not None else None

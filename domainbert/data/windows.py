@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
+from domainbert.data.contract import TakesWindows
 from domainbert.errors import DomainBertError
 
 log = logging.getLogger(__name__)
@@ -162,14 +163,15 @@ def align_windows(datamodule, config, fit: bool) -> Windows | None:
     """At the model's ``setup``: a datamodule left at ``long_text: null`` takes the model's recorded windows.
 
     Args:
-        datamodule: the trainer's datamodule; one without ``use_windows`` (QA, a custom one) is left alone.
+        datamodule: the trainer's datamodule; one that is not :class:`~domainbert.data.contract.TakesWindows` (QA, a
+            custom one) is left alone.
         config: the model's config.
         fit: a fit records the data's windows in ``config`` (or removes an earlier record), for the export.
 
     Returns:
         The windows the data uses (None: it truncates).
     """
-    if datamodule is None or not hasattr(datamodule, "use_windows"):
+    if not isinstance(datamodule, TakesWindows):
         return None
     own = recorded(config)
     if datamodule.long_text is None and own is not None:

@@ -43,6 +43,7 @@ from domainbert.core.compat import attached_trainer
 from domainbert.core.hf import load_tokenizer
 from domainbert.core.models_local import resolve_local_alias
 from domainbert.core.seeding import step_generator
+from domainbert.data import contract
 from domainbert.data.contract import check_agreement, model_labels
 from domainbert.data.masking import IGNORE_INDEX, Masker
 from domainbert.distill.chunks import AUTO_CHUNK_ROWS, check_chunk_rows, length_chunks, run_in_chunks
@@ -324,17 +325,17 @@ class DistillationModule(HFModule):
         dm = self.attached_datamodule()
         settings = {"multi_label": self.multi_label} if self.task_spec.labelled else {}
         check_agreement(dm, self.label_names, settings, owner="model.teacher")
-        if getattr(dm, "windows", None) is not None:
+        if contract.windows(dm) is not None:
             raise DomainBertError(
                 "data.long_text=windows: distillation reads each text once, truncated at data.max_length; set "
                 "data.long_text: truncate (the student still learns from a windowed teacher's truncated inputs)"
             )
-        if getattr(dm, "text_pair_column", None) and self._retokenizes():
+        if contract.text_pair_column(dm) and self._retokenizes():
             raise DomainBertError(
                 "data.text_pair_column: a teacher that tokenizes differently from the student reads single texts; "
                 "distil text pairs from a teacher with the student's tokenizer"
             )
-        if getattr(dm, "soft_label_column", None):
+        if contract.soft_label_column(dm):
             raise DomainBertError(
                 "distillation learns the teacher's probabilities already (the KL term); unset data.soft_label_column "
                 "(the hard-label term would read the soft targets as multi-label targets)"
@@ -395,14 +396,14 @@ class DistillationModule(HFModule):
         self._cache_key = None
         if not root or not self.need_teacher or loader is None:
             return
-        dm = getattr(self.trainer, "datamodule", None)
+        dm = self.attached_datamodule()
         hidden = [t for t in self.losses.values() if isinstance(t, HiddenStateLoss)]
         layers = sorted({n for term in hidden for n in term.teacher_layers_used()})
         what = {"task": self.task.value, "layers": layers, "student_tokenizer": self._student_tokenizer_key()}
         if len(self.teacher_paths) > 1:
             what["teachers"] = [fingerprint(p, [], None, {}) for p in self.teacher_paths[1:]]
-        if getattr(dm, "transfer", None) is not None:
-            what["transfer"] = repr(dm.transfer)
+        if contract.transfer(dm) is not None:
+            what["transfer"] = repr(contract.transfer(dm))
         self._cache_key = training_fingerprint(self.teacher_path, dm, loader, what)
         self._cache_layers = layers
         self._cache_described = {"teacher": self.teacher_path, "data": data_files(dm), "task": self.task.value}

@@ -47,6 +47,7 @@ import torch
 from datasets.arrow_writer import ArrowWriter
 
 from domainbert.core.files import MARKER, atomic_dir
+from domainbert.data import contract
 from domainbert.errors import DomainBertError
 
 log = logging.getLogger(__name__)
@@ -114,17 +115,12 @@ def training_fingerprint(teacher: str, datamodule: Any, loader: Iterable[dict], 
         keys = sorted(k for b in loader for k in content_keys(b["input_ids"], b["attention_mask"]))
         extra["content"] = hashlib.sha256(str(keys).encode()).hexdigest()
         files = []
-    return fingerprint(teacher, files, getattr(datamodule, "max_length", None), extra)
+    return fingerprint(teacher, files, contract.data_max_length(datamodule), extra)
 
 
 def data_files(datamodule: Any) -> list[str] | None:
     """The training file spec(s) of a datamodule, if it says where its data comes from."""
-    if datamodule is None:
-        return None
-    paths = getattr(datamodule, "paths", None)
-    spec = paths.get("train") if isinstance(paths, dict) else None
-    hparams = getattr(datamodule, "hparams", None)
-    spec = spec or getattr(datamodule, "train", None) or (hparams.get("train") if hasattr(hparams, "get") else None)
+    spec = contract.data_paths(datamodule).get("train")
     if not spec:
         return None
     return [str(s) for s in spec] if isinstance(spec, (list, tuple)) else [str(spec)]

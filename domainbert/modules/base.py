@@ -212,7 +212,8 @@ class HFModule(L.LightningModule):
 
     def attached_datamodule(self) -> L.LightningDataModule | None:
         """The datamodule of the trainer this module is attached to; None without a trainer or a datamodule."""
-        return getattr(attached_trainer(self), "datamodule", None)
+        trainer = attached_trainer(self)
+        return trainer.datamodule if trainer is not None else None
 
     def remember_metrics(self, stage: str) -> None:
         """Keep the ``<stage>/...`` metrics just computed (not the sanity check's) in ``evaluated_metrics``.

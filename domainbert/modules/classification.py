@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from domainbert.core.hf import check_source, load_config
 from domainbert.core.models_local import resolve_local_alias
 from domainbert.core.pooled import POOLING_KEY, is_mean_pooled
+from domainbert.data import contract
 from domainbert.data.windows import CONFIG_KEY, WINDOW_MASK, Windows, align_windows, recorded, window_mean
 from domainbert.errors import DomainBertError
 from domainbert.modules.base import enable_gradient_checkpointing as enable_gradient_checkpointing  # re-exported
@@ -104,7 +105,7 @@ class SequenceClassificationModule(FineTuneModule):
 
     def setup(self, stage: str) -> None:
         self.check_datamodule(("multi_label",))
-        if getattr(self.attached_datamodule(), "transfer", None) is not None:
+        if contract.transfer(self.attached_datamodule()) is not None:
             raise DomainBertError(
                 "data.transfer adds unlabelled documents for a distillation's teacher to label; fine-tuning has no "
                 "labels for them: unset data.transfer, or distil (--model distill)"
@@ -120,8 +121,8 @@ class SequenceClassificationModule(FineTuneModule):
                 log.info("initialised at random (not in %s): %s", self.hparams.init_from, ", ".join(head))
         if stage == "fit" and self.hparams.class_weights == "balanced":
             dm = self.trainer.datamodule
-            if not hasattr(dm, "label_counts"):
-                raise DomainBertError("class_weights: balanced needs a datamodule with label_counts()")
+            if not isinstance(dm, contract.CountsLabels):
+                raise DomainBertError("class_weights: balanced needs a datamodule with label_counts() and raw()")
             self.class_weight = balanced_weights(dm.label_counts(), len(dm.raw("train")), self.hparams.multi_label)
             self.class_weight = self.class_weight.to(self.device)
             log.info("balanced class weights: %s", [round(w, 3) for w in self.class_weight.tolist()])

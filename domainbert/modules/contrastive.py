@@ -13,6 +13,7 @@ from transformers import AutoModel
 
 from domainbert.core.embed import mean_pool
 from domainbert.core.hf import check_tokenizer_fits, load_model, load_tokenizer, training_config
+from domainbert.data import contract
 from domainbert.errors import DomainBertError
 from domainbert.modules.base import HFModule
 
@@ -152,16 +153,15 @@ class ContrastiveModule(HFModule):
         dm = self.attached_datamodule()
         if dm is None:
             return
-        batch_size = getattr(dm, "batch_size", None)
-        if isinstance(batch_size, int) and batch_size < 2:
+        batch_size = contract.batch_size(dm)
+        if batch_size is not None and batch_size < 2:
             raise DomainBertError(
                 f"data.batch_size={batch_size}: the contrastive objective takes its negatives from the other texts "
                 "of the batch; set data.batch_size to 2 or more (SimCSE used 64)"
             )
-        hp = getattr(dm, "hparams", None) or {}
-        if hp.get("nsp"):
+        if contract.nsp(dm):
             raise DomainBertError("data.nsp is true: sentence pairs are for MaskedLMModule(objective='mlm+nsp')")
-        if hp.get("packing"):
+        if contract.packing(dm):
             log.warning("data.packing is true: each example is a block of concatenated documents, not one text")
 
     # -- forward ------------------------------------------------------------------------------------

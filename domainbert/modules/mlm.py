@@ -25,6 +25,7 @@ from domainbert.core.families import family
 from domainbert.core.hf import check_tokenizer_fits, load_model, load_tokenizer, training_config
 from domainbert.core.optim import warmup_linear
 from domainbert.core.seeding import step_generator
+from domainbert.data import contract
 from domainbert.data.masking import IGNORE_INDEX, Masker
 from domainbert.errors import DomainBertError
 from domainbert.modules.base import HFModule, enable_gradient_checkpointing
@@ -205,7 +206,7 @@ class MaskedLMModule(HeadWarmup, HFModule):
             if unigram_bias_from_data(self.model, dm, exclude=self.tokenizer.all_special_ids):
                 log.info("MLM head: identity transform, output bias from the data's log unigram frequencies")
             self._init_head_from_data = False
-        nsp = (getattr(dm, "hparams", None) or {}).get("nsp") if dm is not None else None
+        nsp = contract.nsp(dm)
         if nsp is None:
             return
         if self.hparams.objective == "mlm+nsp" and not nsp:

@@ -20,6 +20,7 @@ import torch
 from domainbert.core.embed import encode
 from domainbert.core.hardware import auto_precision
 from domainbert.core.probe import select_probe
+from domainbert.data import contract
 from domainbert.data.windows import WINDOW_MASK, window_mean
 from domainbert.errors import DomainBertError
 
@@ -112,14 +113,13 @@ def file_splits(datamodule, num_labels: int) -> dict[str, tuple[list, torch.Tens
     """
     from domainbert.data.labels import label_text
 
-    needed = ("raw", "paths", "text_column", "label_column", "label2id")
-    if not all(hasattr(datamodule, a) for a in needed) or getattr(datamodule, "multi_label", False):
+    if not isinstance(datamodule, contract.LabelledFiles) or contract.multi_label(datamodule):
         return None
-    if getattr(datamodule, "soft_label_column", None) or len(datamodule.label2id) != num_labels:
+    if contract.soft_label_column(datamodule) or len(datamodule.label2id) != num_labels:
         return None
-    if getattr(datamodule, "windows", None) is not None:
+    if contract.windows(datamodule) is not None:
         return None
-    ids, pair = datamodule.label2id, getattr(datamodule, "text_pair_column", None)
+    ids, pair = datamodule.label2id, contract.text_pair_column(datamodule)
     out = {}
     for split, name in (("train", "train"), ("val", "validation")):
         if not datamodule.paths.get(name):

@@ -19,6 +19,7 @@ from domainbert.core.families import family
 from domainbert.core.hf import check_tokenizer_fits, head_missing, load_model, load_tokenizer, training_config
 from domainbert.core.optim import warmup_linear
 from domainbert.core.seeding import step_generator
+from domainbert.data import contract
 from domainbert.data.denoise import Deleter
 from domainbert.data.masking import IGNORE_INDEX
 from domainbert.errors import DomainBertError
@@ -242,10 +243,9 @@ class TsdaeModule(HeadWarmup, HFModule):
         dm = self.attached_datamodule()
         if dm is None:
             return
-        hp = getattr(dm, "hparams", None) or {}
-        if hp.get("nsp"):
+        if contract.nsp(dm):
             raise DomainBertError("data.nsp is true: sentence pairs are for MaskedLMModule(objective='mlm+nsp')")
-        if hp.get("packing"):
+        if contract.packing(dm):
             log.warning("data.packing is true: each example is a block of concatenated texts; set packing: false")
         if stage == "fit" and self._init_head_from_data:
             from domainbert.core.mlm_head import unigram_bias_from_data
