@@ -383,7 +383,15 @@ def fake_module(tmp_path, init_from: str):
         datamodule=None,
     )
     head = type("BertForSequenceClassification", (), {})()
-    return SimpleNamespace(hparams={"init_from": init_from, "lr": 0.1}, hf_model=lambda: head, _trainer=trainer), run
+    module = SimpleNamespace(  # what an HFModule declares (domainbert.core.protocols.Exportable)
+        hparams={"init_from": init_from, "lr": 0.1},
+        hf_model=lambda: head,
+        export_hf=lambda out: out,
+        serves_predictions=True,
+        evaluated_metrics=None,
+        _trainer=trainer,
+    )
+    return module, run
 
 
 def test_model_card_names_the_hub_model_the_task_and_the_best_checkpoints_metrics(tmp_path, monkeypatch):
