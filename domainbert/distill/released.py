@@ -66,7 +66,8 @@ def from_released(init_args: Mapping[str, Any], where: str) -> dict[str, Any]:
     Raises:
         DomainBertError: ``losses`` is given beside the 0.1.0 options.
 
-    >>> from_released({"teacher": "t", "gamma": 0.1}, "old.yaml")["losses"][2]
+    >>> terms = from_released({"teacher": "t", "gamma": 0.1}, "old.yaml")["losses"]
+    >>> terms[2]
     {'class_path': 'domainbert.distill.losses.HiddenStateLoss', 'init_args': {'weight': 0.1, 'kind': 'mse'}}
     """
     given = [key for key in RELEASED if key in init_args]
