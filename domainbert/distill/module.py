@@ -29,10 +29,8 @@ from __future__ import annotations
 
 import copy
 import functools
-import io
 import logging
-import os
-from typing import IO, Any, Literal
+from typing import Literal
 
 import lightning.pytorch as L
 import torch
@@ -145,7 +143,7 @@ class DistillationModule(HFModule):
                 A checkpoint saves them as ``{class_path, init_args}`` dicts, rebuilt only when ``class_path`` names
                 a ``LossTerm`` subclass; a 0.1.0 checkpoint's or config's ``alpha``, ``beta``, ``gamma``,
                 ``delta``, ``temperature``, ``hidden_loss``, ``layer_map`` and ``extra_losses`` are read as the
-                terms they meant (:func:`~domainbert.distill.objective.from_released`).
+                terms they meant (:func:`~domainbert.distill.released.from_released`).
             teacher_cache: a folder where the teacher's training-set outputs are kept and reused by later epochs
                 and runs (logits, plus the hidden states the hidden-state loss reads). It fills as training runs
                 the teacher (written at each epoch's end): no separate pass over the data. Not for masked-LM
@@ -198,34 +196,17 @@ class DistillationModule(HFModule):
         self._hard = HardLabelLoss()
 
     @classmethod
-    def load_from_checkpoint(
-        cls,
-        checkpoint_path: str | os.PathLike | IO[bytes],
-        map_location: Any = None,
-        hparams_file: str | os.PathLike | None = None,
-        strict: bool | None = None,
-        weights_only: bool | None = None,
-        **kwargs: Any,
-    ):
-        """:meth:`HFModule.load_from_checkpoint`; a 0.1.0 checkpoint's loss options are read as ``losses``.
+    def released_overrides(cls, saved: dict, where: str, from_file: bool) -> dict:
+        """:meth:`HFModule.released_overrides`, and a 0.1.0 checkpoint's loss options read as ``losses``.
 
         Its ``alpha``, ``beta``, ``gamma``, ``delta``, ``temperature``, ``hidden_loss``, ``layer_map`` and
-        ``extra_losses`` (:func:`~domainbert.distill.objective.from_released`) are given as ``losses``, unless the
-        call gives ``losses`` or an ``hparams_file`` (whose hyper-parameters Lightning reads instead).
+        ``extra_losses`` (:func:`~domainbert.distill.released.from_released`) are given as ``losses``, unless an
+        ``hparams_file`` is read instead (``from_file``); a ``losses`` the call gives wins.
         """
-        from domainbert.core.checkpoint_io import saved_hparams
-
-        if not isinstance(checkpoint_path, str | os.PathLike):  # an open file: read once, handed on as bytes
-            checkpoint_path = io.BytesIO(checkpoint_path.read())
-        if "losses" not in kwargs and hparams_file is None:
-            saved = saved_hparams(checkpoint_path, unpickle=weights_only is False)
-            if saved.keys() & RELEASED.keys():
-                kwargs["losses"] = from_released(saved, str(checkpoint_path))["losses"]
-            if isinstance(checkpoint_path, io.BytesIO):
-                checkpoint_path.seek(0)
-        return super().load_from_checkpoint(
-            checkpoint_path, map_location, hparams_file, strict, weights_only=weights_only, **kwargs
-        )
+        out = super().released_overrides(saved, where, from_file)
+        if not from_file and saved.keys() & RELEASED.keys():
+            out["losses"] = from_released(saved, where)["losses"]
+        return out
 
     # -- set-up and checks ------------------------------------------------------------------------
     def _save_loss_configs(self) -> None:

@@ -91,14 +91,13 @@ class HFModule(L.LightningModule):
         from lightning.pytorch.core.saving import load_hparams_from_tags_csv, load_hparams_from_yaml
 
         from domainbert.core.checkpoint_io import check_saved_trust, saved_hparams
-        from domainbert.core.renames import renamed_hparams
 
         if not isinstance(checkpoint_path, str | os.PathLike):  # an open file: read once, handed on as bytes
             checkpoint_path = io.BytesIO(checkpoint_path.read())
         given = "trust_remote_code" in kwargs
         saved = saved_hparams(checkpoint_path, unpickle=weights_only is False)
         check_saved_trust(saved, str(checkpoint_path), given)
-        kwargs = {**renamed_hparams(saved, str(checkpoint_path)), **kwargs}  # class paths 0.1.0 wrote, as today's
+        kwargs = {**cls.released_overrides(saved, str(checkpoint_path), hparams_file is not None), **kwargs}
         if isinstance(checkpoint_path, io.BytesIO):
             checkpoint_path.seek(0)
         readers = {"csv": load_hparams_from_tags_csv, "yml": load_hparams_from_yaml, "yaml": load_hparams_from_yaml}
@@ -108,6 +107,17 @@ class HFModule(L.LightningModule):
         return super().load_from_checkpoint(
             checkpoint_path, map_location, hparams_file, strict, weights_only=weights_only, **kwargs
         )
+
+    @classmethod
+    def released_overrides(cls, saved: dict, where: str, from_file: bool) -> dict:
+        """Keyword arguments that read a checkpoint's saved hyper-parameters, as 0.1.0 wrote them, as today's.
+
+        Here the class paths that have moved (:func:`~domainbert.core.renames.renamed_hparams`); a module whose
+        arguments have changed adds its own. ``from_file``: an ``hparams_file`` is read instead of ``saved``.
+        """
+        from domainbert.core.renames import renamed_hparams
+
+        return renamed_hparams(saved, where)
 
     # -- optimisation -----------------------------------------------------------------------------
     def trainable_groups(self) -> list[dict]:
