@@ -187,7 +187,12 @@ def num_params(model: nn.Module) -> int:
 
 @dataclass
 class EvalSet:
-    """What every variant is measured on: batches for the metric and for latency at batch 1 and 32."""
+    """What every variant is measured on: batches for the metric and for latency at batch 1 and 32.
+
+    ``b32`` holds the batches :func:`~domainbert.deploy.classifier.classify` and ``domainbert predict`` serve: rows
+    of similar length batched together (:func:`length_sorted_batches`), so the batch-32 latency is the one a user
+    sees.
+    """
 
     metric_batches: list[dict] | None
     b1: list[dict]
@@ -195,8 +200,6 @@ class EvalSet:
     num_labels: int | None
     repeats: int
     labels: list[int] | None = None
-    b32_by_length: list[dict] | None = None
-    """The batch-32 latency rows again, batched in order of length (little padding): what tells padding's cost."""
 
     @classmethod
     def build(
@@ -207,8 +210,9 @@ class EvalSet:
         num_labels: int | None,
         batch_size: int = 32,
         max_length: int = 128,
-        latency_examples: int = 64,
+        latency_examples: int = 32,
         repeats: int = 3,
+        b32_examples: int = 256,
     ) -> EvalSet:
         """Tokenize ``texts`` for the metric pass and (repeated as needed) for the latency passes.
 
@@ -219,32 +223,30 @@ class EvalSet:
             num_labels: the model's number of labels (None: no metric pass).
             batch_size: batch size of the metric pass (batched in order of token count).
             max_length: truncation length.
-            latency_examples: examples timed at batch 1 (at most 32) and batched by 32 (at least 32).
+            latency_examples: examples timed one by one (batch 1).
             repeats: timing passes; the median is reported.
+            b32_examples: examples timed in batches of 32, batched as ``classify`` serves them.
         """
-        timed = (texts * (1 + latency_examples // len(texts)))[: max(latency_examples, 32)]
-        b32_rows = timed[: max(32, latency_examples // 32 * 32)]
-        lengths = [len(ids) for ids in tokenizer(b32_rows, truncation=True, max_length=max_length)["input_ids"]]
-        by_length = [t for _, t in sorted(zip(lengths, b32_rows), key=lambda p: p[0])]
+        served = length_sorted_batches(tokenizer, repeated(texts, b32_examples), 32, max_length)
         return cls(
             metric_batches=None if labels is None else metric_batches(tokenizer, texts, labels, batch_size, max_length),
-            b1=encode(tokenizer, timed[: min(latency_examples, 32)], 1, max_length),
-            b32=encode(tokenizer, b32_rows, 32, max_length),
+            b1=encode(tokenizer, repeated(texts, latency_examples), 1, max_length),
+            b32=[inputs for _, inputs in served],
             num_labels=num_labels,
             repeats=repeats,
             labels=labels,
-            b32_by_length=encode(tokenizer, by_length, 32, max_length),
         )
 
-    def b32_padding(self, by_length: bool = False) -> float:
-        """The share of the batch-32 latency inputs that is padding (rows padded to the longest in their batch).
-
-        ``by_length``: of the same rows batched in order of length (:attr:`b32_by_length`).
-        """
-        batches = self.b32_by_length if by_length else self.b32
-        masks = [b["attention_mask"] for b in batches or [] if "attention_mask" in b]
+    def b32_padding(self) -> float:
+        """The share of the batch-32 latency inputs that is padding (rows padded to the longest in their batch)."""
+        masks = [b["attention_mask"] for b in self.b32 if "attention_mask" in b]
         total = sum(m.numel() for m in masks)
         return round(1 - sum(int(m.sum()) for m in masks) / total, 3) if total else 0.0
+
+
+def repeated(texts: list[str], n: int) -> list[str]:
+    """The first ``n`` of ``texts`` repeated end to end (``texts`` again from its start when it holds fewer)."""
+    return (texts * -(-n // len(texts)))[:n]
 
 
 def measure(runner, evalset: EvalSet, known: dict | None = None) -> dict[str, Any]:

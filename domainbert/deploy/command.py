@@ -32,14 +32,16 @@ ONNX int8 are written too when the model gets them (``teacher_int8/``, ``teacher
 by role: the model's (``--role``; ``student`` with a teacher, else ``model``), ``teacher``, ``probe``.
 
 Each variant's folder gets ``report.json`` and ``report.md``: parameter count, weight-file size, CPU latency
-per example at batch 1 and batch 32, and accuracy / macro-F1 on ``--data`` (and on ``--val`` when given). The
-top-level ``report.json`` / ``report.md`` put all variants side by side, with the difference from the teacher in
-macro-F1 points, recommend the variant to ship (among those at most ``--max_ms`` ms/example, the fastest at batch 32
-whose macro-F1 is not significantly more than ``--max_drop`` points below the best: its paired bootstrap interval
-on ``--val`` reaches ``-max_drop``; on ``--data``'s point estimates without ``--val``:
-:mod:`domainbert.deploy.recommend`), plot latency against macro-F1 (``tradeoff.png``), and say which of bf16 and
-int8 is faster on this machine. Every folder and file is written atomically. The measurements reuse freed memory
-from batch to batch (glibc; :mod:`domainbert.core.cpu_memory`).
+per example at batch 1 (``--latency_examples`` texts of ``--data``, one at a time) and at batch 32
+(``--b32_examples`` texts, in the batches :func:`~domainbert.deploy.classifier.classify` and ``domainbert predict``
+serve: rows of similar length together; ``b32_padding`` is their share of padding), and accuracy / macro-F1 on
+``--data`` (and on ``--val`` when given). The top-level ``report.json`` / ``report.md`` put all variants side by
+side, with the difference from the teacher in macro-F1 points, recommend the variant to ship (among those at most
+``--max_ms`` ms/example, the fastest at batch 32 whose macro-F1 is not significantly more than ``--max_drop``
+points below the best: its paired bootstrap interval on ``--val`` reaches ``-max_drop``; on ``--data``'s point
+estimates without ``--val``: :mod:`domainbert.deploy.recommend`), plot latency against macro-F1
+(``tradeoff.png``), and say which of bf16 and int8 is faster on this machine. Every folder and file is written
+atomically. The measurements reuse freed memory from batch to batch (glibc; :mod:`domainbert.core.cpu_memory`).
 
 Load any variant back with :func:`domainbert.deploy.load.load_variant`. Nothing in a folder can make loading run
 code: torchao's ``model_int8.pt`` (a pickle) loads only with ``--trust_pickle true`` / ``load_variant(...,
@@ -101,7 +103,8 @@ def export(
     refit_lr: float = 3e-5,
     batch_size: int = 32,
     limit: int | None = None,
-    latency_examples: int = 64,
+    latency_examples: int = 32,
+    b32_examples: int = 256,
     repeats: int = 3,
     threads: int | None = None,
     seed: int = 0,
@@ -158,7 +161,11 @@ def export(
         refit_lr: learning rate of the re-fit.
         batch_size: batch size of the metric pass, the importance pass and the re-fit.
         limit: use at most this many examples of ``data`` (and of ``val``).
-        latency_examples: examples timed one by one for the batch-1 latency (and batched by 32 for batch 32).
+        latency_examples: examples of ``data`` timed one by one: the batch-1 latency (``data`` repeated when it
+            holds fewer).
+        b32_examples: examples of ``data`` timed in batches of 32 (at least 32; ``data`` repeated when it holds
+            fewer), batched as :func:`~domainbert.deploy.classifier.classify` and ``domainbert predict`` serve them
+            (rows of similar length together): the batch-32 latency, which the recommendation reads.
         repeats: timing passes; the median is reported.
         threads: CPU threads for PyTorch and onnxruntime (default: PyTorch's default).
         seed: random seed (re-fit order and dropout).
@@ -186,6 +193,7 @@ def export(
     from domainbert.deploy.recommend import check_rule
 
     check_rule(max_drop, max_ms)
+    _check_timing(latency_examples, b32_examples)
     options = {**option_values(format_options), "threads": threads}
     inputs = [p for p in (model, teacher, data, train, predictions, teacher_predictions) if p and Path(p).exists()]
     out = claim_folder(out, inputs, "export: --out")  # before any work: new, empty or domainbert's; no input
@@ -193,7 +201,7 @@ def export(
         torch.manual_seed(seed)
         base, tokenizer, max_length, label2id = _deployed_model(model, trust_pickle, max_length, (prune_heads, train))
         read = partial(_read_split, text_column=text_column, label_column=label_column, label2id=label2id)
-        sizes = Sizes(batch_size, max_length, latency_examples, repeats, limit)
+        sizes = Sizes(batch_size, max_length, latency_examples, b32_examples, repeats, limit)
         outs, known = _outputs(Path(out), tokenizer, read, (data, val), sizes, options)
         role = role or ("student" if teacher is not None else "model")
         others = {"teacher": (teacher, teacher_predictions), "probe": (probe, probe_predictions)}
@@ -217,6 +225,7 @@ class Sizes:
     batch_size: int
     max_length: int
     latency_examples: int
+    b32_examples: int
     repeats: int
     limit: int | None
 
@@ -252,9 +261,8 @@ def _outputs(out: Path, tokenizer, read: Callable, files: tuple, sizes: Sizes, o
     texts, labels = _eval_texts(read, data, sizes.limit, sizes.latency_examples)
     label2id = read.keywords["label2id"]
     num_labels = len(label2id) if label2id else None
-    evalset = EvalSet.build(
-        tokenizer, texts, labels, num_labels, sizes.batch_size, sizes.max_length, sizes.latency_examples, sizes.repeats
-    )
+    timing = {"latency_examples": sizes.latency_examples, "b32_examples": sizes.b32_examples, "repeats": sizes.repeats}
+    evalset = EvalSet.build(tokenizer, texts, labels, num_labels, sizes.batch_size, sizes.max_length, **timing)
     common = {"examples": len(texts), "data": data, "limit": sizes.limit, "threads": torch.get_num_threads()}
     common.update(max_length=sizes.max_length, val=val, b32_padding=evalset.b32_padding())
     outs = Outputs(out, tokenizer, evalset, common, options)
@@ -357,6 +365,14 @@ def _known(path: str | None, config, labels: list[int] | None, num_labels: int |
     names = [str(id2label[i]) for i in range(len(id2label))] if id2label else None
     metrics = known_metrics(path, labels, names, num_labels)
     return {**metrics, "from": str(path)} if metrics is not None else None
+
+
+def _check_timing(latency_examples: int, b32_examples: int) -> None:
+    """Refuse latency passes that time nothing, or a batch-32 pass without one batch of 32."""
+    if latency_examples < 1:
+        raise DomainBertError(f"latency_examples={latency_examples}: expected at least 1 example timed at batch 1")
+    if b32_examples < 32:
+        raise DomainBertError(f"b32_examples={b32_examples}: expected at least 32 examples timed at batch 32")
 
 
 def _check_pruning(prune_heads: float, train: str | None, label2id: dict | None) -> None:

@@ -98,12 +98,11 @@ def with_points(rows: list[dict], base: str, metric: str = "f1_macro") -> list[d
 
 
 def slower_at_b32(rows: list[dict]) -> list[str]:
-    """The ONNX int8 rows slower per example at batch 32 than at batch 1 (their ``variant``)."""
+    """The rows slower per example at batch 32 than at batch 1 (their ``variant``): batching does not pay for them."""
     return [
         r["variant"]
         for r in rows
-        if r.get("format") == "onnx_int8" and r.get("latency_ms_b32") and r.get("latency_ms_b1")
-        if r["latency_ms_b32"] > r["latency_ms_b1"]
+        if r.get("latency_ms_b32") and r.get("latency_ms_b1") and r["latency_ms_b32"] > r["latency_ms_b1"]
     ]
 
 
@@ -261,30 +260,16 @@ def recommendation_lines(rec: Recommendation | None) -> list[str]:
 
 
 def slower_note(row: dict) -> str:
-    """Why a row (ONNX int8) is slower per example at batch 32 than at batch 1, from what the export measured.
+    """The note on a row slower per example at batch 32 than at batch 1, timed in the batches ``classify`` serves.
 
-    A batch of 32 is padded to its longest row; the export times the same rows batched in order of length
-    (``latency_ms_b32_by_length``): when that is no slower than batch 1, padding is the cost; when it still is,
-    padding does not explain it, and what is left is the int8 graph's own work per batch (its activations are
-    quantized at run time, over the whole batch).
+    Such a variant gains nothing from batching on this CPU: its users may serve it one text at a time.
     """
-    head = (
-        f"**Note:** {row['label']} takes {row['latency_ms_b32']} ms/example at batch 32 against "
-        f"{row['latency_ms_b1']} at batch 1."
-    )
-    pad, by_length = row.get("b32_padding"), row.get("latency_ms_b32_by_length")
-    padded = f"Each batch of 32 is padded to its longest row ({pad:.0%} of its inputs here are padding)"
-    if pad is None:
-        return f"{head} Each batch of 32 is padded to its longest row."
-    if by_length is None:
-        return f"{head} {padded}."
-    sorted_pad = row.get("b32_padding_by_length") or 0.0
-    same = f"the same rows batched in order of length ({sorted_pad:.0%} padding) take {by_length} ms/example"
-    if by_length <= row["latency_ms_b1"]:
-        return f"{head} {padded}, and padding is the cost: {same}. Batch rows of similar length when serving."
+    pad = row.get("b32_padding")
+    served = "in batches of rows of similar length, as `classify` and `domainbert predict` serve them"
+    padding = f"; {pad:.0%} padding" if pad is not None else ""
     return (
-        f"{head} {padded}, but padding does not explain it: {same}. The rest is the int8 graph's own work per batch "
-        "(its activations are quantized at run time, per batch)."
+        f"**Note:** {row['label']} takes {row['latency_ms_b32']} ms/example at batch 32 ({served}{padding}) against "
+        f"{row['latency_ms_b1']} at batch 1: batching does not speed it up on this CPU."
     )
 
 

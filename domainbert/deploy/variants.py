@@ -15,7 +15,7 @@ from typing import Any
 from torch import nn
 
 from domainbert.core.files import atomic_dir, atomic_write_text
-from domainbert.deploy.bench import EvalSet, latency_ms, measure, num_params, served_runner, task_metrics
+from domainbert.deploy.bench import EvalSet, measure, num_params, served_runner, task_metrics
 from domainbert.deploy.folders import VARIANT_FILE
 from domainbert.deploy.formats import ExportFormat, WriteContext, get
 from domainbert.deploy.report import progress, variant_row, write_report
@@ -107,26 +107,12 @@ def write_variant(
             atomic_write_text(tmp / VARIANT_FILE, json.dumps({"variant": fmt.name, **written.info}) + "\n")
         runner = fmt.runner(written.model) if written.measure else None
         measured = outs.measure(runner, _known(known)) if runner is not None else {}
-        measured.update(padding_check(runner, outs.evalset, measured))
         fields = {"role": role, "format": fmt.name, **written.extra, **(extra or {}), **_metric_from(known)}
         row = variant_row(name, outs.out / name, tmp, num_params(model), measured, outs.common, fields)
         write_report(tmp, row)
     if written.file:
         ctx.made[fmt.name] = outs.out / name / written.file
     return outs.add(row)
-
-
-def padding_check(runner, evalset: EvalSet, measured: dict) -> dict:
-    """The batch-32 latency of the same rows batched by length, when a variant is slower at batch 32 than at 1.
-
-    ``latency_ms_b32_by_length``, with that batching's ``b32_padding_by_length``: it tells the cost of padding
-    from that of the batch itself. Empty when the variant is not slower per example at batch 32.
-    """
-    b1, b32 = measured.get("latency_ms_b1"), measured.get("latency_ms_b32")
-    if runner is None or not b1 or not b32 or b32 <= b1 or not evalset.b32_by_length:
-        return {}
-    by_length = latency_ms(runner, evalset.b32_by_length, evalset.repeats)
-    return {"latency_ms_b32_by_length": by_length, "b32_padding_by_length": evalset.b32_padding(by_length=True)}
 
 
 def measured_in_place(

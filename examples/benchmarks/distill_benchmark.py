@@ -258,7 +258,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--threads", type=int, default=None, help="CPU threads (default: PyTorch's)")
     p.add_argument("--max_length", type=int, default=128)
     p.add_argument("--limit", type=int, default=None, help="at most this many test examples")
-    p.add_argument("--latency_examples", type=int, default=64)
+    p.add_argument("--latency_examples", type=int, default=32, help="examples timed one by one (batch 1)")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--int8_backend", default="auto", choices=["auto", "torchao", "torch"])
     p.add_argument("--no_bf16", action="store_true", help="skip the bf16 variant")
