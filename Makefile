@@ -23,18 +23,21 @@ setup: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/domainbert pipeline --config configs/pipeline/minilm_debian.yaml
 
-## The tests (docs/benchmarks/test-suite.md has how long they take): the default suite, then the multi-process
-## ones (DDP on gloo, multi-worker sweeps on PostgreSQL, a killed fit; the PostgreSQL ones skip with a reason when no
+## The tests (docs/benchmarks/test-suite.md has how long they take): the default suite in TEST_JOBS processes
+## (pytest-xdist, a test file to a process, each with one PyTorch thread), then the multi-process ones one at a time
+## (DDP on gloo, multi-worker sweeps on PostgreSQL, a killed fit; the PostgreSQL ones skip with a reason when no
 ## server can be started). Each run ends with its 25 slowest tests.
 DURATIONS := --durations=25
+TEST_JOBS ?= 2
+PARALLEL := -n $(TEST_JOBS) --dist loadfile
 test: $(STAMP)
-	$(BIN)/python -m pytest -q $(DURATIONS)
+	$(BIN)/python -m pytest -q $(DURATIONS) $(PARALLEL)
 	$(BIN)/python -m pytest -q $(DURATIONS) -m "slow and not long"
 
 ## The unit tier alone (tests/unit: no Trainer.fit, no subprocess; tests/helpers/tiers.py fails a test that does
 ## either): the check to run after every edit.
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q $(DURATIONS) tests/unit
+	$(BIN)/python -m pytest -q $(DURATIONS) $(PARALLEL) tests/unit
 
 ## The long tier: trains the shipped demo model for real (all-MiniLM-L6-v2, 3 epochs); in neither half of `make test`.
 test-long: $(STAMP)

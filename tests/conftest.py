@@ -17,6 +17,12 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+#: under pytest-xdist (``make test`` runs a process per core) each worker, and every process it starts, computes on
+#: one thread: two workers of two threads each on two cores wait on each other's threads
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    if "torch" in sys.modules:  # imported before this file (by a plugin): its thread count is set already
+        sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 #: the ``datasets`` cache of the whole session (and of the CLI subprocesses the tests start): a temporary folder,
 #: never ``~/.cache/huggingface/datasets``. ``datasets.config`` reads ``HF_DATASETS_CACHE`` once, when ``datasets``

@@ -17,6 +17,9 @@ Counting (every figure comes from markers or from what the tests measured, none 
   ``domainbert: error: ...`` line.
 - Failed ``faults`` tests are listed after the line: their marker counts are not added (recorded counters are:
   a traceback or a lost file is counted even when the test then fails on it).
+
+With ``pytest -n`` (pytest-xdist) each test's counts travel in its reports' ``user_properties`` and the controller
+adds them up, so the line counts every worker's tests.
 """
 
 from __future__ import annotations
@@ -33,11 +36,16 @@ FAILED: list[str] = []
 #: recorded counters that the closing line shows itself.
 SHOWN = ("data_lost", "tracebacks", "code_executed")
 _SEEN = {"n": 0}
+#: what :func:`record` counted since the last test report left this process (sent on with it under pytest-xdist).
+_PENDING: Counter = Counter()
+#: the ``user_properties`` key of a report's counts
+_KEY = "fault_counts"
 
 
 def record(name: str, value: int = 1) -> None:
     """Add ``value`` to the counter ``name`` (e.g. ``record("data_lost", lost)``)."""
     RECORDED[name] += int(value)
+    _PENDING[name] += int(value)
 
 
 def check_one_line(stderr: str) -> str:
@@ -69,17 +77,31 @@ def _fault_marker(item):
 def pytest_runtest_makereport(item, call):  # noqa: D103
     outcome = yield
     report = outcome.get_result()
+    counts: dict = {"recorded": dict(_PENDING)}
+    _PENDING.clear()
     marker = _fault_marker(item)
-    if marker is None:
+    if marker is not None and (report.when == "call" or (report.when == "setup" and report.outcome != "passed")):
+        counts["marked"] = {key: int(value) for key, value in marker.kwargs.items()}
+    if len(counts) > 1 or counts["recorded"]:
+        report.user_properties.append((_KEY, counts))
+
+
+def pytest_runtest_logreport(report) -> None:
+    """Count a report's marker (and, for a report from an xdist worker, what its test recorded)."""
+    counts = dict(report.user_properties).get(_KEY)
+    if counts is None:
         return
-    if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
-        if report.when == "call":
-            _SEEN["n"] += 1
-        if report.passed and not hasattr(report, "wasxfail"):
-            for key, value in marker.kwargs.items():
-                MARKED[key] += int(value)
-        elif report.failed:
-            FAILED.append(item.nodeid)
+    if getattr(report, "node", None) is not None:  # from a worker: its record() calls counted in its own process
+        RECORDED.update(counts["recorded"])
+    marked = counts.get("marked")
+    if marked is None:
+        return
+    if report.when == "call":
+        _SEEN["n"] += 1
+    if report.passed and not hasattr(report, "wasxfail"):
+        MARKED.update(marked)
+    elif report.failed:
+        FAILED.append(report.nodeid)
 
 
 def summary_line() -> str:

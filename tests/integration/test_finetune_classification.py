@@ -175,7 +175,7 @@ def test_multi_label_loss_falls_and_predicts_label_lists(tiny_bert):
         label_column="labels",
     )
     module = _module(tiny_bert, dm, multi_label=True, **NO_DROPOUT)
-    losses = _train(module, dm, steps=80, lr=5e-3)  # 0.45-0.60 of the first loss over seeds and thread counts
+    losses = _train(module, dm, steps=80, lr=2e-3)  # 0.47 of the first loss with one thread or two (5e-3: can stall)
     assert sum(losses[-5:]) / 5 < 0.8 * losses[0]
     batch = next(iter(dm.val_dataloader()))
     assert batch["labels"].shape == (15, 3) and batch["labels"].sum(1).min() >= 1
