@@ -266,6 +266,7 @@ def _outputs(out: Path, tokenizer, read: Callable, files: tuple, sizes: Sizes, o
     common = {"examples": len(texts), "data": data, "limit": sizes.limit, "threads": torch.get_num_threads()}
     common.update(max_length=sizes.max_length, val=val, b32_padding=evalset.b32_padding())
     outs = Outputs(out, tokenizer, evalset, common, options)
+    outs.label_names = sorted(label2id, key=label2id.get) if label2id else None
     outs.val_batches = _val_batches(read, val, sizes.limit, tokenizer, sizes.batch_size, sizes.max_length, num_labels)
     known = partial(_known, labels=None if sizes.limit else labels, num_labels=num_labels)
     return outs, known

@@ -33,6 +33,7 @@ class Outputs:
         options: the formats' options (``int8_backend``, ``int8_per_channel``, ``onnx_opset``, ``onnx_fuse``,
             ``threads``): :attr:`~domainbert.deploy.formats.WriteContext.options`.
         val_batches: labelled validation batches (``--val``): each row's ``val_accuracy`` and ``val_f1_macro``.
+        label_names: the labels' names in id order, kept with the rows' validation predictions.
     """
 
     out: Path
@@ -41,6 +42,7 @@ class Outputs:
     common: dict
     options: dict = field(default_factory=dict)
     val_batches: list[dict] | None = None
+    label_names: list[str] | None = None
     rows: list[dict] = field(default_factory=list)
 
     def context(self) -> WriteContext:
@@ -54,7 +56,7 @@ class Outputs:
         """Latency, the task metric on ``--data`` (or ``known``), and on ``--val`` when given (``val_`` fields)."""
         measured = measure(runner, self.evalset, known)
         if self.val_batches and self.evalset.num_labels:
-            scores = task_metrics(runner, self.val_batches, self.evalset.num_labels)
+            scores = task_metrics(runner, self.val_batches, self.evalset.num_labels, self.label_names)
             measured.update({f"val_{k}": v for k, v in scores.items()})
         return measured
 

@@ -171,11 +171,48 @@ def test_predictions_of_other_rows_are_not_paired_and_the_point_estimate_decides
     assert "(point estimate: no predictions to pair)" in rec.why
 
 
+def _rare_label_pair(missed: bool) -> list[dict]:
+    """Eight labels of 50 validation rows and one of 5: the fast model never predicts the rare one (``missed``), or
+    misses 20 rows spread over the eight; the best model right on every row."""
+    gold = [c for c in range(8) for _ in range(50)] + [8] * 5
+    fast = list(gold)
+    if missed:
+        fast[-5:] = [0] * 5
+    else:
+        for c in range(8):
+            for i in range(c * 50, c * 50 + 3):
+                fast[i] = (c + 1) % 8
+    names = [f"era{c}" for c in range(9)]
+    best = {"gold": gold, "pred": list(gold), "labels": 9, "names": names}
+    return [
+        {**_row("teacher", "teacher", 20.0, 0.9, 1.0), "val_predictions": best},
+        {**_row("student", "student", 5.0, 0.88, 0.9), "val_predictions": {**best, "pred": fast}},
+    ]
+
+
+def test_a_drop_that_one_rare_label_holds_is_named_with_its_rows():
+    """The fast model misses the 5 rows of label 8 (F1 0) and sends them to label 0 (precision 50/55: F1 0.952):
+    macro-F1 (7 x 1.00 + 0.952 + 0) / 9 = 0.884, an 11.6-point drop, of which label 8 holds 100 / 9 = 11.1."""
+    rec = recommend(_rare_label_pair(missed=True), max_drop=1.0)
+    assert rec.variant == "teacher"
+    (lost,) = rec.faster
+    assert lost.held_by == "label `era8` holds 11.1 of the 11.6 points (F1 0.00 against 1.00 on its 5 rows)"
+    assert f"significantly more than 1 points below: {lost.held_by}" in rec.why
+
+
+def test_a_drop_spread_over_the_labels_names_none():
+    rec = recommend(_rare_label_pair(missed=False), max_drop=1.0)
+    (lost,) = rec.faster
+    assert lost.diff < -1.0 and lost.held_by is None
+    assert "holds" not in rec.why
+
+
 def test_a_recommendation_is_a_record_its_json_gives_back():
     for rec in (
         recommend(_rows(), max_drop=1.0, max_ms=5.0),  # best, top
         recommend(_pair(50, 1), max_drop=1.0),  # interval
         recommend(_pair(1000, 20), max_drop=1.0),  # faster
+        recommend(_rare_label_pair(missed=True), max_drop=1.0),  # a drop one label holds
         recommend(_rows(), max_drop=1.0, max_ms=4.0),  # none
     ):
         assert Recommendation.from_json(json.loads(json.dumps(rec.to_json())), "report.json: recommendation") == rec
