@@ -116,13 +116,13 @@ def latency_ms(runner: Callable[[dict], torch.Tensor], batches: list[dict], repe
     return round(statistics.median(times), 3)
 
 
-def task_metrics(runner, batches: list[dict], num_labels: int, names: list[str] | None = None) -> dict[str, Any]:
+def task_metrics(runner, batches: list[dict], num_labels: int, label_names: list[str] | None = None) -> dict[str, Any]:
     """Accuracy and macro-F1 (the training modules' own torchmetrics definitions) over labelled batches.
 
     Batches that carry ``rows`` (``metric_batches(rows=True)``) also give ``predictions``: ``{"gold", "pred",
     "labels"}``, the gold and predicted label ids in the texts' order and the number of labels, which a paired
     comparison of two variants reads (:mod:`domainbert.deploy.recommend`), and ``names``, the labels' names in id
-    order, when ``names`` is given.
+    order, when ``label_names`` is given.
     """
     from domainbert.modules.metrics import classification_metrics
 
@@ -138,8 +138,8 @@ def task_metrics(runner, batches: list[dict], num_labels: int, names: list[str] 
         order = sorted(kept)
         out["predictions"] = {"gold": [kept[i][0] for i in order], "pred": [kept[i][1] for i in order]}
         out["predictions"]["labels"] = num_labels
-        if names is not None:
-            out["predictions"]["names"] = list(names)
+        if label_names is not None:
+            out["predictions"]["names"] = list(label_names)
     return out
 
 

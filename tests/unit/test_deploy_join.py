@@ -30,6 +30,8 @@ def test_a_validation_pass_keeps_its_predictions_in_the_files_order(tiny_bert):
     got = task_metrics(_by_length, batches, 3)
     lengths = [len(ids) for ids in tokenizer(TEXTS, truncation=True, max_length=12)["input_ids"]]
     assert got["predictions"] == {"gold": LABELS, "pred": [n % 3 for n in lengths], "labels": 3}
+    named = task_metrics(_by_length, batches, 3, ["a", "b", "c"])["predictions"]
+    assert named == {**got["predictions"], "names": ["a", "b", "c"]}
     plain = task_metrics(_by_length, metric_batches(tokenizer, TEXTS, LABELS, 2, 12), 3)
     assert "predictions" not in plain and plain == {k: v for k, v in got.items() if k != "predictions"}
 
