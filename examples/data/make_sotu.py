@@ -119,8 +119,8 @@ def write(out: Path, splits: dict[str, list[dict]], corpus: list[str], seed: int
     for split, rows in splits.items():
         with open(tmp / f"{split}.jsonl", "w", encoding="utf-8") as f:
             f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
-    with gzip.open(tmp / "corpus.txt.gz", "wt", encoding="utf-8") as f:
-        f.writelines(line + "\n" for line in corpus)
+    with gzip.GzipFile(tmp / "corpus.txt.gz", "wb", mtime=0) as raw:  # no time stamp: the same bytes each run
+        raw.write("".join(line + "\n" for line in corpus).encode("utf-8"))
     manifest = {
         "source": URL,
         "sha512": SHA512,
