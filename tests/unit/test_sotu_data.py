@@ -77,6 +77,11 @@ def test_the_files_are_written_and_a_folder_of_someone_elses_is_refused(sotu, tm
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "notes.txt").write_text("keep")
-    with pytest.raises(SystemExit, match="holds no MANIFEST.json"):
+    with pytest.raises(SystemExit, match="was not written by domainbert"):
         sotu.main(["--out", str(mine), "--from-tgz", str(tgz)])
-    assert (mine / "notes.txt").read_text() == "keep"
+    assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"] and (mine / "notes.txt").read_text() == "keep"
+    kept = out / "sotu.tgz"  # the tarball inside the folder it would replace
+    kept.write_bytes(tgz.read_bytes())
+    with pytest.raises(SystemExit, match="would overwrite the input"):
+        sotu.main(["--out", str(out), "--from-tgz", str(kept)])
+    assert kept.read_bytes() == tgz.read_bytes()
