@@ -135,6 +135,18 @@ def test_teacher_cache_is_built_once_and_read(teacher, tmp_path):
     assert module2.cache.path == built[0]
 
 
+def test_a_student_of_another_size_reads_the_logits_an_earlier_student_kept(teacher, tmp_path):
+    # the pipeline's larger teacher teaches a base-size copy and a small student over the same rows: one pass
+    cache_dir = tmp_path / "cache"
+    first = DistillationModule(teacher=str(teacher), student_layers=2, teacher_cache=str(cache_dir))
+    _trainer(5).fit(first, train_dataloaders=_loader(first, with_idx=True))
+    second = DistillationModule(teacher=str(teacher), student_layers=1, teacher_cache=str(cache_dir))
+    calls = _count_teacher_runs(second)
+    _trainer(5).fit(second, train_dataloaders=_loader(second, with_idx=True))
+    assert not calls and second.cache.hits == 5 and second.cache.misses == 0
+    assert len(_cache_folders(cache_dir)) == 1  # one fingerprint: the students' sizes are not part of it
+
+
 def _count_teacher_runs(module) -> list[int]:
     """Record the batch size of every teacher forward pass of ``module`` (cache hits run none)."""
     calls, forward = [], module._teacher_forward

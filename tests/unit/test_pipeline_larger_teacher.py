@@ -4,6 +4,7 @@ distillation reads the distill settings (config, args, transfer) as the small st
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -17,6 +18,7 @@ from domainbert.pipeline.strategies.larger_teacher import (
     MEASURED_GAIN,
     NAME,
     STRATEGY,
+    TEACHER_CACHE,
     LargerTeacherSpec,
     distill_config,
 )
@@ -25,8 +27,13 @@ from tests.helpers.pipeline_tiny import bare_context
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "benchmarks" / "distillation.md"
 
 
+OUT = Path("runs/p")
+CACHE = str(OUT / TEACHER_CACHE)
+
+
 def _ctx(**settings):
-    ctx = bare_context(larger_teacher=LargerTeacherSpec(model="big"), **settings)
+    runner = SimpleNamespace(out=OUT)
+    ctx = bare_context(runner=runner, larger_teacher=LargerTeacherSpec(model="big"), **settings)
     tuned = Run(
         "finetune-larger_teacher-seed0", 0, hf="big/hf", predictions="big/test.json", metrics={"val/f1_macro": 0.85}
     )
@@ -47,6 +54,17 @@ def test_the_larger_teachers_distillation_reads_distill_config_args_and_transfer
     assert config.values["trainer"]["max_epochs"] == 2  # distill.transfer.epochs, then distill.args win
     taught = {"teacher": "big/hf", "student": "base/hf", "student_layers": None, "losses": None}
     assert config.overrides == [["--trainer.max_epochs=1"], {"model": {"init_args": taught}}, ["--trainer.max_steps=9"]]
+    assert config.values["model"]["init_args"]["teacher_cache"] == CACHE  # before distill.args: theirs win
+
+
+def test_both_distillations_of_the_larger_teacher_share_one_teacher_cache_under_out():
+    ctx = _ctx()
+    copy = distill_config(ctx, LargerTeacherSpec(model="big"), teacher="big/hf", student="base/hf")
+    taught = recipe.teaching(ctx, Run(hf="chosen/hf", metrics={"val/f1_macro": 0.80}))
+    assert copy.values["model"]["init_args"]["teacher_cache"] == CACHE
+    assert taught.values["model"]["init_args"]["teacher_cache"] == CACHE
+    off = LargerTeacherSpec(model="big", distill_args={"model": {"init_args": {"teacher_cache": None}}})
+    assert distill_config(ctx, off, "big/hf", "base/hf").overrides[-1] == off.distill_args  # last: it wins
 
 
 def test_without_distill_settings_it_reads_the_defaults():
@@ -60,7 +78,7 @@ def test_the_larger_teacher_teaches_through_the_interface_when_it_validates_bett
     worse = Run(hf="chosen/hf", metrics={"val/f1_macro": 0.80})
     taught = recipe.teaching(ctx, worse)
     assert taught.teachers == ["big/hf"] and taught.values == {
-        "model": {"init_args": {"student": "chosen/hf", "losses": None}}
+        "model": {"init_args": {"student": "chosen/hf", "losses": None, "teacher_cache": CACHE}}
     }
     assert recipe.teaching(ctx, Run(hf="chosen/hf", metrics={"val/f1_macro": 0.9})) is None  # the chosen run teaches
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 from domainbert.errors import DomainBertError
@@ -65,6 +66,13 @@ FETCH = "python examples/models/get_mpnet.py"
 
 #: The deployment rows of the larger teacher's own fine-tuned model, and of the base-size model it taught.
 ROLE, DISTILLED_ROLE = "larger teacher", "base-size student"
+
+#: The folder, under the pipeline's ``out``, that keeps the larger teacher's outputs over the training rows and the
+#: transfer set (:mod:`domainbert.distill.teacher_cache`). The larger teacher's forward pass is most of a step when
+#: it teaches a model the base model's size; with the cache it runs once per document, and every later epoch, and
+#: the small student it also teaches, read its logits (the same values: the cache changes the time, not the
+#: training). Its students distil logits only, so the cache is small (a few floats per row).
+TEACHER_CACHE = "teacher-cache"
 
 
 class LargerTeacher(Strategy, name=NAME, kind="after", order=85, settings=LargerTeacherSpec):
@@ -136,7 +144,7 @@ class LargerTeacher(Strategy, name=NAME, kind="after", order=85, settings=Larger
             )
             return None
         why = f"the larger teacher validates better than the chosen run ({ours:.4f} against {theirs} {key})"
-        return Teaching([tuned.hf], model(student=chosen.hf, losses=None), why=why)
+        return Teaching([tuned.hf], model(student=chosen.hf, losses=None, teacher_cache=teacher_cache(ctx)), why=why)
 
     def untried(self, probe: float | None, metric: str) -> str | None:
         """When the frozen probe finds the task hard (below :data:`HARD_PROBE`): what a larger teacher bought."""
@@ -164,6 +172,11 @@ class LargerTeacher(Strategy, name=NAME, kind="after", order=85, settings=Larger
         return made
 
 
+def teacher_cache(ctx: Context) -> str:
+    """Where the larger teacher's outputs are kept: :data:`TEACHER_CACHE` under the pipeline's ``out``."""
+    return str(Path(ctx.runner.out) / TEACHER_CACHE)
+
+
 def _tuned(ctx: Context) -> Run | None:
     """The larger model's fine-tuned run, the teacher of this strategy's candidate (None: the strategy did not run)."""
     made = ctx.output(NAME)
@@ -176,14 +189,17 @@ def distill_config(ctx: Context, settings: LargerTeacherSpec, teacher: str, stud
     ``distill.config`` (else the built-in ``stages/distill.yaml``), the task's files and the transfer set of
     ``distill.transfer``, then ``distill.args``; then what makes it the base-size copy, over anything before: the
     teacher, the student (every layer of it), the default loss terms, no hidden-state term (the teacher may read
-    other tokens); last ``larger_teacher.distill_args``.
+    other tokens); last ``larger_teacher.distill_args``. The teacher's outputs are kept in :func:`teacher_cache`
+    (shared with the small student's distillation when the larger teacher teaches it), unless ``distill.args`` or
+    ``larger_teacher.distill_args`` set ``model.init_args.teacher_cache`` (``null``: no cache).
     """
     from domainbert.pipeline.recipe import transfer_values
     from domainbert.pipeline.specs import DistillSpec
 
     spec = ctx.distill or DistillSpec()
     taught = model(teacher=teacher, student=student, student_layers=None, losses=None)
-    values = merge(taught, ctx.task.values(), transfer_values(spec, ctx))
+    cached = model(teacher_cache=teacher_cache(ctx))
+    values = merge(cached, taught, ctx.task.values(), transfer_values(spec, ctx))
     return StageConfig(stage_config(spec, "distill"), values).then(spec.args, taught, settings.distill_args)
 
 
