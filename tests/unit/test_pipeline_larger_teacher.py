@@ -11,6 +11,7 @@ import pytest
 from domainbert.pipeline import recipe
 from domainbert.pipeline.deployment import offered_options
 from domainbert.pipeline.specs import DeploySpec, DistillSpec, TaskFiles, TransferSpec
+from domainbert.pipeline.stage import merge
 from domainbert.pipeline.strategies.base import Candidate, Deployable, Run, Strategy, Teaching
 from domainbert.pipeline.strategies.larger_teacher import (
     DISTILLED,
@@ -64,7 +65,13 @@ def test_both_distillations_of_the_larger_teacher_share_one_teacher_cache_under_
     assert copy.values["model"]["init_args"]["teacher_cache"] == CACHE
     assert taught.values["model"]["init_args"]["teacher_cache"] == CACHE
     off = LargerTeacherSpec(model="big", distill_args={"model": {"init_args": {"teacher_cache": None}}})
-    assert distill_config(ctx, off, "big/hf", "base/hf").overrides[-1] == off.distill_args  # last: it wins
+    config = distill_config(ctx, off, "big/hf", "base/hf")
+    resolved = merge(config.values, *(o for o in config.overrides if isinstance(o, dict)))
+    assert resolved["model"]["init_args"]["teacher_cache"] is None  # the user's null wins over the pipeline's folder
+    ctx.distill = DistillSpec(args={"model": {"init_args": {"teacher_cache": None}}})  # distill.args reach it too
+    config = distill_config(ctx, LargerTeacherSpec(model="big"), "big/hf", "base/hf")
+    resolved = merge(config.values, *(o for o in config.overrides if isinstance(o, dict)))
+    assert resolved["model"]["init_args"]["teacher_cache"] is None
 
 
 def test_without_distill_settings_it_reads_the_defaults():
