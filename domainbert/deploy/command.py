@@ -37,8 +37,8 @@ per example at batch 1 (``--latency_examples`` texts of ``--data``, one at a tim
 serve: rows of similar length together; ``b32_padding`` is their share of padding), and accuracy / macro-F1 on
 ``--data`` (and on ``--val`` when given). The top-level ``report.json`` / ``report.md`` put all variants side by
 side, with the difference from the teacher in macro-F1 points, recommend the variant to ship (among those at most
-``--max_ms`` ms/example, the fastest at batch 32 whose macro-F1 is not significantly more than ``--max_drop``
-points below the best: its paired bootstrap interval on ``--val`` reaches ``-max_drop``; on ``--data``'s point
+``--max_ms`` ms/example, the fastest at batch 32 whose macro-F1 is shown to be at most ``--max_drop`` points
+below the best: its paired bootstrap interval on ``--val`` lies at or above ``-max_drop``; on ``--data``'s point
 estimates without ``--val``: :mod:`domainbert.deploy.recommend`), plot latency against macro-F1
 (``tradeoff.png``), and say which of bf16 and int8 is faster on this machine. Every folder and file is written
 atomically. The measurements reuse freed memory from batch to batch (glibc; :mod:`domainbert.core.cpu_memory`).
@@ -171,9 +171,9 @@ def export(
         seed: random seed (re-fit order and dropout).
         trust_pickle: let ``--model`` and ``--teacher`` be torchao int8 folders, whose weights load only by a full
             unpickling (which can run code): only for folders you trust.
-        max_drop: the recommendation's rule: the fastest variant (ms/example at batch 32) whose macro-F1 is not
-            significantly more than this many points below the best's (its 95% paired bootstrap interval on ``val``
-            reaches ``-max_drop``); None: no limit on the drop.
+        max_drop: the recommendation's rule: the fastest variant (ms/example at batch 32) whose macro-F1 is shown to
+            be at most this many points below the best's (its 95% paired bootstrap interval on ``val`` lies at or
+            above ``-max_drop``); None: no limit on the drop.
         max_ms: the recommendation's latency limit: only variants at most this many ms/example at batch 32 (with
             ``max_drop``, both limits hold); None: no limit.
         predictions: the model's test predictions over ``data`` from a pass already made (a JSON file of

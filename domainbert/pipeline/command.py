@@ -130,8 +130,8 @@ def pipeline(
         export: deployment variants of the student (int8 by default). Runs by default after distillation when
             ``task_test`` is given.
         deploy: the choice among the export's variants (the student's, the teacher's, the probe): the fastest at
-            batch 32 not significantly more than ``max_drop`` macro-F1 points below the best (default 1.0; the
-            paired bootstrap interval on validation) within ``max_ms`` ms/example; the report, ``report.json`` and
+            batch 32 shown to be at most ``max_drop`` macro-F1 points below the best (default 1.0; the paired
+            bootstrap interval on validation) within ``max_ms`` ms/example; the report, ``report.json`` and
             the last line name that one folder, and warn when it scores below the frozen probe.
         **strategies: the settings of any other installed strategy, by its name (``contrastive=...``; a plugin's).
     """

@@ -118,8 +118,8 @@ def recommendation(folder: str | None) -> Recommendation | None:
 def answer(folder: str | None, choice: Choice, why: str, skipped: str | None) -> Ship:
     """The one folder to ship, and why.
 
-    The export's recommendation when it made one (the fastest variant not significantly more than
-    ``deploy.max_drop`` below the best on validation); else the fine-tuned model the choice made (``choice``: its
+    The export's recommendation when it made one (the fastest variant shown to be at most ``deploy.max_drop``
+    below the best on validation); else the fine-tuned model the choice made (``choice``: its
     best run's folder and validation score; ``why``: the choice's reasons in words), with why no variant was
     recommended (``skipped``: why the export did not run).
     """
@@ -190,8 +190,8 @@ def report_lines(folder: str | None, out: Path) -> list[str]:
     rule = rule_text(rec.max_drop, rec.max_ms)
     lines = [
         "Rule (`deploy.max_drop`, `deploy.max_ms`): among the variants at most `max_ms` ms/example at batch 32, the "
-        "fastest whose macro-F1 is not significantly more than `max_drop` points below the best of them, that is "
-        f"whose 95% paired bootstrap interval against the best over the {on} reaches `-max_drop`; here: {rule}.",
+        "fastest whose macro-F1 is shown to be at most `max_drop` points below the best of them, that is whose 95% "
+        f"paired bootstrap interval against the best over the {on} lies at or above `-max_drop`; here: {rule}.",
     ]
     plot = Path(folder) / PLOT_FILE
     if plot.is_file():

@@ -235,14 +235,14 @@ class DeploySpec:
     """The deployment choice among the export's variants: the fastest within a macro-F1 drop (or a latency limit).
 
     The export measures the student's variants, the teacher with its own int8 and ONNX int8, and the frozen-embedding
-    probe; the report names, among those at most ``max_ms`` ms/example, the fastest at batch 32 whose macro-F1 is not
-    significantly more than ``max_drop`` points below the best's (95% paired bootstrap on validation, with
+    probe; the report names, among those at most ``max_ms`` ms/example, the fastest at batch 32 whose macro-F1 is
+    shown to be at most ``max_drop`` points below the best's (95% paired bootstrap on validation, with
     ``validation``; else the test split's point estimates), and says which.
     """
 
     max_drop: float | None = 1.0
-    """Macro-F1 points below the best variant's that a faster one may be, beyond the validation rows' noise (its
-    paired bootstrap interval reaches ``-max_drop``); null: no limit."""
+    """Macro-F1 points below the best variant's that a faster one may be, shown on the validation rows (its paired
+    bootstrap interval lies at or above ``-max_drop``); null: no limit."""
     max_ms: float | None = None
     """Milliseconds per example at batch 32 that the recommended variant may take; null: no limit."""
     validation: bool = True
