@@ -309,7 +309,7 @@ def recommend(
         return dataclasses.replace(none, why=why)
     best = max(allowed, key=lambda r: (r[key], -r["latency_ms_b32"]))
     top = max(scored, key=lambda r: (r[key], -r["latency_ms_b32"]))
-    pick, interval, faster = _first_within(allowed, best, key, split, max_drop, resamples)
+    pick, interval, faster = first_within(allowed, best, key, split, max_drop, resamples)
     probe = next((r[key] for r in rows if r.get("role") == "probe" and r.get(key) is not None), None)
     rec = dataclasses.replace(
         none,
@@ -328,7 +328,7 @@ def recommend(
     return dataclasses.replace(rec, why=why_line(rec))
 
 
-def _first_within(
+def first_within(
     allowed: list[dict], best: dict, key: str, split: str, max_drop: float | None, resamples: int
 ) -> tuple[dict, Gap | None, list[Gap]]:
     """The fastest allowed row within ``max_drop`` of ``best`` (ties: the better), its gap, the faster that lost.
