@@ -365,7 +365,7 @@ def why_line(rec: Recommendation) -> str:
         closest = max(rec.faster, key=lambda g: g.score)
         parts.append(
             f"the faster {closest.label} ({closest.latency_ms_b32} ms) is {closest.text()}, {closest.verdict(drop)}"
-            + (f" ({len(rec.faster) - 1} faster other(s) too)" if len(rec.faster) > 1 else "")
+            + (f" ({_others(len(rec.faster) - 1)} lost too)" if len(rec.faster) > 1 else "")
             + (f": {closest.held_by}" if closest.held_by else "")
         )
     if interval is not None:
@@ -376,6 +376,11 @@ def why_line(rec: Recommendation) -> str:
             f"the better {top.label} ({top.score:.4f}) takes {top.latency_ms_b32} ms, over max_ms {rec.max_ms:g}"
         )
     return "; ".join(parts)
+
+
+def _others(count: int) -> str:
+    """``1 other faster variant``, ``8 other faster variants``."""
+    return f"{count} other faster variant" + ("s" if count > 1 else "")
 
 
 def below_probe_line(rec: Recommendation) -> str | None:

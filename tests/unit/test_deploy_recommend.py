@@ -40,6 +40,15 @@ def test_within_one_point_of_the_best_the_teachers_int8_is_the_fastest():
     assert [g.label for g in rec.faster] == ["student int8", "student onnx_int8"]
     assert rec.why.startswith("the best test macro-F1 (0.7910) of the variants; the faster student onnx_int8")
     assert "(5.1 ms) is -6.00 points (point estimate: no predictions to pair)" in rec.why
+    assert "(1 other faster variant lost too)" in rec.why
+
+
+def test_the_why_line_counts_the_other_faster_variants_that_lost():
+    rows = [r for r in _rows() if r["variant"] != "teacher_int8"]
+    rec = recommend(rows, max_drop=0.1)  # the teacher ships; its ONNX int8 (-0.5) and the student's three lose
+    assert rec.variant == "teacher" and len(rec.faster) == 4
+    assert "the faster teacher onnx_int8 (8.4 ms) is -0.50 points" in rec.why
+    assert "(3 other faster variants lost too)" in rec.why
 
 
 def test_a_drop_of_exactly_the_limit_counts_and_a_wider_one_reaches_the_students_int8():
