@@ -28,6 +28,29 @@ from domainbert.errors import DomainBertError
 AUTO_CHUNK_ROWS = 8
 
 
+def auto_chunk_rows(device: torch.device, precision: str) -> int | None:
+    """What ``chunk_rows: auto`` runs: :data:`AUTO_CHUNK_ROWS` on a CPU, else None (the whole batch).
+
+    On a CPU with AMX training in bf16 the whole batch is faster: its matrix products cost little there, and each
+    chunk repeats the rest of the step's work (docs/benchmarks/distillation.md).
+
+    Args:
+        device: where the models run.
+        precision: the trainer's precision (``bf16-mixed``, ``32-true``, ...).
+
+    Examples:
+        >>> auto_chunk_rows(torch.device("cuda"), "bf16-mixed") is None
+        True
+        >>> auto_chunk_rows(torch.device("cpu"), "32-true")
+        8
+    """
+    if device.type != "cpu":
+        return None
+    from domainbert.core.hardware import cpu_has_amx
+
+    return None if "bf16" in precision and cpu_has_amx() else AUTO_CHUNK_ROWS
+
+
 def check_chunk_rows(rows) -> None:
     """Refuse a ``chunk_rows`` that is not a positive whole number, ``auto`` or None."""
     if rows is None or rows == "auto" or (isinstance(rows, int) and not isinstance(rows, bool) and rows >= 1):

@@ -44,7 +44,7 @@ from domainbert.core.seeding import step_generator
 from domainbert.data import contract
 from domainbert.data.contract import check_agreement, model_labels
 from domainbert.data.masking import IGNORE_INDEX, Masker
-from domainbert.distill.chunks import AUTO_CHUNK_ROWS, check_chunk_rows, length_chunks, run_in_chunks
+from domainbert.distill.chunks import auto_chunk_rows, check_chunk_rows, length_chunks, run_in_chunks
 from domainbert.distill.losses import HardLabelLoss, HiddenStateLoss, LossTerm
 from domainbert.distill.objective import build_losses, build_objective, loss_configs
 from domainbert.distill.released import RELEASED, from_released
@@ -153,7 +153,7 @@ class DistillationModule(HFModule):
                 sorted by length and each padded only to its longest row, with the outputs put back in the
                 batch's order (:mod:`domainbert.distill.chunks`): the same batch and losses with less padding.
                 ``auto``: 8 on a CPU (among the fastest measured; docs/benchmarks/distillation.md), the whole
-                batch on other devices; None: the whole batch.
+                batch on a CPU with AMX in bf16 and on other devices; None: the whole batch.
             learning_rate: peak learning rate of the student.
             weight_decay: AdamW weight decay (not on biases and LayerNorm).
             warmup_ratio: fraction of the steps with linear warm-up; then linear decay to 0.
@@ -497,7 +497,8 @@ class DistillationModule(HFModule):
         """The training batch's rows in the length-sorted chunks ``chunk_rows`` asks for; None: the whole batch."""
         rows = self.hparams.chunk_rows
         if rows == "auto":
-            rows = AUTO_CHUNK_ROWS if self.device.type == "cpu" else None
+            trainer = attached_trainer(self)
+            rows = auto_chunk_rows(self.device, str(getattr(trainer, "precision", "")) if trainer else "")
         return length_chunks(attention_mask, rows)
 
     def prepare(self, batch: dict, salt: int) -> tuple[torch.Tensor, torch.Tensor | None, dict]:

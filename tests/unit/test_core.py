@@ -225,11 +225,11 @@ def cpuinfo(monkeypatch):
                 raise FileNotFoundError(path)
             return io.StringIO(f"processor\t: 0\nflags\t\t: {flags}\n")
 
-        hardware.cpu_has_fast_bf16.cache_clear()
+        hardware.cpu_flags.cache_clear()
         monkeypatch.setattr(hardware, "open", fake_open, raising=False)  # the module's own open only
 
     yield fake
-    hardware.cpu_has_fast_bf16.cache_clear()
+    hardware.cpu_flags.cache_clear()
 
 
 @pytest.mark.parametrize(
@@ -240,6 +240,16 @@ def cpuinfo(monkeypatch):
 def test_fast_cpu_bf16_is_read_from_the_cpu_flags(cpuinfo, flags, fast):
     cpuinfo(flags)
     assert hardware.cpu_has_fast_bf16() is fast
+
+
+@pytest.mark.parametrize(
+    "flags,amx",
+    [("avx512f avx512_bf16", False), ("avx512f amx_bf16 amx_tile", True), ("amx_tile", False), (None, False)],
+    ids=["avx512_bf16", "amx", "tiles-without-bf16", "unreadable"],
+)
+def test_amx_is_read_from_the_cpu_flags_as_whole_words(cpuinfo, flags, amx):
+    cpuinfo(flags)
+    assert hardware.cpu_has_amx() is amx
 
 
 @pytest.mark.parametrize(

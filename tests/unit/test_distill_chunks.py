@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 from transformers import AutoModelForQuestionAnswering
@@ -112,8 +114,24 @@ def test_span_outputs_come_back_per_token_in_the_batchs_width():
         torch.testing.assert_close(mine[real], theirs[real], rtol=1e-5, atol=1e-5)
 
 
-def test_auto_chunks_batches_on_a_cpu(tmp_path):
+def test_auto_chunks_batches_on_a_cpu(tmp_path, monkeypatch):
+    monkeypatch.setattr("domainbert.core.hardware.cpu_has_amx", lambda: False)
     teacher = make_teacher("bert", tmp_path / "teacher", layers=2)
     module = DistillationModule(teacher=str(teacher), student_layers=1)
     mask = _mask([5] * 20, 5)
     assert [len(c) for c in module.chunks(mask)] == [8, 8, 4]
+
+
+@pytest.mark.parametrize(
+    "amx,precision,whole",
+    [(True, "bf16-mixed", True), (True, "32-true", False), (False, "bf16-mixed", False)],
+    ids=["amx-bf16", "amx-fp32", "avx512-bf16"],
+)
+def test_auto_runs_the_whole_batch_where_the_cpu_has_amx_and_trains_in_bf16(tmp_path, monkeypatch, amx, precision, whole):
+    monkeypatch.setattr("domainbert.core.hardware.cpu_has_amx", lambda: amx)
+    teacher = make_teacher("bert", tmp_path / "teacher", layers=2)
+    module = DistillationModule(teacher=str(teacher), student_layers=1)
+    module._trainer = SimpleNamespace(precision=precision)  # what attached_trainer reads
+    chunks = module.chunks(_mask([5] * 20, 5))
+    assert (chunks is None) is whole
+    assert whole or [len(c) for c in chunks] == [8, 8, 4]
