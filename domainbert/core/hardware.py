@@ -33,8 +33,11 @@ def cpu_has_fast_bf16() -> bool:
 
 
 def cpu_has_amx() -> bool:
-    """True on CPUs with Intel AMX bf16 tiles, where oneDNN multiplies bf16 matrices several times faster than with
-    AVX512-BF16: there a bf16 step is bound less by its matrix products than by the work around them."""
+    """True on CPUs with Intel AMX bf16 tiles.
+
+    There oneDNN multiplies bf16 matrices several times faster than with AVX512-BF16, so a bf16 step is bound less
+    by its matrix products than by the work around them.
+    """
     return {"amx_bf16", "amx_tile"} <= cpu_flags()
 
 

@@ -12,6 +12,12 @@ hundred validation rows the interval between two different models spans several 
 scoring on the other. Variants of one model (its int8, its ONNX int8) agree on most rows, so their intervals are
 narrow and they can qualify; a smaller model needs more validation rows, or a larger ``max_drop``.
 
+A conversion (int8, ONNX int8, bf16: a row whose ``format`` is not ``fp32``) that is no faster at batch 32 than the
+fp32 row of its own ``role`` is left out before the rule runs: a conversion exists to be faster, and where it is not,
+its validation difference from the model it was made from is the conversion's noise, not a better model. On a CPU
+with AMX, where bf16 runs the fp32 folders and the int8 kernels do not use the tiles, this keeps a teacher's int8 that
+scores 0.05 points above the teacher from being chosen over the faster teacher.
+
 The interval needs each variant's predictions over the same rows (``val_predictions``, which
 ``domainbert export --val`` records); a variant without them is compared by its point estimate
 (``drop <= max_drop``), and the recommendation says so. The scores are the validation ones (``--val``) when every
@@ -37,6 +43,8 @@ EPSILON = 1e-9
 PREDICTIONS = "val_predictions"
 #: The bootstrap's resamples and coverage.
 RESAMPLES, LEVEL = 1000, 0.95
+#: The ``format`` of a model's row as trained; a row of another format and the same ``role`` is a conversion of it.
+SOURCE_FORMAT = "fp32"
 
 
 def check_rule(max_drop: float | None, max_ms: float | None) -> None:
@@ -264,6 +272,8 @@ class Recommendation:
     """The frozen-embedding probe's score on ``split`` (None: no probe row)."""
     below_probe: bool = False
     """Whether the pick scores below the probe."""
+    left_out: tuple[str, ...] = ()
+    """The labels of the conversions left out as no faster than the model they were made from."""
 
     def to_json(self) -> dict[str, Any]:
         """Its JSON object (the export's ``report.json``'s ``recommendation``)."""
@@ -299,6 +309,9 @@ def recommend(
     rule = rule_text(max_drop, max_ms)
     none = Recommendation(key, split, rule, "", data=data, max_drop=max_drop, max_ms=max_ms)
     scored = [r for r in rows if r.get("latency_ms_b32") is not None and r.get(key) is not None]
+    slow = {id(r) for r in slower_conversions(scored)}
+    none = dataclasses.replace(none, left_out=tuple(label(r) for r in scored if id(r) in slow))
+    scored = [r for r in scored if id(r) not in slow]
     if not scored:
         why = "no variant has both a latency and a task metric (give --data with labels)"
         return dataclasses.replace(none, why=why)
@@ -326,6 +339,35 @@ def recommend(
         below_probe=probe is not None and pick[key] < probe,
     )
     return dataclasses.replace(rec, why=why_line(rec))
+
+
+def slower_conversions(rows: list[dict]) -> list[dict]:
+    """The conversions no faster at batch 32 than the fp32 row of their own ``role`` (see the module).
+
+    A role with no fp32 row, or with more than one, leaves its conversions in.
+
+    Examples:
+        >>> rows = [
+        ...     {"role": "teacher", "format": "fp32", "latency_ms_b32": 3.5},
+        ...     {"role": "teacher", "format": "int8", "latency_ms_b32": 5.1},
+        ...     {"role": "student", "format": "fp32", "latency_ms_b32": 1.7},
+        ...     {"role": "student", "format": "onnx_int8", "latency_ms_b32": 1.2},
+        ... ]
+        >>> [(r["role"], r["format"]) for r in slower_conversions(rows)]
+        [('teacher', 'int8')]
+    """
+    sources: dict[str, list[dict]] = {}
+    for row in rows:
+        if row.get("format") == SOURCE_FORMAT and row.get("role") and row.get("latency_ms_b32") is not None:
+            sources.setdefault(row["role"], []).append(row)
+    slow = []
+    for row in rows:
+        source = sources.get(row.get("role"), [])
+        if row.get("format") in (None, SOURCE_FORMAT) or len(source) != 1 or row.get("latency_ms_b32") is None:
+            continue
+        if row["latency_ms_b32"] >= source[0]["latency_ms_b32"]:
+            slow.append(row)
+    return slow
 
 
 def first_within(
@@ -375,6 +417,8 @@ def why_line(rec: Recommendation) -> str:
         parts.append(
             f"the better {top.label} ({top.score:.4f}) takes {top.latency_ms_b32} ms, over max_ms {rec.max_ms:g}"
         )
+    if rec.left_out:
+        parts.append(f"left out as no faster than the model each converts: {', '.join(rec.left_out)}")
     return "; ".join(parts)
 
 

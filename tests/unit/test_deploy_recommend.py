@@ -228,3 +228,38 @@ def test_a_recommendation_is_a_record_its_json_gives_back():
         recommend(_rows(), max_drop=1.0, max_ms=4.0),  # none
     ):
         assert Recommendation.from_json(json.loads(json.dumps(rec.to_json())), "report.json: recommendation") == rec
+
+
+def _formatted(variant, role, fmt, ms, val):
+    return {**_row(variant, role, ms, val - 0.01, val), "format": fmt}
+
+
+def _amx_rows():
+    """An export on a CPU with AMX: bf16 serves the fp32 folders faster than the int8 kernels serve theirs."""
+    return [
+        _formatted("teacher", "teacher", "fp32", 3.5, 0.8033),
+        _formatted("teacher_int8", "teacher", "int8", 5.1, 0.8038),
+        _formatted("teacher_onnx_int8", "teacher", "onnx_int8", 5.5, 0.8021),
+        _formatted("student", "student", "fp32", 1.7, 0.7746),
+        _formatted("onnx_int8", "student", "onnx_int8", 1.2, 0.7828),
+    ]
+
+
+def test_a_conversion_no_faster_than_its_own_model_is_left_out_before_the_rule_runs():
+    rec = recommend(_amx_rows(), max_drop=0.0)
+    # teacher_int8 validates 0.05 above the teacher it was made from, and is slower: the teacher is the best
+    assert rec.variant == "teacher" and rec.best == Best("teacher", "teacher", 0.8033)
+    assert rec.left_out == ("teacher int8", "teacher onnx_int8")
+    assert rec.why.endswith("left out as no faster than the model each converts: teacher int8, teacher onnx_int8")
+    assert [g.label for g in rec.faster] == ["student onnx_int8", "student"]  # the student's faster ONNX int8 stays
+    again = Recommendation.from_json(json.loads(json.dumps(rec.to_json())), "report.json")
+    assert again.left_out == rec.left_out
+
+
+def test_a_faster_conversion_stays_and_a_role_with_two_fp32_rows_keeps_its_conversions():
+    rows = _amx_rows()
+    rows[1]["latency_ms_b32"] = 3.0  # the teacher's int8 is now faster than the teacher
+    rec = recommend(rows, max_drop=0.0)
+    assert rec.variant == "teacher_int8" and rec.left_out == ("teacher onnx_int8",)
+    rows = _amx_rows() + [_formatted("teacher_copy", "teacher", "fp32", 9.0, 0.70)]
+    assert recommend(rows, max_drop=0.0).variant == "teacher_int8" and not recommend(rows).left_out

@@ -127,7 +127,7 @@ def test_auto_chunks_batches_on_a_cpu(tmp_path, monkeypatch):
     [(True, "bf16-mixed", True), (True, "32-true", False), (False, "bf16-mixed", False)],
     ids=["amx-bf16", "amx-fp32", "avx512-bf16"],
 )
-def test_auto_runs_the_whole_batch_where_the_cpu_has_amx_and_trains_in_bf16(tmp_path, monkeypatch, amx, precision, whole):
+def test_auto_runs_the_whole_batch_on_a_cpu_with_amx_in_bf16(tmp_path, monkeypatch, amx, precision, whole):
     monkeypatch.setattr("domainbert.core.hardware.cpu_has_amx", lambda: amx)
     teacher = make_teacher("bert", tmp_path / "teacher", layers=2)
     module = DistillationModule(teacher=str(teacher), student_layers=1)
