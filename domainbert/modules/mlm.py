@@ -248,7 +248,7 @@ class MaskedLMModule(HeadWarmup, HFModule):
         return {"input_ids": input_ids, **{k: batch[k] for k in keys if k in batch}}
 
     def forward(self, batch: dict, salt: int = 0) -> dict:
-        """Mask ``batch`` and return ``loss`` (mean over masked tokens), ``n``, ``correct`` and NSP terms."""
+        """Mask ``batch``; return ``loss`` (mean over masked tokens), ``n``, NSP terms and, evaluating, ``correct``."""
         input_ids, labels = self.mask(batch, salt)
         inputs = self.model_inputs(batch, input_ids)
         sel = labels != IGNORE_INDEX
@@ -267,7 +267,9 @@ class MaskedLMModule(HeadWarmup, HFModule):
             pooled = None
             out["seq_relationship_logits"] = getattr(res, "seq_relationship_logits", None)
         loss = F.cross_entropy(logits.float(), target) if target.numel() else logits.sum() * 0.0
-        out.update(loss=loss, n=target.numel(), correct=(logits.argmax(-1) == target).sum())
+        out.update(loss=loss, n=target.numel())
+        if not self.training:  # evaluation logs the accuracy; a training step does not need the vocabulary's argmax
+            out["correct"] = (logits.argmax(-1) == target).sum()
         if "next_sentence_label" in batch:
             nsp_logits = out.get("seq_relationship_logits")
             if nsp_logits is None:

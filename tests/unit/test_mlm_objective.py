@@ -30,6 +30,18 @@ def test_sparse_logits_give_the_full_loss(tiny_models, corpus_file, family):
     torch.testing.assert_close(dense_out["loss"], ref, rtol=1e-5, atol=1e-5)
 
 
+def test_evaluation_counts_the_correct_masked_tokens_and_a_training_step_skips_the_count(tiny_bert, corpus_file):
+    module = MaskedLMModule(str(tiny_bert)).eval()
+    batch = fixed_batch(small_corpus(module, corpus_file))
+    with torch.no_grad():
+        out = module(batch, salt=5)
+        ids, labels = module.mask(batch, 5)
+        logits = module.model(**module.model_inputs(batch, ids)).logits
+    picked = labels != IGNORE_INDEX
+    assert int(out["correct"]) == int((logits[picked].argmax(-1) == labels[picked]).sum())
+    assert "correct" not in module.train()(batch, salt=5)
+
+
 def test_no_warmup_when_the_head_is_trained(tiny_bert):
     module = MaskedLMModule(str(tiny_bert))
     assert module.head_missing == [] and module.head_warmup_steps == 0
