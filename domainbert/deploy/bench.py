@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import statistics
+import threading
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,10 +30,10 @@ def model_inputs(model: nn.Module, batch: dict) -> dict:
 class TorchRunner:
     """Logits of a PyTorch model, under ``inference_mode`` (and bf16 autocast for bf16 models).
 
-    Under bf16 the float32 weights of the ``nn.Linear`` layers are cast to bf16 once, here, and passed in their
-    place at each call (``torch.func.functional_call``): the same values autocast would cast them to at every call,
-    so the logits are the same bit for bit, without a cast of every weight per batch. The model itself is not
-    changed.
+    Under bf16 the float32 weights of the ``nn.Linear`` layers are cast to bf16 once per model (kept until a weight
+    changes) and passed in their place at each call (``torch.func.functional_call``): the same values autocast would
+    cast them to at every call, so the logits are the same bit for bit, without a cast of every weight per batch.
+    The model keeps its own weights; calls that swap the copies in take a lock, so threads may share a model.
     """
 
     def __init__(self, model: nn.Module, bf16: bool = False) -> None:
@@ -45,27 +47,42 @@ class TorchRunner:
         ctx = torch.autocast(self.device.type, dtype=torch.bfloat16) if self.bf16 else contextlib.nullcontext()
         inputs = {k: v.to(self.device) for k, v in model_inputs(self.model, batch).items()}
         with torch.inference_mode(), ctx:
-            if self.bf16_weights:
+            if not self.bf16_weights:
+                return self.model(**inputs).logits.float().cpu()
+            with _SWAP:
                 out = torch.func.functional_call(self.model, self.bf16_weights, args=(), kwargs=inputs, strict=False)
-            else:
-                out = self.model(**inputs)
             return out.logits.float().cpu()
+
+
+#: Held while a model runs with bf16 copies swapped in for its weights (``functional_call`` swaps them in place).
+_SWAP = threading.Lock()
+#: A model's bf16 copies, with the versions of the weights they were cast from.
+_BF16_COPIES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def linear_weights_bf16(model: nn.Module) -> dict[str, torch.Tensor]:
     """bf16 copies of the float32 weights and biases of ``model``'s ``nn.Linear`` layers, by parameter name.
 
     A parameter that another kind of layer also holds (an output layer tied to the word embeddings) is left out:
-    autocast keeps an embedding lookup in float32.
+    autocast keeps an embedding lookup in float32. So is a weight of a tensor subclass (a quantized weight). The
+    copies are cast once per model and cast again when a weight changes.
     """
     linear, other = {}, set()
     for prefix, module in model.named_modules():
         for name, param in module.named_parameters(prefix=prefix, recurse=False):
-            if isinstance(module, nn.Linear) and param.dtype == torch.float32:
+            plain = type(param.detach()) is torch.Tensor and param.dtype == torch.float32
+            if isinstance(module, nn.Linear) and plain:
                 linear.setdefault(id(param), (name, param))
             else:
                 other.add(id(param))
-    return {name: param.detach().to(torch.bfloat16) for key, (name, param) in linear.items() if key not in other}
+    kept = [(name, param) for key, (name, param) in linear.items() if key not in other]
+    versions = tuple((id(param), param._version) for _, param in kept)
+    cached = _BF16_COPIES.get(model)
+    if cached is not None and cached[0] == versions:
+        return cached[1]
+    copies = {name: param.detach().to(torch.bfloat16) for name, param in kept}
+    _BF16_COPIES[model] = (versions, copies)
+    return copies
 
 
 def served_runner(model: nn.Module) -> TorchRunner:

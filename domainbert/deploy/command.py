@@ -39,7 +39,8 @@ serve: rows of similar length together; ``b32_padding`` is their share of paddin
 side, with the difference from the teacher in macro-F1 points, recommend the variant to ship (among those at most
 ``--max_ms`` ms/example, the fastest at batch 32 whose macro-F1 is shown to be at most ``--max_drop`` points
 below the best: its paired bootstrap interval on ``--val`` lies at or above ``-max_drop``; on ``--data``'s point
-estimates without ``--val``: :mod:`domainbert.deploy.recommend`), plot latency against macro-F1
+estimates without ``--val``; a conversion no faster than its own model is left out first:
+:mod:`domainbert.deploy.recommend`), plot latency against macro-F1
 (``tradeoff.png``), and say which of bf16 and int8 is faster on this machine. Every folder and file is written
 atomically. The measurements reuse freed memory from batch to batch (glibc; :mod:`domainbert.core.cpu_memory`).
 

@@ -22,14 +22,14 @@ import torch.nn.functional as F
 from domainbert.distill.task_table import Layout, Outputs
 from domainbert.errors import DomainBertError
 
-#: rows per chunk on a CPU for ``chunk_rows: auto``: among the fastest measured on AVX2 (fp32) and AVX512-BF16
-#: (bf16) CPUs, with the student's macro-F1 over seeds the same as the whole batch's
+#: rows per chunk on a CPU without AMX for ``chunk_rows: auto``: among the fastest measured on AVX2 (fp32) and
+#: AVX512-BF16 (bf16) CPUs, with the student's macro-F1 over seeds the same as the whole batch's
 #: (docs/benchmarks/distillation.md, ``examples/benchmarks/distill_chunks.py``).
 AUTO_CHUNK_ROWS = 8
 
 
 def auto_chunk_rows(device: torch.device, precision: str) -> int | None:
-    """What ``chunk_rows: auto`` runs: :data:`AUTO_CHUNK_ROWS` on a CPU, else None (the whole batch).
+    """What ``chunk_rows: auto`` runs: :data:`AUTO_CHUNK_ROWS` on a CPU (not AMX in bf16), else None (the whole batch).
 
     On a CPU with AMX training in bf16 the whole batch is faster: its matrix products cost little there, and each
     chunk repeats the rest of the step's work (docs/benchmarks/distillation.md).

@@ -237,7 +237,8 @@ class DeploySpec:
     The export measures the student's variants, the teacher with its own int8 and ONNX int8, and the frozen-embedding
     probe; the report names, among those at most ``max_ms`` ms/example, the fastest at batch 32 whose macro-F1 is
     shown to be at most ``max_drop`` points below the best's (95% paired bootstrap on validation, with
-    ``validation``; else the test split's point estimates), and says which.
+    ``validation``; else the test split's point estimates), and says which. A conversion (int8, ONNX) no faster than
+    the model it was made from is left out first.
     """
 
     max_drop: float | None = 1.0

@@ -50,3 +50,15 @@ def test_weights_already_in_bf16_are_not_cast_again():
     model = _classifier().to(torch.bfloat16)
     assert linear_weights_bf16(model) == {}
     assert isinstance(model.classifier, nn.Linear)
+
+
+def test_the_copies_are_cast_once_per_model_and_again_when_a_weight_changes():
+    model, batch = _classifier(), _batch()
+    first = linear_weights_bf16(model)
+    assert linear_weights_bf16(model) is first  # a second runner of the same model casts nothing
+    with torch.no_grad():
+        model.classifier.weight.add_(1.0)  # a training step, a loaded checkpoint
+    with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
+        expected = model(**batch).logits.float()
+    assert torch.equal(TorchRunner(model, bf16=True)(batch), expected)
+    assert linear_weights_bf16(model) is not first
