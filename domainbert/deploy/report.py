@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -186,10 +185,10 @@ def summary(rows: list[dict], base: str = "student", max_drop: float | None = 1.
 
 
 def _cpu_note() -> str:
-    flags = ""
-    with contextlib.suppress(OSError):
-        flags = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
-    feats = [f for f in ("amx_bf16", "avx512_bf16", "avx512_vnni", "avx512f", "avx2") if f" {f}" in flags]
+    from domainbert.core.hardware import cpu_flags
+
+    flags = cpu_flags()
+    feats = [f for f in ("amx_bf16", "avx512_bf16", "avx512_vnni", "avx512f", "avx2") if f in flags]
     return f"{torch.get_num_threads()} threads; CPU features: {', '.join(feats) or 'unknown'}"
 
 

@@ -73,3 +73,13 @@ def test_any_format_slower_at_batch_32_gets_the_note():
     result = summary(rows)
     assert result["slower_at_b32"] == ["onnx_int8", "teacher_int8"]
     assert "**Note:** teacher int8 takes 7.7 ms/example at batch 32" in summary_markdown(result)
+
+
+def test_the_bf16_or_int8_verdict_names_the_cpu_features_read_as_whole_flags(monkeypatch):
+    from domainbert.deploy import report
+
+    monkeypatch.setattr("domainbert.core.hardware.cpu_flags", lambda: frozenset({"avx2", "amx_bf16", "xavx512f"}))
+    note = report._cpu_note()
+    assert note.endswith("CPU features: amx_bf16, avx2")  # "xavx512f" is not avx512f
+    monkeypatch.setattr("domainbert.core.hardware.cpu_flags", lambda: frozenset())
+    assert report._cpu_note().endswith("CPU features: unknown")

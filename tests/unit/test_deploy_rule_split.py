@@ -77,3 +77,24 @@ def test_an_export_without_predictions_or_a_budget_variant_is_refused(split_mod,
         split_mod.main([str(folder)])
     with pytest.raises(DomainBertError, match="--max_ms_of base: no such variant"):
         split_mod.main([str(_export(tmp_path / "f")), "--max_ms_of", "base"])
+
+
+def test_a_conversion_slower_than_its_own_model_is_never_picked_as_the_rule_leaves_it_out(split_mod, tmp_path):
+    rows = split_mod.read_rows(_export(tmp_path / "e"))
+    teacher = rows[0]
+    # the teacher's int8, slower than the teacher (as on a CPU with AMX), right on 4 rows where the teacher is not:
+    # without the rule's first step it is the best on every half, and the teacher is never shown within 1 point
+    gold = teacher["val_predictions"]["gold"]
+    wrong = list(gold)
+    for i in (0, 1, 100, 101):
+        wrong[i] = 1 - gold[i]
+    rows.append({**teacher, "variant": "teacher_int8", "format": "int8", "latency_ms_b32": 12.0})
+    rows[0] = {
+        **teacher,
+        "format": "fp32",
+        "val_f1_macro": 0.98,
+        "val_predictions": {**teacher["val_predictions"], "pred": wrong},
+    }
+    found = split_mod.compare(rows, 1.0, None, splits=5, resamples=200, seed=0)
+    assert all("teacher int8" not in dict(f["picks"]) for f in found.values())
+    assert dict(found["shown"]["picks"]).get("teacher", 0) > 0  # the teacher ships in its place
