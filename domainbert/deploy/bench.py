@@ -28,23 +28,26 @@ def model_inputs(model: nn.Module, batch: dict) -> dict:
 
 
 class TorchRunner:
-    """Logits of a PyTorch model, under ``inference_mode`` (and bf16 autocast for bf16 models).
+    """Logits of a PyTorch model, under ``inference_mode`` (and in bf16 for bf16 models).
 
     Under bf16 the float32 weights of the ``nn.Linear`` layers are cast to bf16 once per model (kept until a weight
     changes) and passed in their place at each call (``torch.func.functional_call``): the same values autocast would
     cast them to at every call, so the logits are the same bit for bit, without a cast of every weight per batch.
     The model keeps its own weights; calls that swap the copies in take a lock, so threads may share a model.
+    A model whose floating-point weights are all bf16 already (the ``bf16`` variant) runs as it is, without
+    autocast: every operation then reads bf16 and autocast would have nothing to cast.
     """
 
     def __init__(self, model: nn.Module, bf16: bool = False) -> None:
-        """Wrap ``model``; ``bf16`` runs it under bf16 autocast (on the device of its weights)."""
+        """Wrap ``model``; ``bf16`` runs it in bf16 (on the device of its weights): under autocast, or as it is."""
         self.model = model.eval()
         self.bf16 = bf16
         self.device = next((p.device for p in model.parameters()), torch.device("cpu"))
-        self.bf16_weights = linear_weights_bf16(model) if bf16 else {}
+        self.autocast = bf16 and not all_bf16(model)
+        self.bf16_weights = linear_weights_bf16(model) if self.autocast else {}
 
     def __call__(self, batch: dict) -> torch.Tensor:
-        ctx = torch.autocast(self.device.type, dtype=torch.bfloat16) if self.bf16 else contextlib.nullcontext()
+        ctx = torch.autocast(self.device.type, dtype=torch.bfloat16) if self.autocast else contextlib.nullcontext()
         inputs = {k: v.to(self.device) for k, v in model_inputs(self.model, batch).items()}
         with torch.inference_mode(), ctx:
             if not self.bf16_weights:
@@ -58,6 +61,12 @@ class TorchRunner:
 _SWAP = threading.Lock()
 #: A model's bf16 copies, with the versions of the weights they were cast from.
 _BF16_COPIES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def all_bf16(model: nn.Module) -> bool:
+    """Whether every floating-point weight and buffer of ``model`` is bf16 (and it has at least one)."""
+    floats = [t.dtype for t in (*model.parameters(), *model.buffers()) if t.is_floating_point()]
+    return bool(floats) and all(dtype == torch.bfloat16 for dtype in floats)
 
 
 def linear_weights_bf16(model: nn.Module) -> dict[str, torch.Tensor]:
@@ -88,8 +97,8 @@ def linear_weights_bf16(model: nn.Module) -> dict[str, torch.Tensor]:
 def served_runner(model: nn.Module) -> TorchRunner:
     """How :func:`~domainbert.deploy.classifier.classify` runs ``model`` by default.
 
-    bf16 autocast where its weights are bf16, or where it was scored in bf16 and this machine runs bf16 natively
-    (:func:`~domainbert.core.scoring.runs_bf16`); float32 otherwise.
+    bf16 where its weights are bf16 (run as they are), or where it was scored in bf16 and this machine runs bf16
+    natively (:func:`~domainbert.core.scoring.runs_bf16`: under autocast); float32 otherwise.
     """
     from domainbert.core.scoring import runs_bf16
 

@@ -14,7 +14,8 @@ From a Hugging Face folder (for example a distillation run's ``hf/`` export) it 
   weight scale per output channel (``--int8_per_channel false``: one per weight tensor, torch.ao only);
 - ``onnx_int8/`` (with ``--int8``, when onnxruntime is installed): onnxruntime's ``quantize_dynamic`` (int8
   weights, per output channel likewise) of the fp32 ONNX export, loaded without pickles;
-- ``bf16/`` (``--bf16``): bf16 weights, run under CPU bf16 autocast (fast on CPUs with AMX or AVX512-BF16);
+- ``bf16/`` (``--bf16``; ``--bf16 auto``: where this CPU multiplies bf16 natively): bf16 weights, run in bf16 as
+  they are (fast on CPUs with AMX or AVX512-BF16);
 - ``onnx/`` (``--onnx``): ``model.onnx`` from the standard exporter (``torch.onnx.export(dynamo=True)``),
   with dynamic batch and sequence axes, checked against PyTorch with onnxruntime (or the ONNX reference
   evaluator when onnxruntime is missing). Where onnxruntime is installed, both ONNX graphs are rewritten into its
@@ -25,9 +26,10 @@ Each format is one module of :mod:`domainbert.deploy.formats` (its writer, loade
 other packages extend through the entry-point group ``domainbert.export_formats``; ``--formats [name, ...]`` writes
 any of them by name.
 
-With ``--teacher``, the teacher is measured beside the variants (``teacher/``: its report), and its own int8 and
-ONNX int8 are written too when the model gets them (``teacher_int8/``, ``teacher_onnx_int8/``;
-``--teacher_variants false``: not): a fine-tuned teacher's int8 can be faster than a student and better. With
+With ``--teacher``, the teacher is measured beside the variants (``teacher/``: its report), and its own bf16, int8
+and ONNX int8 are written too when the model gets them (``teacher_bf16/``, ``teacher_int8/``,
+``teacher_onnx_int8/``; ``--teacher_variants false``: not): a fine-tuned teacher's conversion can be faster than a
+student and better. With
 ``--probe`` (a frozen-embedding probe classifier's folder), the probe is measured too (``probe/``). Rows are named
 by role: the model's (``--role``; ``student`` with a teacher, else ``model``), ``teacher``, ``probe``.
 
@@ -59,7 +61,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import nn
@@ -93,7 +95,7 @@ def export(
     max_length: int | None = None,
     role: str | None = None,
     int8: bool = False,
-    bf16: bool = False,
+    bf16: bool | Literal["auto"] = False,
     onnx: bool = False,
     formats: list[str] | None = None,
     format_options: dict[str, Any] | None = None,
@@ -142,7 +144,9 @@ def export(
         int8: write ``int8/``, dynamic int8 quantization of the Linear layers (``model_int8.pt``, for PyTorch), and
             ``onnx_int8/``, the same quantization of the ONNX export (onnxruntime's ``quantize_dynamic``), which any
             ONNX runtime loads without pickles (needs onnxruntime; skipped with a warning without it).
-        bf16: write ``bf16/``, bf16 weights run under CPU bf16 autocast.
+        bf16: write ``bf16/``, bf16 weights run in bf16 as they are; ``auto``: where this CPU multiplies bf16
+            natively (AMX or AVX512-BF16, :func:`~domainbert.core.hardware.cpu_has_fast_bf16`), the pipeline's
+            default.
         onnx: write ``onnx/model.onnx`` (``torch.onnx.export(dynamo=True)``) and check it against PyTorch.
         formats: more formats to write, by name: built-in (``bf16``, ``int8``, ``onnx``, ``onnx_int8``) or
             installed under the entry-point group ``domainbert.export_formats``.
@@ -153,8 +157,9 @@ def export(
             (default: the exporter's) and ``onnx_fuse`` (the graphs rewritten into onnxruntime's fused kernels, the
             default; false: the exporter's portable graph). On the command line each is also an option of its own:
             ``--int8_backend torch``, ``--onnx_fuse false``.
-        teacher_variants: with ``teacher``, also write the teacher's quantized variants (``teacher_int8/``,
-            ``teacher_onnx_int8/``) when the model gets them: a teacher's int8 can beat a student that is no faster.
+        teacher_variants: with ``teacher``, also write the teacher's bf16 and quantized variants (``teacher_bf16/``,
+            ``teacher_int8/``, ``teacher_onnx_int8/``) when the model gets them: a teacher's conversion can beat a
+            student that is no faster.
         prune_heads: fraction of attention heads to prune by importance (0 = none); writes ``pruned/``, which
             then is the base of the int8, bf16 and ONNX variants.
         importance_batches: training batches used to score the heads.
@@ -212,11 +217,22 @@ def export(
         refit = {"heads": prune_heads, "importance_batches": importance_batches, "steps": refit_steps, "lr": refit_lr}
         refit.update(seed=seed, batch_size=batch_size, train=read(train, limit=None) if prune_heads > 0 else None)
         deployed = _pruned(outs, base, refit, teacher_model, role)
-        chosen = enabled({"int8": int8, "bf16": bf16, "onnx": onnx}, formats)
+        chosen = enabled({"int8": int8, "bf16": _bf16_here(bf16), "onnx": onnx}, formats)
         _write_formats(outs, deployed, chosen, role)
         if teacher_model is not None and teacher_variants:
             _write_formats(outs, teacher_model, [f for f in chosen if f.teacher], "teacher", prefix="teacher_")
         return _summary(outs, join, max_drop, max_ms)
+
+
+def _bf16_here(bf16: bool | str) -> bool:
+    """``--bf16``: true, false, or ``auto`` (true where this CPU multiplies bf16 natively)."""
+    if bf16 == "auto":
+        from domainbert.core.hardware import cpu_has_fast_bf16
+
+        return cpu_has_fast_bf16()
+    if not isinstance(bf16, bool):
+        raise DomainBertError(f"export: --bf16 {bf16!r}: expected true, false or auto")
+    return bf16
 
 
 @dataclass(frozen=True)

@@ -62,8 +62,8 @@ def export_options(
 def offered_options(made: Deployable, task: TaskFiles, deploy: DeploySpec | None) -> tuple[str, dict[str, Any]]:
     """``(stage, options)``: the export stage of a model a strategy offers, named by its role.
 
-    Its rows (its fp32 folder, its int8 and ONNX int8) are measured on the same data and validation rows as the
-    student's, with its own tokenizer, and joined to the main export's summary (``--join``).
+    Its rows (its fp32 folder and the conversions ``export.args`` asks for) are measured on the same data and
+    validation rows as the student's, with its own tokenizer, and joined to the main export's summary (``--join``).
     """
     from domainbert.deploy.recommend import slug
 

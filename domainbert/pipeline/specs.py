@@ -226,19 +226,20 @@ class ExportSpec:
 
     enabled: bool = True
     """Run the export stage."""
-    args: list[str] = field(default_factory=lambda: ["--int8", "true"])
-    """Options of ``domainbert export`` (``--help`` lists them)."""
+    args: list[str] = field(default_factory=lambda: ["--int8", "true", "--bf16", "auto"])
+    """Options of ``domainbert export`` (``--help`` lists them): by default the int8 variants, and the bf16 ones
+    where this CPU multiplies bf16 natively."""
 
 
 @dataclass
 class DeploySpec:
     """The deployment choice among the export's variants: the fastest within a macro-F1 drop (or a latency limit).
 
-    The export measures the student's variants, the teacher with its own int8 and ONNX int8, and the frozen-embedding
-    probe; the report names, among those at most ``max_ms`` ms/example, the fastest at batch 32 whose macro-F1 is
-    shown to be at most ``max_drop`` points below the best's (95% paired bootstrap on validation, with
-    ``validation``; else the test split's point estimates), and says which. A conversion (int8, ONNX) no faster than
-    the model it was made from is left out first.
+    The export measures the student's variants, the teacher with its own int8 and ONNX int8 (and bf16, where the CPU
+    multiplies bf16 natively), and the frozen-embedding probe; the report names, among those at most ``max_ms``
+    ms/example, the fastest at batch 32 whose macro-F1 is shown to be at most ``max_drop`` points below the best's
+    (95% paired bootstrap on validation, with ``validation``; else the test split's point estimates), and says which.
+    A conversion (int8, ONNX, bf16) no faster than the model it was made from is left out first.
     """
 
     max_drop: float | None = 1.0

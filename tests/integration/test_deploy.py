@@ -201,7 +201,8 @@ def test_export_writes_every_variant_with_reports(tiny):
     )
     names = [r["variant"] for r in result["variants"]]
     assert names == [
-        "teacher", "student", "pruned", "bf16", "int8", "onnx", "onnx_int8", "teacher_int8", "teacher_onnx_int8"
+        "teacher", "student", "pruned", "bf16", "int8", "onnx", "onnx_int8", "teacher_bf16", "teacher_int8",
+        "teacher_onnx_int8",
     ]  # fmt: skip
     for name in names:
         for f in ("report.json", "report.md"):
@@ -237,6 +238,8 @@ def test_export_writes_every_variant_with_reports(tiny):
     b16, _, info = load_variant(out / "bf16")
     assert info["variant"] == "bf16" and next(b16.parameters()).dtype == torch.bfloat16
     assert close_to_float(TorchRunner(b16, bf16=True)(batch), ref)
+    t16, _, info = load_variant(out / "teacher_bf16")  # the teacher's own bf16 copy, written with it
+    assert info["variant"] == "bf16" and {p.dtype for p in t16.parameters()} == {torch.bfloat16}
     # the int8 ONNX model: in the report beside the others, loaded without pickles, same argmax on most rows
     assert "| student onnx_int8 |" in (out / "report.md").read_text()
     assert not list((out / "onnx_int8").glob("*.pt")) and not list((out / "onnx_int8").glob("*.bin"))

@@ -62,3 +62,16 @@ def test_the_copies_are_cast_once_per_model_and_again_when_a_weight_changes():
         expected = model(**batch).logits.float()
     assert torch.equal(TorchRunner(model, bf16=True)(batch), expected)
     assert linear_weights_bf16(model) is not first
+
+
+def test_a_model_in_bf16_runs_as_it_is_and_one_with_float32_weights_under_autocast():
+    model, batch = _classifier().to(torch.bfloat16), _batch()
+    seen = []
+    model.classifier.register_forward_hook(lambda *_: seen.append(torch.is_autocast_enabled("cpu")))
+    with torch.inference_mode():
+        expected = model(**batch).logits.float()
+    assert torch.equal(TorchRunner(model, bf16=True)(batch), expected)
+    assert seen == [False, False]  # no autocast: every operation reads bf16 already
+    model.classifier.float()  # one float32 layer left: autocast casts its input
+    TorchRunner(model, bf16=True)(batch)
+    assert seen[-1] is True

@@ -64,7 +64,7 @@ def test_the_built_in_table_names_each_format_once_with_its_flag():
     table = {name: (f.option, f.teacher) for name, f in formats.built_in().items()}
     assert table == {
         "fp32": (None, False),
-        "bf16": ("bf16", False),
+        "bf16": ("bf16", True),
         "int8": ("int8", True),
         "onnx": ("onnx", False),
         "onnx_int8": ("int8", True),
@@ -166,3 +166,15 @@ def test_the_command_line_keeps_each_format_option_as_a_flag_of_its_own(monkeypa
     assert parsed["format_options"] == {"int8_backend": "torch", "onnx_fuse": True, "int8_per_channel": False}
     command.main(["--model", "m", "--out", "o", "--format_options", '{"onnx_opset": 17}', "--onnx_fuse", "false"])
     assert parsed["format_options"] == {"onnx_opset": 17, "onnx_fuse": False}
+
+
+def test_bf16_auto_writes_bf16_where_the_cpu_multiplies_it_natively(monkeypatch):
+    from domainbert.core import hardware
+    from domainbert.deploy import command
+
+    for flags, expected in ((frozenset({"avx2", "amx_bf16", "amx_tile"}), True), (frozenset({"avx2", "fma"}), False)):
+        monkeypatch.setattr(hardware, "cpu_flags", lambda flags=flags: flags)
+        assert command._bf16_here("auto") is expected
+    assert command._bf16_here(True) is True and command._bf16_here(False) is False
+    with pytest.raises(DomainBertError, match=r"--bf16 'sometimes': expected true, false or auto"):
+        command._bf16_here("sometimes")

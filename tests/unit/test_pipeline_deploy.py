@@ -29,7 +29,7 @@ def test_the_export_measures_the_probe_and_validation_and_carries_the_rule():
     assert (options["max_drop"], options["max_ms"]) == (0.5, None)
     argv = tool_argv("export", options, ExportSpec().args)
     assert argv[argv.index("--max_ms") + 1] == "null"
-    assert argv[-2:] == ["--int8", "true"]  # the export stage's own args come last
+    assert argv[-4:] == ["--int8", "true", "--bf16", "auto"]  # the export stage's own args come last
 
 
 def test_a_probe_that_is_the_teacher_is_not_measured_twice_and_the_settings_turn_rows_off():
