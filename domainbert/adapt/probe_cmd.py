@@ -84,8 +84,10 @@ def probe(
     t0 = time.time()
     paths = {"train": train, "val": val, "test": test}
     splits, labels = read_splits(paths, text_column, text_pair_column, label_column)
-    xs, ys, fitted = embed_and_fit(model, paths, splits, labels, max_length, batch_size)
+    xs, ys, fitted, bf16 = embed_and_fit(model, paths, splits, labels, max_length, batch_size)
     result = score_and_write(folder, fitted, xs, ys, labels)
+    # how the embeddings were made: the probe's classifier answers the same way (domainbert.core.scoring)
+    result["scoring"] = {"max_length": max_length, "precision": "bf16-mixed" if bf16 else "32-true"}
     result["seconds"] = round(time.time() - t0, 1)
     atomic_write_text(folder / "result.json", json.dumps(result, indent=2) + "\n")
     print(f"probe: C={fitted.c}; " + "; ".join(f"{s} {result[s]}" for s in ("val", "test") if s in result))
@@ -107,7 +109,11 @@ def read_splits(paths: dict, text_column: str, pair_column: str | None, label_co
 
 
 def embed_and_fit(model: str, paths: dict, splits: dict, labels: list[str], max_length: int, batch_size: int):
-    """``(embeddings, label ids, fitted probe)`` per split, through the embedding cache (the model loads on a miss)."""
+    """``(embeddings, label ids, fitted probe, bf16)`` per split, through the embedding cache.
+
+    The model loads on a cache miss; ``bf16``: whether the embeddings were made under bf16 autocast (where bf16 is
+    native).
+    """
     import torch
     from transformers import AutoModel
 
@@ -130,7 +136,7 @@ def embed_and_fit(model: str, paths: dict, splits: dict, labels: list[str], max_
         return select_probe(xs["train"], ys["train"], xs.get("val"), ys.get("val"), len(labels))
 
     fit_ys = {s: ys[s] for s in fit_keys}
-    return xs, ys, cached_probe(fit_keys, fit_ys, labels, fit, Path(paths["train"]).name)
+    return xs, ys, cached_probe(fit_keys, fit_ys, labels, fit, Path(paths["train"]).name), embedder.bf16
 
 
 def score_and_write(folder: Path, fitted, xs: dict, ys: dict, labels: list[str]) -> dict:

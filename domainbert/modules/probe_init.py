@@ -218,7 +218,10 @@ def probe_classifier(base_model: str, weight: torch.Tensor, bias: torch.Tensor, 
 def export_probe_classifier(base_model: str, probe_folder: str, out: str) -> str:
     """Write the classifier of :func:`probe_classifier` for ``domainbert probe``'s output ``probe_folder`` to ``out``.
 
-    Reads ``probe.safetensors`` and the label names of ``result.json``; the export is atomic, with a model card.
+    Reads ``probe.safetensors`` and the label names of ``result.json``; the export is atomic, with a model card. The
+    length and precision the probe embedded its texts at (``scoring`` in ``result.json``) are recorded in the
+    classifier's config (:mod:`domainbert.core.scoring`), so that it answers as the probe scored: in bf16 where the
+    embeddings were bf16 and this machine runs bf16 natively.
 
     Raises:
         DomainBertError: the probe folder lacks its weights (a probe run by an older domainbert: run it again).
@@ -228,6 +231,7 @@ def export_probe_classifier(base_model: str, probe_folder: str, out: str) -> str
     from safetensors.torch import load_file
 
     from domainbert.core.hf import export_hf
+    from domainbert.core.scoring import record_scoring
 
     folder = Path(probe_folder)
     if not (folder / PROBE_WEIGHTS).is_file() or not (folder / "result.json").is_file():
@@ -237,6 +241,8 @@ def export_probe_classifier(base_model: str, probe_folder: str, out: str) -> str
     model, tokenizer = probe_classifier(base_model, weights["weight"], weights["bias"], list(result["labels"]))
     card = _probe_card(base_model, result)
     export_hf(model, tokenizer, out, card=card)
+    scoring = result.get("scoring") or {}
+    record_scoring(out, scoring.get("max_length"), scoring.get("precision"))
     log.info("the probe as a classifier (frozen %s, the probe as its head): %s", base_model, out)
     return str(out)
 

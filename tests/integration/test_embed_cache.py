@@ -13,6 +13,7 @@ from safetensors.torch import load_file
 
 from domainbert.adapt.probe_cmd import probe
 from domainbert.core import cache_store
+from domainbert.core.hardware import auto_precision
 from domainbert.data.classification import ClassificationDataModule
 from domainbert.modules.classification import SequenceClassificationModule
 from domainbert.modules.probe_init import init_head_from_probe
@@ -56,6 +57,8 @@ def test_the_head_start_reads_the_probe_stages_fit_and_equals_it_uncached(tiny_b
 
 def test_a_second_probe_embeds_nothing_and_scores_the_same(tiny_bert, tmp_path, capsys, monkeypatch):
     first = probe(str(tiny_bert), TRAIN, str(tmp_path / "a"), val=VAL, test=TEST)
+    native = auto_precision("cpu") == "bf16-mixed"  # the probe embeds in bf16 where bf16 is native
+    assert first["scoring"] == {"max_length": 128, "precision": "bf16-mixed" if native else "32-true"}
     capsys.readouterr()
     import domainbert.core.hf as hf
 

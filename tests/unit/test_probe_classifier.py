@@ -10,6 +10,7 @@ from transformers import AutoModel, AutoModelForSequenceClassification
 from domainbert.core.embed import embed_texts
 from domainbert.core.hf import load_model, load_tokenizer
 from domainbert.core.probe import Probe
+from domainbert.core.scoring import scoring_of
 from domainbert.errors import DomainBertError
 from domainbert.modules.probe_init import export_probe_classifier, probe_classifier, save_probe
 
@@ -56,3 +57,19 @@ def test_the_exported_probe_classifier_loads_through_domainbert_as_the_same_mode
     with torch.no_grad():
         torch.testing.assert_close(loaded.eval()(**batch).logits, reference(**batch).logits)
     assert "Frozen-embedding probe classifier" in (tmp_path / "hf" / "README.md").read_text()
+    assert scoring_of(loaded.config) == {}  # a probe run that recorded nothing: nothing is claimed
+
+
+def test_the_probe_classifier_answers_at_the_length_and_precision_the_probe_embedded_at(tiny_bert, tmp_path):
+    import json
+
+    width = AutoModel.from_pretrained(tiny_bert).config.hidden_size
+    folder = tmp_path / "probe"
+    folder.mkdir()
+    save_probe(_probe(width), folder)
+    scoring = {"max_length": 48, "precision": "bf16-mixed"}
+    (folder / "result.json").write_text(json.dumps({"c": 1.0, "labels": LABELS, "scoring": scoring}))
+    out = export_probe_classifier(str(tiny_bert), str(folder), str(tmp_path / "hf"))
+    loaded, _ = load_model(AutoModelForSequenceClassification, out)
+    assert scoring_of(loaded.config) == scoring
+    assert load_tokenizer(out).model_max_length == 48
