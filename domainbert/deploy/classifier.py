@@ -39,8 +39,9 @@ def classify(
             .scoring`; an export without a record: the tokenizer's ``model_max_length``), within the model's
             position embeddings.
         threshold: a multi-label model's probability from which a label is predicted.
-        bf16: run under bf16 autocast; None: where the weights are bf16 (the ``bf16`` variant), or where the export
-            records a bf16 scoring and this machine runs bf16 natively (else float32).
+        bf16: run in bf16 (float32 weights under bf16 autocast, bf16 weights as they are); None: where the
+            weights are bf16 (the ``bf16`` variant), or where the export records a bf16 scoring and this machine runs
+            bf16 natively (else float32).
 
     Returns:
         One dict per text, in order: ``{"label": name, "probabilities": {name: p}}`` (a multi-label model:

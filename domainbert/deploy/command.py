@@ -126,7 +126,8 @@ def export(
         out: the output folder: new, empty, or one domainbert wrote (never an input, the root, a home or a project
             folder); existing variant folders in it are replaced once the new ones are complete.
         teacher: the teacher's folder: measured beside the variants (row ``teacher``), its soft targets join the
-            re-fit, and with ``teacher_variants`` its own int8 and onnx_int8 are written too.
+            re-fit, and with ``teacher_variants`` its own bf16, int8 and onnx_int8 are written too (those the
+            model gets).
         probe: a frozen-embedding probe classifier's folder (the pipeline's ``probe/hf``): measured beside the
             variants as row ``probe``, the floor every variant is checked against.
         data: labelled test file (JSONL/CSV/...) for the task metric and the latency inputs.
@@ -200,6 +201,7 @@ def export(
 
     check_rule(max_drop, max_ms)
     _check_timing(latency_examples, b32_examples)
+    bf16 = _bf16_here(bf16)
     options = {**option_values(format_options), "threads": threads}
     inputs = [p for p in (model, teacher, data, train, predictions, teacher_predictions) if p and Path(p).exists()]
     out = claim_folder(out, inputs, "export: --out")  # before any work: new, empty or domainbert's; no input
@@ -217,7 +219,7 @@ def export(
         refit = {"heads": prune_heads, "importance_batches": importance_batches, "steps": refit_steps, "lr": refit_lr}
         refit.update(seed=seed, batch_size=batch_size, train=read(train, limit=None) if prune_heads > 0 else None)
         deployed = _pruned(outs, base, refit, teacher_model, role)
-        chosen = enabled({"int8": int8, "bf16": _bf16_here(bf16), "onnx": onnx}, formats)
+        chosen = enabled({"int8": int8, "bf16": bf16, "onnx": onnx}, formats)
         _write_formats(outs, deployed, chosen, role)
         if teacher_model is not None and teacher_variants:
             _write_formats(outs, teacher_model, [f for f in chosen if f.teacher], "teacher", prefix="teacher_")

@@ -103,5 +103,5 @@ def _probe_ms(model: nn.Module, batch: dict) -> float:
 
 
 def to_bf16(model: nn.Module) -> nn.Module:
-    """A copy of ``model`` with bf16 weights, in eval mode, for CPU bf16 autocast (``TorchRunner(bf16=True)``)."""
+    """A copy of ``model`` with bf16 weights, in eval mode, run in bf16 as it is (``TorchRunner(bf16=True)``)."""
     return copy.deepcopy(model).to(torch.bfloat16).eval()

@@ -231,7 +231,7 @@ def export_probe_classifier(base_model: str, probe_folder: str, out: str) -> str
     from safetensors.torch import load_file
 
     from domainbert.core.hf import export_hf
-    from domainbert.core.scoring import record_scoring
+    from domainbert.core.scoring import set_scoring
 
     folder = Path(probe_folder)
     if not (folder / PROBE_WEIGHTS).is_file() or not (folder / "result.json").is_file():
@@ -239,10 +239,12 @@ def export_probe_classifier(base_model: str, probe_folder: str, out: str) -> str
     weights = load_file(str(folder / PROBE_WEIGHTS))
     result = json.loads((folder / "result.json").read_text(encoding="utf-8"))
     model, tokenizer = probe_classifier(base_model, weights["weight"], weights["bias"], list(result["labels"]))
+    scoring = result.get("scoring") or {}
+    set_scoring(model.config, **scoring)  # in the folder's one atomic write
+    if scoring.get("max_length"):
+        tokenizer.model_max_length = scoring["max_length"]  # pipeline(..., truncation=True) cuts there too
     card = _probe_card(base_model, result)
     export_hf(model, tokenizer, out, card=card)
-    scoring = result.get("scoring") or {}
-    record_scoring(out, scoring.get("max_length"), scoring.get("precision"))
     log.info("the probe as a classifier (frozen %s, the probe as its head): %s", base_model, out)
     return str(out)
 

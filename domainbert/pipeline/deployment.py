@@ -1,7 +1,7 @@
 """The pipeline's deployment choice: the export's options, and the one answer to ship.
 
-The export stage measures the student's variants, the chosen model (the teacher, with its own int8 and ONNX int8
-when the student gets them), the frozen-embedding probe classifier and the models strategies offer
+The export stage measures the student's variants, the chosen model (the teacher, with its own int8, ONNX int8 and
+bf16 when the student gets them), the frozen-embedding probe classifier and the models strategies offer
 (:class:`~domainbert.pipeline.strategies.base.Deployable`: each exported first, stage ``export-<role>``, its rows
 joined to the export's). Its ``report.json`` holds the recommendation (:func:`domainbert.deploy.recommend.recommend`)
 under the ``deploy`` settings (:class:`~.specs.DeploySpec`), and :func:`answer` turns it into the one folder to

@@ -12,7 +12,8 @@ side loads the same weights), the same validation texts, maximum length and thre
 - ``export_<variant>``: each model folder of ``--export DIR`` (written by ``domainbert export``: ``student``,
   ``pruned``, ``int8``, ``bf16``, ``onnx``, ``onnx_int8``), loaded with ``load_variant`` and served by
   ``deploy.classify`` as it is by default: batches by sorted length, the length and precision the folder records
-  (bf16 autocast for ``bf16``, and for a folder scored in bf16 where bf16 is native; onnxruntime for ONNX).
+  (bf16 as it is for ``bf16``, bf16 autocast for a float32 folder scored in bf16 where bf16 is native;
+  onnxruntime for ONNX).
 
 No side runs code from a folder: mean-pooling exports load through domainbert's own class, tokenizers through
 ``load_tokenizer`` (plain ``AutoTokenizer`` would read such an export's config and ask on stdin to run its code).

@@ -166,6 +166,9 @@ def test_the_command_line_keeps_each_format_option_as_a_flag_of_its_own(monkeypa
     assert parsed["format_options"] == {"int8_backend": "torch", "onnx_fuse": True, "int8_per_channel": False}
     command.main(["--model", "m", "--out", "o", "--format_options", '{"onnx_opset": 17}', "--onnx_fuse", "false"])
     assert parsed["format_options"] == {"onnx_opset": 17, "onnx_fuse": False}
+    for given, expected in ((["--bf16"], True), (["--bf16", "auto"], "auto"), (["--bf16=false"], False)):
+        command.main(["--model", "m", "--out", "o", *given])
+        assert parsed["bf16"] == expected, given
 
 
 def test_bf16_auto_writes_bf16_where_the_cpu_multiplies_it_natively(monkeypatch):

@@ -84,8 +84,8 @@ class ExportFormat:
       quantizes its graph);
     - ``needs``: modules that must be importable (``onnxruntime``); without them the format is skipped with a
       warning that names them;
-    - ``teacher``: also written for ``--teacher`` when written for the model (the quantized formats: the teacher's
-      int8 may beat a student that is no faster);
+    - ``teacher``: also written for ``--teacher`` when written for the model (bf16 and the quantized formats: the
+      teacher's conversion may beat a student that is no faster);
     - ``options``: the format's own options with their defaults, by name (``{"int8_backend": "auto"}``), which
       ``domainbert export`` takes as ``--format_options '{"int8_backend": "torch"}'`` or ``--int8_backend torch``; a
       writer reads them with :meth:`~ExportFormat.option`. Formats may share an option by its name.

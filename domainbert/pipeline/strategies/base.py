@@ -181,8 +181,8 @@ class Teaching:
 class Deployable:
     """A model a strategy made that could serve as it is (see :meth:`Strategy.deployables`).
 
-    The pipeline exports and measures it like the chosen model (its fp32, int8 and ONNX int8 rows, named by
-    ``role``), and the deployment choice may ship it.
+    The pipeline exports and measures it like the chosen model (its fp32 row and the conversions ``export.args``
+    asks for, named by ``role``), and the deployment choice may ship it.
     """
 
     role: str
