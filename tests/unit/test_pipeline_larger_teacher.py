@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from domainbert.errors import DomainBertError
 from domainbert.pipeline import recipe
 from domainbert.pipeline.deployment import offered_options
 from domainbert.pipeline.specs import DeploySpec, DistillSpec, TaskFiles, TransferSpec
@@ -22,6 +23,7 @@ from domainbert.pipeline.strategies.larger_teacher import (
     TEACHER_CACHE,
     LargerTeacherSpec,
     distill_config,
+    tuned_config,
 )
 from tests.helpers.pipeline_tiny import bare_context
 
@@ -137,3 +139,15 @@ def test_an_untried_larger_teacher_is_named_where_the_probe_finds_the_task_hard_
     page = DOCS.read_text(encoding="utf-8")
     for gain in MEASURED_GAIN.values():  # quoted from the benchmark page, not made up here
         assert gain in page
+
+
+def test_the_larger_teacher_fine_tunes_at_its_own_batch_size_unless_its_args_say_otherwise():
+    ctx = _ctx()
+    config = tuned_config(ctx, LargerTeacherSpec(model="big"), seed=0)
+    assert config.overrides == [{"data": {"init_args": {"batch_size": 32}}}]  # after the fine-tuning stage's own
+    assert config.values["model"]["init_args"]["init_from"] == "big"
+    mine = LargerTeacherSpec(model="big", args=["--data.init_args.batch_size=8"])
+    assert tuned_config(ctx, mine, seed=0).overrides[-1] == ["--data.init_args.batch_size=8"]  # the user's win
+    assert tuned_config(ctx, LargerTeacherSpec(model="big", batch_size=None), seed=0).overrides == []
+    with pytest.raises(DomainBertError, match=r"larger_teacher.batch_size=0: expected a positive integer or null"):
+        LargerTeacherSpec(model="big", batch_size=0)
