@@ -141,13 +141,17 @@ def test_an_untried_larger_teacher_is_named_where_the_probe_finds_the_task_hard_
         assert gain in page
 
 
-def test_the_larger_teacher_fine_tunes_at_its_own_batch_size_unless_its_args_say_otherwise():
+def test_the_larger_teacher_fine_tunes_at_its_own_batch_size_and_epochs_unless_its_args_say_otherwise():
     ctx = _ctx()
     config = tuned_config(ctx, LargerTeacherSpec(model="big"), seed=0)
-    assert config.overrides == [{"data": {"init_args": {"batch_size": 32}}}]  # after the fine-tuning stage's own
+    own = {"data": {"init_args": {"batch_size": 32}}, "trainer": {"max_epochs": 3}}
+    assert config.overrides == [own]  # after the fine-tuning stage's own
     assert config.values["model"]["init_args"]["init_from"] == "big"
     mine = LargerTeacherSpec(model="big", args=["--data.init_args.batch_size=8"])
     assert tuned_config(ctx, mine, seed=0).overrides[-1] == ["--data.init_args.batch_size=8"]  # the user's win
-    assert tuned_config(ctx, LargerTeacherSpec(model="big", batch_size=None), seed=0).overrides == []
+    stage = LargerTeacherSpec(model="big", batch_size=None, epochs=None)  # the fine-tuning stage's own
+    assert tuned_config(ctx, stage, seed=0).overrides == []
     with pytest.raises(DomainBertError, match=r"larger_teacher.batch_size=0: expected a positive integer or null"):
         LargerTeacherSpec(model="big", batch_size=0)
+    with pytest.raises(DomainBertError, match=r"larger_teacher.epochs=2.5: expected a positive integer or null"):
+        LargerTeacherSpec(model="big", epochs=2.5)
