@@ -2,7 +2,7 @@
 
 Every operation reads bf16, as ``pipeline()`` runs a model loaded with ``dtype=torch.bfloat16``: no float32
 residual stream and no autocast casts, so it answers faster than the float32 folder served under bf16 autocast, with
-logits that differ from those in the last bits (its own report scores it as it is served). Written for a
+logits a little different from that folder's (its own report scores it as it is served). Written for a
 ``--teacher`` too (``teacher_bf16/``), like the int8 formats.
 """
 

@@ -55,16 +55,16 @@ class LargerTeacherSpec:
     """Overrides of its fine-tuning, after the fine-tuning stage's own, ``batch_size`` and ``epochs``: a config dict
     (``{model: {learning_rate: 2.0e-5}}``) or a list of ``domainbert fit`` options."""
 
+    distill_args: list[str] | dict[str, Any] = field(default_factory=list)
+    """Overrides of its distillation into the base model's size, applied last: after ``distill.config`` (else the
+    built-in ``stages/distill.yaml``), the transfer set of ``distill.transfer`` and ``distill.args``, which reach
+    that distillation too (all but its teacher, its student and their layers)."""
+
     def __post_init__(self) -> None:
         for name in ("batch_size", "epochs"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise DomainBertError(f"pipeline: larger_teacher.{name}={value!r}: expected a positive integer or null")
-
-    distill_args: list[str] | dict[str, Any] = field(default_factory=list)
-    """Overrides of its distillation into the base model's size, applied last: after ``distill.config`` (else the
-    built-in ``stages/distill.yaml``), the transfer set of ``distill.transfer`` and ``distill.args``, which reach
-    that distillation too (all but its teacher, its student and their layers)."""
 
 
 #: What a larger teacher bought on the bundled domains, quoted from ``docs/benchmarks/larger-teacher.md`` ("Three
