@@ -73,6 +73,7 @@ CASES = {
         + ["seeds"]
         + [f"{m}_test_{end}" for m in ("mlm2", "mlm4", "lora2") for end in ("low", "high")],
     ),
+    "serving_profile.py": (["examples", "classify_ms"], ["isa", "threads"]),
     "startup.py": (
         ["python_s", "import_torch_s", "help_s", "fit_help_s", "pipeline_help_s", "first_step_s"],
         ["first_step_beyond_torch_s", "libraries_beyond_torch_s", "first_step_beyond_libraries_s", "repeats"],
@@ -253,6 +254,15 @@ def test_quick_run_prints_figures(script, tiny_bert, isolated, capsys):
     module = load_script(script)
     returned, lines = run_main(module, capsys, "--quick", "--model", str(tiny_bert), "--threads", "1")
     check_figures(script, lines, returned)
+
+
+def test_serving_profile_times_the_compiled_model_beside_classify(tiny_bert, isolated, capsys):
+    module = load_script("serving_profile.py")
+    returned, lines = run_main(module, capsys, "--quick", "--model", str(tiny_bert), "--threads", "1", "--compile")
+    figures = check_figures("serving_profile.py", lines, returned)
+    assert float(figures["compiled_ms"]) > 0 and float(figures["compile_s"]) > 0
+    assert 0 <= int(figures["compiled_agree"]) <= int(figures["examples"]) == 16
+    assert any(key.startswith("share_aten_") for key in figures)  # the profile's operators
 
 
 def test_a_script_runs_from_the_command_line(tiny_bert, tmp_path):
