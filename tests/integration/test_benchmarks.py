@@ -261,7 +261,8 @@ def test_serving_profile_times_the_compiled_model_beside_classify(tiny_bert, iso
     returned, lines = run_main(module, capsys, "--quick", "--model", str(tiny_bert), "--threads", "1", "--compile")
     figures = check_figures("serving_profile.py", lines, returned)
     assert float(figures["compiled_ms"]) > 0 and float(figures["compile_s"]) > 0
-    assert 0 <= int(figures["compiled_agree"]) <= int(figures["examples"]) == 16
+    assert float(figures["compiled_speedup"]) > 0
+    assert int(figures["compiled_agree"]) == int(figures["examples"]) == 16  # float32: the same labels
     assert any(key.startswith("share_aten_") for key in figures)  # the profile's operators
 
 
