@@ -92,13 +92,13 @@ def main(argv: list[str] | None = None) -> dict:
     common.print_machine(threads)
     path = Path(args.data) / "validation.jsonl"
     texts = [json.loads(line)["text"] for line in open(path, encoding="utf-8")]
-    with tempfile.TemporaryDirectory(prefix="domainbert-bench-profile-") as scratch:
-        folder = args.model
-        if args.quick:  # any --model is a base model here: a seeded tiny classifier stands in
-            from domainbert.deploy.sample import sample_classifier
+    folder, scratch = args.model, None
+    if args.quick:  # any --model is a base model here: a seeded tiny classifier stands in, kept until the run ends
+        from domainbert.deploy.sample import sample_classifier
 
-            texts, folder = texts[:16], sample_classifier(scratch)
-        model, tok, _ = load_variant(folder)
+        scratch = tempfile.TemporaryDirectory(prefix="domainbert-bench-profile-")
+        texts, folder = texts[:16], sample_classifier(scratch.name)
+    model, tok, _ = load_variant(folder)
     if isinstance(model, OnnxModel) or getattr(model.config, "problem_type", None) == "multi_label_classification":
         raise DomainBertError(f"--model {folder}: expected a single-label classifier that PyTorch runs")
     if args.attention != "sdpa":
@@ -144,6 +144,8 @@ def main(argv: list[str] | None = None) -> dict:
         )
     out.update({"attention": args.attention, "isa": common.isa_summary(), "threads": threads})
     print(common.kv_line(out))
+    if scratch is not None:
+        scratch.cleanup()
     return out
 
 

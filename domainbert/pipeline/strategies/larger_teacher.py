@@ -47,14 +47,12 @@ class LargerTeacherSpec:
     """Rows per batch of its fine-tuning; None: the fine-tuning stage's (16 in the built-in stage). With short rows a
     step of a 110M-parameter model spends much of its time on work per weight, not per token."""
     epochs: int | None = 3
-    """Epochs of its fine-tuning (the learning rate decays over them); None: the fine-tuning stage's (4). At batch 32
-    and 3 epochs the larger model took 2.6 to 2.8 times a base seed's minutes on the bundled domains and validated
-    higher than at the stage's batch 16 and 4 epochs (docs/benchmarks/distillation.md, "The larger teacher's
-    fine-tuning")."""
+    """Epochs of its fine-tuning (the learning rate decays over them); None: the fine-tuning stage's (4). Batch 32 over
+    3 epochs was chosen on validation against the stage's batch 16 over 4 (docs/benchmarks/distillation.md, "Batch 32
+    and 3 epochs for the larger teacher")."""
     args: list[str] | dict[str, Any] = field(default_factory=list)
     """Overrides of its fine-tuning, after the fine-tuning stage's own, ``batch_size`` and ``epochs``: a config dict
     (``{model: {learning_rate: 2.0e-5}}``) or a list of ``domainbert fit`` options."""
-
     distill_args: list[str] | dict[str, Any] = field(default_factory=list)
     """Overrides of its distillation into the base model's size, applied last: after ``distill.config`` (else the
     built-in ``stages/distill.yaml``), the transfer set of ``distill.transfer`` and ``distill.args``, which reach
