@@ -32,16 +32,31 @@ WIDTH = 80
 #: built at their own width (``domainbert.cli.help_cache.WIDTH``), so this one keeps its own, in a folder of its own
 RUN = "import sys; from domainbert.cli import help_cache, main; help_cache.WIDTH = int(sys.argv[1]); main(sys.argv[2:])"
 
+#: the LightningCLI commands' texts at :data:`WIDTH` columns, built in one process (one Lightning import for all)
+WARM = "import sys; from domainbert.cli import help_cache; help_cache.WIDTH = int(sys.argv[1]); help_cache.warm()"
+
 _texts: dict[tuple[str, ...], str] = {}
+
+
+def _env() -> dict[str, str]:
+    from domainbert.core.files import cache_root
+
+    env = {**os.environ, "COLUMNS": str(WIDTH), "DOMAINBERT_LOG": "ERROR"}
+    env["DOMAINBERT_CACHE"] = str(cache_root() / f"docs-{WIDTH}")
+    return env
+
+
+def _warm() -> None:
+    """Keep the LightningCLI commands' texts first, so that each ``--help`` below serves its own at once."""
+    proc = subprocess.run([sys.executable, "-c", WARM, str(WIDTH)], capture_output=True, text=True, env=_env())
+    if proc.returncode != 0:
+        raise RuntimeError(f"cli_reference: building the --help texts failed:\n{proc.stderr[-2000:]}")
 
 
 def _help(argv: tuple[str, ...]) -> str:
     """The text ``domainbert <argv> --help`` prints (stdout), :data:`WIDTH` wide, or a build error naming it."""
     if argv not in _texts:
-        from domainbert.core.files import cache_root
-
-        env = {**os.environ, "COLUMNS": str(WIDTH), "DOMAINBERT_LOG": "ERROR"}
-        env["DOMAINBERT_CACHE"] = str(cache_root() / f"docs-{WIDTH}")
+        env = _env()
         cmd = [sys.executable, "-c", RUN, str(WIDTH), *argv, "--help"]
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
         if proc.returncode != 0 or not proc.stdout.strip():
@@ -112,6 +127,7 @@ def reference() -> str:
 
     wanted = [()] + [(name,) for name in COMMANDS]
     wanted += [(name, sub) for name, subs in SUBCOMMANDS.items() for sub in subs]
+    _warm()
     with ThreadPoolExecutor(max_workers=4) as pool:
         list(pool.map(_help, wanted))
     parts = ["## domainbert\n", _block(())]

@@ -75,7 +75,7 @@ COMMANDS: dict[str, Command] = {
         "deployment variants of a model: pruned, int8, bf16, ONNX, with a report (--model, --out)",
     ),
     "vocab": Command(
-        "domainbert.adapt.vocab:main",
+        "domainbert.adapt.vocab_cli:main",
         "extend a tokenizer with domain words, or train a WordPiece (extend|train, --top_k)",
     ),
     "datamodules": Command(

@@ -419,13 +419,35 @@ def claim_folder(
     Raises:
         DomainBertError: when ``out`` is null or empty text, a folder of the user's, or would overwrite an input.
     """
+    folder = check_claim(out, inputs, what, recognise)
+    _mark(folder)
+    return folder
+
+
+def check_claim(
+    out: str | os.PathLike,
+    inputs: Iterable[str | os.PathLike | None] = (),
+    what: str = "out",
+    recognise: Callable[[Path], bool] | None = None,
+) -> Path:
+    """What :func:`claim_folder` checks, with nothing created or marked: ``out`` as given (``~`` expanded).
+
+    A command whose other checks are slow (parsing a fit config imports Lightning) calls it first, so that a wrong
+    ``out`` is refused at once, then claims the folder once the rest has passed.
+
+    Args:
+        out: the output folder.
+        inputs: the command's input files and folders.
+        what: the option or field that names ``out``, for the message.
+        recognise: as for :func:`claim_folder`.
+
+    Raises:
+        DomainBertError: as :func:`claim_folder` does.
+    """
     check_named(out, what, "name a new folder for the outputs (for example runs/pipeline)")
     folder = Path(os.path.expanduser(out))  # relative stays relative: a rerun names the same paths
-    if recognise is not None and folder.is_dir() and not (folder / MARKER).exists() and recognise(folder):
-        check_output(out, inputs, what, overwrite=True)  # the root, a home, an input: refused as such first
-        _mark(folder)
-    check_output(out, inputs, what)
-    _mark(folder)
+    own = recognise is not None and folder.is_dir() and not (folder / MARKER).exists() and recognise(folder)
+    check_output(out, inputs, what, overwrite=own)  # the root, a home, an input: refused even when recognised
     return folder
 
 

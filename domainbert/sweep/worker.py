@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import optuna
 from optuna.trial import TrialState
 
-from domainbert.core.files import claim_folder, plain_name
+from domainbert.core.files import check_claim, claim_folder, plain_name
 from domainbert.errors import DomainBertError
 from domainbert.sweep.bookkeeping import fail_dead_workers, retried, runs_again, tally
 from domainbert.sweep.preflight import check_fit
@@ -70,9 +70,10 @@ class Sweep:
         self.timeout: float | None = ns.timeout
         self.heartbeat_interval: int = ns.heartbeat_interval
         self.base_args = [a for c in ns.config for a in ("--config", c)] + list(fit_overrides)
-        check_fit(self.base_args, self.spec)
         self.name = ns.study_name or self.spec.study_name or f"{Path(ns.config[-1]).stem}-{Path(ns.sweep).stem}"
         plain_name(self.name, "study_name")
+        claim_out(ns, self.name, fit_overrides, check_only=True)  # at once: the fit config's check imports Lightning
+        check_fit(self.base_args, self.spec)
         self.out = claim_out(ns, self.name, fit_overrides)
         self.url = storage_url(ns.storage, self.out)
         self.storage = open_storage(self.url, ns.heartbeat_interval, ns.grace_period, ns.max_retry)
@@ -224,7 +225,7 @@ def _spec(ns: argparse.Namespace) -> SweepSpec:
     return spec
 
 
-def claim_out(ns: argparse.Namespace, name: str, fit_overrides: Sequence[str]) -> Path:
+def claim_out(ns: argparse.Namespace, name: str, fit_overrides: Sequence[str], check_only: bool = False) -> Path:
     """The sweep's folder (absolute): ``--out``, else ``runs/sweeps/<name>``; created, or reused by a rerun.
 
     It follows the rule of every command's output (:func:`~domainbert.core.files.claim_folder`): new, empty, or
@@ -232,13 +233,21 @@ def claim_out(ns: argparse.Namespace, name: str, fit_overrides: Sequence[str]) -
     override names), nor the root, a home or a project folder. A sweep folder an older domainbert wrote (no marker)
     is known by its ``study.db`` holding the study ``name``.
 
+    Args:
+        ns: the parsed ``domainbert sweep`` options.
+        name: the study's name.
+        fit_overrides: the ``--key value`` arguments of every trial (a file one names is an input).
+        check_only: check the folder as claiming it would, but create and mark nothing
+            (:func:`~domainbert.core.files.check_claim`).
+
     Raises:
         DomainBertError: one line naming ``--out`` and what is wrong.
     """
     out = Path("runs") / "sweeps" / name if ns.out is None else ns.out
     named = [a.split("=", 1)[-1] for a in fit_overrides if not a.startswith("--") or "=" in a]
     inputs = [*ns.config, ns.sweep, *(a for a in named if os.path.isfile(a))]
-    return claim_folder(out, inputs, what="--out", recognise=lambda f: _holds_study(f, name)).resolve()
+    claim = check_claim if check_only else claim_folder
+    return claim(out, inputs, what="--out", recognise=lambda f: _holds_study(f, name)).resolve()
 
 
 def _holds_study(folder: Path, name: str) -> bool:

@@ -10,7 +10,7 @@ from safetensors.torch import load_file
 from transformers import AutoTokenizer, BertModel
 
 from domainbert import cli
-from domainbert.adapt import vocab
+from domainbert.adapt import vocab, vocab_cli
 from domainbert.errors import DomainBertError
 from tests.helpers.tiny import FAMILIES
 from tests.helpers.vocab import lines, load, mlm_bias, span_ids
@@ -44,7 +44,7 @@ def test_extend_keeps_the_source_pooler_and_prints_a_summary(tiny_bert, corpus_f
     BertModel.from_pretrained(tiny_bert).save_pretrained(src)  # a headless checkpoint with a trained pooler
     AutoTokenizer.from_pretrained(tiny_bert).save_pretrained(src)
     out = tmp_path / "ext"
-    vocab.main(["extend", "--model", str(src), "--corpus", str(corpus_file), "--top_k", "3", "--min_freq", "5",
+    vocab_cli.main(["extend", "--model", str(src), "--corpus", str(corpus_file), "--top_k", "3", "--min_freq", "5",
                 "--out", str(out)])  # fmt: skip
     saved = load_file(str(out / "model.safetensors"))
     pooler = load_file(str(src / "model.safetensors"))["pooler.dense.weight"]
@@ -59,9 +59,9 @@ def test_extend_refuses_to_overwrite(tiny_bert, corpus_file, tmp_path):
     (out / "keep.txt").write_text("mine")
     args = ["extend", "--model", str(tiny_bert), "--corpus", str(corpus_file), "--top_k", "2", "--min_freq", "5"]
     with pytest.raises(DomainBertError, match="exists and was not written by domainbert"):
-        vocab.main([*args, "--out", str(out)])
+        vocab_cli.main([*args, "--out", str(out)])
     assert (out / "keep.txt").read_text() == "mine"
-    vocab.main([*args, "--out", str(out), "--overwrite", "true"])
+    vocab_cli.main([*args, "--out", str(out), "--overwrite", "true"])
     assert not (out / "keep.txt").exists() and (out / "tokenizer.json").exists()
 
 
@@ -81,7 +81,7 @@ def test_bad_corpus_names_the_file(tiny_bert, tmp_path, capsys, content):
 
 def test_help_shows_docstrings(capsys):
     with pytest.raises(SystemExit) as exc:
-        vocab.main(["extend", "--help"])
+        vocab_cli.main(["extend", "--help"])
     assert exc.value.code == 0
     text = capsys.readouterr().out
     assert "--top_k" in text and "the fewest occurrences a word needs" in text
@@ -107,6 +107,26 @@ def test_train_wordpiece(corpus_file, tmp_path, lowercase):
 
 def test_train_bad_input(tmp_path):
     with pytest.raises(DomainBertError, match="nothing.txt"):
-        vocab.main(["train", "--corpus", str(tmp_path / "nothing.txt"), "--out", str(tmp_path / "t")])
+        vocab_cli.main(["train", "--corpus", str(tmp_path / "nothing.txt"), "--out", str(tmp_path / "t")])
     with pytest.raises(DomainBertError, match="vocab_size=3"):
         vocab.train_wordpiece(["some text"], vocab_size=3)
+
+
+def test_a_refused_out_is_reported_before_torch_or_transformers_load(tmp_path):
+    # `vocab extend --out ~` is refused in the time the check takes, not after seconds of imports
+    import subprocess
+    import sys
+
+    home = tmp_path / "home"
+    (home / "docs").mkdir(parents=True)
+    script = (
+        "import sys\nfrom domainbert.cli import main\ntry:\n"
+        f"    main(['vocab', 'extend', '--model', 'never-loaded', '--corpus', {str(tmp_path / 'c.txt')!r}, "
+        "'--out', '~', '--overwrite', 'true'])\nexcept SystemExit as done:\n"
+        "    print('exit', done.code, sorted({'torch', 'transformers'} & set(sys.modules)))\n"
+    )
+    env = {"HOME": str(home), "PATH": "/usr/bin:/bin", "DOMAINBERT_LOG": "ERROR"}
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.stdout.strip().splitlines()[-1] == "exit 2 []", proc.stderr
+    assert "it is a home folder; it is never an output, even with --overwrite" in proc.stderr
+    assert sorted(p.name for p in home.iterdir()) == ["docs"]

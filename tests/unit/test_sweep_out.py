@@ -90,3 +90,30 @@ def test_a_file_an_override_names_is_an_input(tmp_path):
         claim_out(_ns(str(tmp_path / "data")), "st", ["--data.train", str(tmp_path / "data" / "train.jsonl")])
     with pytest.raises(DomainBertError, match=r"would overwrite the input"):
         claim_out(_ns(str(tmp_path / "data")), "st", [f"--data.train={tmp_path / 'data' / 'train.jsonl'}"])
+
+
+@pytest.mark.faults(bad_inputs=1)
+def test_a_wrong_out_is_refused_before_the_fit_config_is_parsed(tmp_path, monkeypatch, capsys):
+    # parsing the fit config imports Lightning, seconds of work: a refused --out must not wait for it
+    import domainbert.sweep.worker as worker
+
+    monkeypatch.setattr(worker, "check_fit", lambda *_: pytest.fail("the fit config was parsed before --out"))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("mine\n")
+    line = _refused("mine", capsys)
+    assert "mine exists and was not written by domainbert" in line
+    assert sorted(p.name for p in (tmp_path / "mine").iterdir()) == ["notes.txt"]
+
+
+def test_the_first_check_creates_and_marks_nothing(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert claim_out(_ns(None), "st", [], check_only=True) == tmp_path / "runs" / "sweeps" / "st"
+    assert list(tmp_path.iterdir()) == []
+    old = tmp_path / "old"
+    old.mkdir()
+    optuna.create_study(storage=f"sqlite:///{old / 'study.db'}", study_name="st")
+    assert claim_out(_ns(str(old)), "st", [], check_only=True) == old  # an older sweep's folder, known by its study
+    assert not (old / MARKER).exists()
+    with pytest.raises(DomainBertError, match=r"not written by domainbert"):
+        claim_out(_ns(str(old)), "another-study", [], check_only=True)
