@@ -37,7 +37,9 @@ class EpochSampler(DistributedSampler):
 
     With ``lengths``, indices are grouped by length: the shuffled order is cut into chunks of
     ``50 * batch_size``, each sorted by decreasing length, so a batch holds rows of similar length and
-    pads little, while the order of batches stays random. With ``with_epoch`` it yields
+    pads little, while the order of batches stays random; a last batch shorter than the others (the rows left over
+    when the batch size does not divide them) stays last, so every batch the data loader cuts is one group. With
+    ``with_epoch`` it yields
     ``(index, epoch)`` pairs, for datasets that draw per-epoch augmentations.
 
     Under DDP every rank computes the same global order and takes every ``num_replicas``-th index from its
@@ -97,8 +99,11 @@ class EpochSampler(DistributedSampler):
         # shuffle whole (global) batches, so that long batches do not always come first in each chunk
         step = self.batch_size * self.num_replicas
         batches = [out[i : i + step] for i in range(0, len(out), step)]
+        # the epoch's short remainder stays last: anywhere else it would shift every later batch by its size, and
+        # the data loader would cut each of them across two groups of lengths
+        rest = batches.pop() if batches and len(batches[-1]) < step else []
         perm = torch.randperm(len(batches), generator=g).tolist() if self.shuffle else range(len(batches))
-        return [i for b in perm for i in batches[b]]
+        return [i for b in perm for i in batches[b]] + rest
 
     def __iter__(self) -> Iterator:
         order = self.order()

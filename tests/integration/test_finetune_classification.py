@@ -102,6 +102,21 @@ def test_length_grouped_sampler_groups_and_reshuffles():
     assert list(sampler) != order0
 
 
+def test_length_grouped_batches_stay_grouped_when_the_batch_size_leaves_a_remainder():
+    """The data loader cuts the order every ``batch_size`` rows: a short batch moved to the middle would shift them."""
+    lengths = [(i * 37) % 120 for i in range(1483)]
+    sampler = EpochSampler(1483, seed=0, lengths=lengths, batch_size=32)
+    for epoch in range(3):
+        sampler.set_epoch(epoch)
+        order = list(sampler)
+        assert sorted(order) == list(range(1483))
+        batches = [order[i : i + 32] for i in range(0, 1483, 32)]
+        assert [len(b) for b in batches] == [32] * 46 + [11]
+        real = sum(lengths[i] for i in order)
+        padded = sum(max(lengths[i] for i in b) * len(b) for b in batches)
+        assert real / padded > 0.97  # with the remainder in the middle, 0.79 here
+
+
 def test_sampler_shards_one_global_order_across_ranks_and_reshuffles_per_epoch():
     lengths = [i % 13 for i in range(101)]
     one = EpochSampler(101, seed=3, lengths=lengths, batch_size=8)
