@@ -39,8 +39,7 @@ class EpochSampler(DistributedSampler):
     ``50 * batch_size``, each sorted by decreasing length, so a batch holds rows of similar length and
     pads little, while the order of batches stays random; a last batch shorter than the others (the rows left over
     when the batch size does not divide them) stays last, so every batch the data loader cuts is one group. With
-    ``with_epoch`` it yields
-    ``(index, epoch)`` pairs, for datasets that draw per-epoch augmentations.
+    ``with_epoch`` it yields ``(index, epoch)`` pairs, for datasets that draw per-epoch augmentations.
 
     Under DDP every rank computes the same global order and takes every ``num_replicas``-th index from its
     rank on (as ``DistributedSampler`` does; the order is padded by repeating its head to a multiple of the
