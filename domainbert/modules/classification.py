@@ -115,7 +115,8 @@ class SequenceClassificationModule(FineTuneModule):
             from domainbert.modules.probe_init import init_head_from_probe
 
             init_head_from_probe(self.model, self.trainer.datamodule, len(self.label_names))
-        elif self.initialised_later() and not self.trainer.ckpt_path:  # evaluated as loaded: the head is random
+        elif self.initialised_later() and self.random_head and not self.trainer.ckpt_path:
+            # evaluated as loaded, neither trained in this process nor restored from a checkpoint: the head is random
             head = [key for key in self.missing_keys if key.startswith(self.initialised_later())]
             if head:
                 log.info("initialised at random (not in %s): %s", self.hparams.init_from, ", ".join(head))

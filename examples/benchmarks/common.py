@@ -260,6 +260,63 @@ class StepClock:
         return [b - a for a, b in zip(t, t[1:])]
 
 
+class WindowProfile:
+    """``torch.profiler`` over a benchmark's timed window: :meth:`tick` after every step, as :class:`StepClock`'s.
+
+    Profiling starts at the end of step ``warmup`` (at once with no warm-up) and stops at the end of step ``warmup +
+    steps`` (or at :meth:`table`). The profiler slows the steps, most where the operators are many and small, so a
+    profiled run's rates are not the benchmark's.
+    """
+
+    def __init__(self, warmup: int, steps: int | None = None, enabled: bool = True) -> None:
+        """Set up the window.
+
+        Args:
+            warmup: steps before the window.
+            steps: steps in it; None: until :meth:`table`.
+            enabled: False makes every call a no-op.
+        """
+        self.warmup, self.end, self.enabled = warmup, None if steps is None else warmup + steps, enabled
+        self.steps, self.prof, self.done = 0, None, None
+        if enabled and warmup == 0:
+            self._start()
+
+    def _start(self) -> None:
+        from torch.profiler import ProfilerActivity, profile
+
+        self.prof = profile(activities=[ProfilerActivity.CPU])
+        self.prof.__enter__()
+
+    def _stop(self) -> None:
+        if self.prof is not None:
+            self.prof.__exit__(None, None, None)
+            self.done, self.prof = self.prof, None
+
+    def tick(self) -> None:
+        """Record the end of one step: the one ending the warm-up starts the profiler, the window's last stops it."""
+        self.steps += 1
+        if self.enabled and self.steps == self.warmup:
+            self._start()
+        if self.steps == self.end:
+            self._stop()
+
+    def table(self, rows: int) -> list[dict]:
+        """The ``rows`` operators of most self CPU time in the window (:func:`op_table`); [] if it never started."""
+        self._stop()
+        return op_table(self.done, rows) if self.done is not None else []
+
+
+def op_table(prof, rows: int) -> list[dict]:
+    """Each operator's calls, self milliseconds and share of the operators' self CPU time in a finished profile."""
+    events = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
+    total = sum(e.self_cpu_time_total for e in events) or 1
+    return [
+        {"operator": e.key, "calls": e.count, "self ms": round(e.self_cpu_time_total / 1000, 1),
+         "share": round(e.self_cpu_time_total / total, 3)}
+        for e in events[:rows]
+    ]  # fmt: skip
+
+
 @contextlib.contextmanager
 def stopwatch() -> Iterator[list[float]]:
     """``with stopwatch() as t: ...``; afterwards ``t[0]`` holds the seconds taken."""

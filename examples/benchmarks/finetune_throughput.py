@@ -14,6 +14,11 @@ come first; over the epoch both sides see every row once.
     python examples/benchmarks/finetune_throughput.py            # all-MiniLM-L6-v2, max length 128, batch 32
     python examples/benchmarks/finetune_throughput.py --quick    # tiny model (what the tests run)
     python examples/benchmarks/finetune_throughput.py --sides domainbert,hf,hf_grouped
+    python examples/benchmarks/finetune_throughput.py --profile 12   # each side's 12 costliest operators
+
+``--profile N`` runs each side's timed window under ``torch.profiler`` and prints its N operators of most self CPU
+time: where a step's time goes (matrix products, attention, dropout masks, casts). The profiler slows the many small
+operators most, so the rates of a profiled run are not the benchmark's figures.
 """
 
 from __future__ import annotations
@@ -33,15 +38,19 @@ SIDES = {
     "domainbert": ("domainbert", None, False),
     "domainbert_ungrouped": ("domainbert", False, False),
     "domainbert_fused": ("domainbert", None, True),
+    "domainbert_dropout0": ("domainbert", None, False),  # no hidden or attention dropout: what the masks cost
     "hf": ("hf", False, None),
     "hf_grouped": ("hf", True, None),
 }
 
 
-def run_domainbert(args, model_path: str, train: Path, kind: str, grouped: bool, fused: bool = False) -> dict:
+def run_domainbert(
+    args, model_path: str, train: Path, kind: str, grouped: bool, fused: bool = False, dropout: float | None = None
+) -> dict:
     """Fine-tune with Lightning + SequenceClassificationModule + ClassificationDataModule.
 
-    ``fused`` injects ``torch.optim.AdamW(fused=True)`` (the HF Trainer's default) as the module's optimizer.
+    ``fused`` injects ``torch.optim.AdamW(fused=True)`` (the HF Trainer's default) as the module's optimizer;
+    ``dropout`` sets the hidden and attention dropout (None: the module's default, 0.1).
     """
     import functools
 
@@ -66,21 +75,25 @@ def run_domainbert(args, model_path: str, train: Path, kind: str, grouped: bool,
         label_names=dm.label_names,
         learning_rate=5e-5,
         optimizer=functools.partial(torch.optim.AdamW, fused=True) if fused else None,
+        **({} if dropout is None else {"hidden_dropout": dropout, "attention_dropout": dropout}),
     )
     dm.connect(module.tokenizer)
     dm.setup("fit")  # not timed
     clock = common.StepClock(args.warmup)
+    window = common.WindowProfile(args.warmup, args.steps, enabled=bool(args.profile))
     tokens: list[tuple[int, int]] = []
 
     class Clock(L.Callback):
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
             clock.tick(batch["input_ids"].shape[0])
+            window.tick()
             tokens.append((int(batch["attention_mask"].sum()), batch["input_ids"].numel()))
 
     trainer = common.lightning_trainer(kind, args.warmup + args.steps, [Clock()])
     common.reset_peak_rss()
     trainer.fit(module, datamodule=dm)
-    return {"clock": clock, "tokens": tokens, "model": module.model, "peak_rss_mb": common.peak_rss_mb()}
+    rss = common.peak_rss_mb()
+    return {"clock": clock, "tokens": tokens, "model": module.model, "peak_rss_mb": rss, "window": window}
 
 
 def run_hf(args, model_path: str, train: Path, kind: str, grouped: bool, fused: bool | None = None) -> dict:
@@ -104,12 +117,14 @@ def run_hf(args, model_path: str, train: Path, kind: str, grouped: bool, fused: 
         return batch
 
     clock = common.StepClock(args.warmup)
+    window = common.WindowProfile(args.warmup, args.steps, enabled=bool(args.profile))
     tokens: list[tuple[int, int]] = []
 
     class Clock(TrainerCallback):
         def on_step_end(self, targs, state, control, **kw):
             n, real, padded = seen[-1] if seen else (0, 0, 0)
             clock.tick(n)
+            window.tick()
             tokens.append((real, padded))
 
     with tempfile.TemporaryDirectory(prefix="domainbert-bench-hf-") as out:
@@ -119,7 +134,7 @@ def run_hf(args, model_path: str, train: Path, kind: str, grouped: bool, fused: 
         trainer.remove_callback(PrinterCallback)
         common.reset_peak_rss()
         trainer.train()
-    return {"clock": clock, "tokens": tokens, "model": model, "peak_rss_mb": common.peak_rss_mb()}
+    return {"clock": clock, "tokens": tokens, "model": model, "peak_rss_mb": common.peak_rss_mb(), "window": window}
 
 
 def subset(n_rows: int, out_dir: str) -> Path:
@@ -146,6 +161,7 @@ def main(argv: list[str] | None = None) -> dict:
     )
     p.add_argument("--sides", default="domainbert,hf", help=f"comma-separated sides from {sorted(SIDES)}")
     p.add_argument("--repeats", type=int, default=1, help="run every side this many times (interleaved); median")
+    p.add_argument("--profile", type=int, default=0, metavar="N", help="print each side's N costliest operators")
     args = p.parse_args(argv)
     if args.quick:
         args.max_length, args.batch, args.rows = 64, 8, args.rows or 120
@@ -173,8 +189,10 @@ def main(argv: list[str] | None = None) -> dict:
                 grouped = args.group_by_length if grouped is None else grouped
                 gc.collect()
                 run = run_domainbert if impl == "domainbert" else run_hf
-                res = run(args, model_path, train, kind, grouped, fused)
+                extra = {"dropout": 0.0} if side == "domainbert_dropout0" else {}
+                res = run(args, model_path, train, kind, grouped, fused, **extra)
                 clock, tokens, model = res.pop("clock"), res.pop("tokens"), res.pop("model")
+                ops = res.pop("window").table(args.profile)
                 seconds = clock.seconds()
                 real_tokens = sum(t[0] for t in tokens[args.warmup :])
                 padded_tokens = sum(t[1] for t in tokens[args.warmup :])
@@ -190,6 +208,9 @@ def main(argv: list[str] | None = None) -> dict:
                 )
                 results[side].append(res)
                 print(f"# {side}: {res['rate']:.2f} examples/s ({res['step_s']:.3g} s/step)", flush=True)
+                if ops:
+                    print(f"# {side}: operators over the timed window (profiled: its rate is not the benchmark's)")
+                    print(common.table(ops, list(ops[0])), flush=True)
                 del model
                 gc.collect()
 

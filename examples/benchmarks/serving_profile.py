@@ -64,17 +64,9 @@ def timed(run, passes: int, warmup: int) -> tuple[float, float, list]:
 
 def profile_table(run, rows: int) -> list[dict]:
     """Each operator's calls, self milliseconds and share of the operators' self CPU time in one ``run()``."""
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        run()
-    events = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
-    total = sum(e.self_cpu_time_total for e in events) or 1
-    return [
-        {"operator": e.key, "calls": e.count, "self ms": round(e.self_cpu_time_total / 1000, 1),
-         "share": round(e.self_cpu_time_total / total, 3)}
-        for e in events[:rows]
-    ]  # fmt: skip
+    window = common.WindowProfile(warmup=0)
+    run()
+    return window.table(rows)
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -470,6 +470,39 @@ def test_the_flags_are_detected_not_assumed(monkeypatch):
     assert set(common.cpu_isa()) == set(common.ISA_FLAGS)
 
 
+def test_finetune_profile_prints_each_sides_operators_over_its_timed_window(tiny_bert, isolated, capsys):
+    """``--profile N``: each side's N costliest operators over its timed window, its matrix products among them;
+    domainbert's dropout masks (``random_``) are there, and gone from the side without dropout."""
+    module = load_script("finetune_throughput.py")
+    args = ["--quick", "--model", str(tiny_bert), "--threads", "1", "--sides", "domainbert,domainbert_dropout0,hf"]
+    args += ["--profile", "60"]
+    returned, lines = run_main(module, capsys, *args)
+    check_figures("finetune_throughput.py", lines, returned)
+    ops = {}
+    for side in ("domainbert", "domainbert_dropout0", "hf"):
+        at = lines.index(f"# {side}: operators over the timed window (profiled: its rate is not the benchmark's)")
+        assert lines[at + 1].split() == ["operator", "calls", "self", "ms", "share"]
+        rows = [line.rsplit(None, 3) for line in lines[at + 3 : at + 63]]
+        names, shares = [row[0] for row in rows], [float(row[-1]) for row in rows]
+        assert {"aten::mm", "aten::addmm"} <= set(names), names
+        assert shares == sorted(shares, reverse=True) and 0 < sum(shares) <= 1.001, shares
+        ops[side] = names
+    assert "aten::random_" in ops["domainbert"] and "aten::random_" not in ops["domainbert_dropout0"]
+
+
+def test_window_profile_covers_the_steps_after_the_warm_up_only():
+    import torch
+
+    common = load_common()
+    window = common.WindowProfile(warmup=2, steps=1)
+    x = torch.ones(64, 64)
+    for op in (torch.tanh, torch.sigmoid, torch.exp, torch.neg):  # warm-up, warm-up, the window, after it
+        op(x)
+        window.tick()
+    assert [row["operator"] for row in window.table(10)] == ["aten::exp"]
+    assert common.WindowProfile(warmup=1, enabled=False).table(5) == []
+
+
 def test_step_clock_times_the_warm_up_apart_from_the_timed_steps():
     common = load_common()
     clock = common.StepClock(warmup=2)

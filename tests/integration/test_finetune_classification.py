@@ -181,6 +181,38 @@ def test_learns_a_separable_task_through_the_trainer(tiny_bert):
     assert metrics["val/acc"] >= 0.6 and metrics["val/f1_macro"] >= 0.5, dict(metrics)
 
 
+def test_a_test_after_a_fit_in_the_same_process_does_not_call_the_trained_head_random(tiny_bert, caplog):
+    """A head started from the probe and trained, then tested in the same process (as the pipeline's stage does,
+    with no checkpoint path), is not reported as initialised at random; the same module tested untrained is, and
+    is refused."""
+    L.seed_everything(0)
+
+    def run(fit: bool) -> str:
+        dm = _dm(test=str(FIX / "cls_test.jsonl"))
+        module = _module(tiny_bert, dm, pooling="mean", head_init="probe", **NO_DROPOUT)
+        dm.connect(module.tokenizer)
+        trainer = L.Trainer(
+            max_steps=2,
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            num_sanity_val_steps=0,
+            limit_val_batches=0,
+        )
+        caplog.clear()
+        with caplog.at_level("INFO", logger="domainbert.modules.classification"):
+            if fit:
+                trainer.fit(module, dm)
+            trainer.test(module, datamodule=dm, verbose=False)
+        return caplog.text
+
+    assert "initialised at random" not in run(fit=True)
+    with pytest.raises(DomainBertError, match="its test outputs would be random"):
+        run(fit=False)
+    assert "initialised at random (not in " in caplog.text
+
+
 def test_multi_label_loss_falls_and_predicts_label_lists(tiny_bert):
     torch.manual_seed(0)
     dm = _dm(
