@@ -14,6 +14,7 @@ from domainbert.data.classification import ClassificationDataModule
 from domainbert.data.labelled import EpochSampler
 from domainbert.errors import DomainBertError
 from domainbert.modules.classification import SequenceClassificationModule, balanced_weights
+from tests.helpers.mlm import quiet_trainer
 
 ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "tests" / "fixtures"
@@ -191,15 +192,7 @@ def test_a_test_after_a_fit_in_the_same_process_does_not_call_the_trained_head_r
         dm = _dm(test=str(FIX / "cls_test.jsonl"))
         module = _module(tiny_bert, dm, pooling="mean", head_init="probe", **NO_DROPOUT)
         dm.connect(module.tokenizer)
-        trainer = L.Trainer(
-            max_steps=2,
-            logger=False,
-            enable_checkpointing=False,
-            enable_progress_bar=False,
-            enable_model_summary=False,
-            num_sanity_val_steps=0,
-            limit_val_batches=0,
-        )
+        trainer = quiet_trainer(max_steps=2)
         caplog.clear()
         with caplog.at_level("INFO", logger="domainbert.modules.classification"):
             if fit:
