@@ -127,6 +127,7 @@ class OnnxRunner:
 
     def __init__(self, path: Path, threads: int | None = None) -> None:
         """Open ``path``; raises ImportError when neither onnxruntime nor onnx is installed."""
+        self.path = Path(path)
         try:
             import onnxruntime as ort
         except ImportError:

@@ -3,15 +3,18 @@
 Each side is a ``DistillationModule`` (3-layer student copied from the teacher, the Debian demo's loss: KL,
 cross-entropy and hidden states) taking the same random batches of the training file, one training step each
 (teacher forward, student forward and backward, fused AdamW), at the precision a CPU fit would use. The sides
-take turns, round after round; each side's figure is its median seconds per step.
+take turns, round after round; each side's figure is its median seconds per step. After each side's steps in a round,
+the teacher's forward pass alone is timed on the same batches and chunks (``teacher s/step``): what is left of a step
+is the student's forward and backward passes, the losses and the optimizer.
 
     python examples/benchmarks/distill_chunks.py --teacher runs/<finetune run>/version_0/hf
     python examples/benchmarks/distill_chunks.py --teacher <hf> --sides whole,16,8,4 --steps 12 --rounds 3
     python examples/benchmarks/distill_chunks.py --quick            # tiny teacher, fixture rows (the tests' run)
 
-The last line is ``key=value``: ``s_per_step_<side>``, ``speedup_<side>`` (the whole batch's seconds over the
-side's; against the first side when ``whole`` is not among them), ``real_share`` (real tokens over padded ones in
-the whole batches), ``precision`` and ``isa``.
+The last line is ``key=value``: ``s_per_step_<side>``, ``teacher_s_per_step_<side>``, ``speedup_<side>`` (the
+whole batch's seconds over the side's; against the first side when ``whole`` is not among them), ``real_share``
+(real tokens over padded ones in the whole batches), ``tokens_per_step`` (real tokens in a timed batch, on average),
+``precision`` and ``isa``.
 """
 
 from __future__ import annotations
@@ -96,6 +99,16 @@ def step(module, opt, batch: dict, bf16: bool) -> None:
     opt.zero_grad(set_to_none=True)
 
 
+def teacher_pass(module, batch: dict, bf16: bool) -> None:
+    """The teacher's forward pass alone on ``batch``, in the chunks a step of ``module`` runs it in."""
+    import torch  # noqa: PLC0415
+
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
+    with autocast:
+        input_ids, selected, view = module.prepare(batch, 0)
+        module.teacher_outputs(batch, input_ids, selected, module.chunks(view["attention_mask"]))
+
+
 def parse_side(name: str) -> int | None:
     """``whole`` -> None (the whole batch), else a number of rows per chunk."""
     return None if name == "whole" else int(name)
@@ -127,6 +140,7 @@ def main(argv: list[str] | None = None) -> dict:
     sides = {name: build_side(teacher, parse_side(name), args.student_layers) for name in names}
     batches = random_batches(next(iter(sides.values()))[0], data, args.batch, args.steps + 1, args.max_length, 0)
     seconds: dict[str, list[float]] = {name: [] for name in names}
+    teacher: dict[str, list[float]] = {name: [] for name in names}
     for _ in range(args.rounds):
         for name, (module, opt) in sides.items():
             step(module, opt, batches[0], kind == "bf16")
@@ -134,17 +148,24 @@ def main(argv: list[str] | None = None) -> dict:
             for batch in batches[1:]:
                 step(module, opt, batch, kind == "bf16")
             seconds[name].append((time.perf_counter() - start) / args.steps)
+            start = time.perf_counter()
+            for batch in batches[1:]:
+                teacher_pass(module, batch, kind == "bf16")
+            teacher[name].append((time.perf_counter() - start) / args.steps)
     real = sum(int(b["attention_mask"].sum()) for b in batches) / sum(b["attention_mask"].numel() for b in batches)
+    tokens = sum(int(b["attention_mask"].sum()) for b in batches[1:]) / args.steps
     base = common.median(seconds["whole" if "whole" in seconds else names[0]])
     rows = [
-        {"side": n, "s/step": round(common.median(s), 4), "rounds": " ".join(f"{x:.3f}" for x in s)}
-        | {"speedup": round(base / common.median(s), 3)}
+        {"side": n, "s/step": round(common.median(s), 4), "teacher s/step": round(common.median(teacher[n]), 4)}
+        | {"speedup": round(base / common.median(s), 3), "rounds": " ".join(f"{x:.3f}" for x in s)}
         for n, s in seconds.items()
     ]
-    print(common.table(rows, ["side", "s/step", "speedup", "rounds"]))
+    print(common.table(rows, ["side", "s/step", "teacher s/step", "speedup", "rounds"]))
     figures = {f"s_per_step_{r['side']}": r["s/step"] for r in rows}
+    figures |= {f"teacher_s_per_step_{r['side']}": r["teacher s/step"] for r in rows}
     figures |= {f"speedup_{r['side']}": r["speedup"] for r in rows}
-    figures |= {"real_share": round(real, 3), "precision": kind, "isa": common.isa_summary()}
+    figures |= {"real_share": round(real, 3), "tokens_per_step": round(tokens, 1), "precision": kind}
+    figures |= {"isa": common.isa_summary()}
     print(common.kv_line(figures))
     return figures
 

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from domainbert.errors import DomainBertError
 from domainbert.pipeline.timing import PARTS
 
 BENCH = Path(__file__).resolve().parents[2] / "examples" / "benchmarks"
@@ -60,7 +61,8 @@ CASES = {
         + ["hf_final_f1", "domainbert_steps_to_target", "ratio_is_lower_bound", "eval_every", "precision"],
     ),
     "distill_chunks.py": (
-        ["s_per_step_whole", "s_per_step_8", "speedup_8", "real_share"],
+        ["s_per_step_whole", "s_per_step_8", "teacher_s_per_step_whole", "teacher_s_per_step_8", "speedup_8"]
+        + ["real_share", "tokens_per_step"],
         ["s_per_step_16", "s_per_step_4", "precision"],
     ),
     "pipeline_time.py": (
@@ -265,6 +267,20 @@ def test_serving_profile_times_the_compiled_model_beside_classify(tiny_bert, iso
     assert float(figures["compiled_speedup"]) > 0
     assert int(figures["compiled_agree"]) == int(figures["examples"]) == 16  # float32: the same labels
     assert any(key.startswith("share_aten_") for key in figures)  # the profile's operators
+
+
+@pytest.mark.skipif(importlib.util.find_spec("onnxruntime") is None, reason="needs onnxruntime")
+def test_serving_profile_reads_an_onnx_folders_operators_from_onnxruntime(tiny_bert, isolated, capsys):
+    module = load_script("serving_profile.py")
+    returned, lines = run_main(module, capsys, "--quick", "--onnx", "--threads", "1")
+    figures = check_figures("serving_profile.py", lines, returned)
+    assert figures["attention"] == "onnxruntime"
+    shares = {key.removeprefix("share_"): float(value) for key, value in figures.items() if key.startswith("share_")}
+    assert shares and not any(op.startswith("aten_") for op in shares)  # onnxruntime's op types, not PyTorch's
+    assert {"MultiHeadAttention", "SkipLayerNormalization"} & set(shares)  # the export's fused kernels
+    assert 0 < sum(shares.values()) <= 1.0001
+    with pytest.raises(DomainBertError, match="onnx_int8: an ONNX graph; --compile and --attention are for PyTorch"):
+        module.main(["--quick", "--onnx", "--threads", "1", "--compile"])
 
 
 def test_a_script_runs_from_the_command_line(tiny_bert, tmp_path):
